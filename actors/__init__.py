@@ -1,0 +1,63 @@
+"""run-supervisor: keeps AI coding-agent runs alive across instance disposes, reloads and config
+changes. Run lifetime belongs to the supervisor, never to a cache.
+
+The in-process API::
+
+    from actors import Supervisor
+    with Supervisor.start(directories=["/proj/a"]) as supervisor:
+        run = supervisor.start_run(body, session="s1", directory="/proj/a")
+        supervisor.close("dispose_all", mode="maintenance", origin="settings.provider.connect")
+        run.wait(timeout=5)
+
+Logging is off by default; turn it on with ``loguru.logger.enable("actors")``.
+"""
+
+from actors import _logging  # noqa: F401 -- silences the library before anything logs
+from actors._api import RunHandle, Supervisor, SupervisorConfig
+from actors._context import CancelToken, Gate, PermissionReply, RunBody, RunContext, ToolCall
+from actors._errors import (
+    AlreadyInterrupting,
+    InvalidRequest,
+    NothingPending,
+    RunAlreadyExists,
+    RunAlreadyFinished,
+    RunInterrupted,
+    SupervisorClosed,
+    SupervisorError,
+    SupervisorTimeout,
+    UnknownDirectory,
+    UnknownRun,
+)
+from actors._instance_actor import InstanceActor, InstanceHooks, NoInstanceHooks
+from actors._run_actor import RunActor
+from actors._subscription import Subscription
+from actors._supervisor import SessionSupervisor
+
+__all__ = [
+    "AlreadyInterrupting",
+    "CancelToken",
+    "Gate",
+    "InstanceActor",
+    "InstanceHooks",
+    "InvalidRequest",
+    "NoInstanceHooks",
+    "NothingPending",
+    "PermissionReply",
+    "RunActor",
+    "RunAlreadyExists",
+    "RunAlreadyFinished",
+    "RunBody",
+    "RunContext",
+    "RunHandle",
+    "RunInterrupted",
+    "SessionSupervisor",
+    "Subscription",
+    "Supervisor",
+    "SupervisorClosed",
+    "SupervisorConfig",
+    "SupervisorError",
+    "SupervisorTimeout",
+    "ToolCall",
+    "UnknownDirectory",
+    "UnknownRun",
+]

@@ -1,0 +1,112 @@
+"""One exception per situation. Rejections from the core map to these by their ``RejectCode``."""
+
+from __future__ import annotations
+
+from protocol import CloseOutcome, InterruptReason, RejectCode, RequestOutcome
+
+__all__ = [
+    "AlreadyInterrupting",
+    "InvalidRequest",
+    "NothingPending",
+    "RunAlreadyExists",
+    "RunAlreadyFinished",
+    "RunInterrupted",
+    "SupervisorClosed",
+    "SupervisorError",
+    "SupervisorTimeout",
+    "UnknownDirectory",
+    "UnknownRun",
+    "raise_for_rejection",
+]
+
+
+class SupervisorError(Exception):
+    """Base of every error this library raises on purpose."""
+
+    code: RejectCode | None = None
+
+
+class SupervisorClosed(SupervisorError):
+    """The supervisor has shut down (or is shutting down); no request is accepted any more."""
+
+    code = RejectCode.SUPERVISOR_CLOSED
+
+
+class UnknownRun(SupervisorError):
+    """No run with this id has started (it may be queued under another id, or long forgotten)."""
+
+    code = RejectCode.UNKNOWN_RUN
+
+
+class RunAlreadyFinished(SupervisorError):
+    """The run has finished; a cancel or answer for it does nothing (and never reaches a later run)."""
+
+    code = RejectCode.RUN_FINISHED
+
+
+class RunAlreadyExists(SupervisorError):
+    """A run with this id was started before: run ids are unique for the supervisor's life."""
+
+    code = RejectCode.RUN_ALREADY_EXISTS
+
+
+class AlreadyInterrupting(SupervisorError):
+    """An interrupt of this run was already decided; the first reason stands."""
+
+    code = RejectCode.ALREADY_INTERRUPTING
+
+
+class NothingPending(SupervisorError):
+    """The run has no permission ask or form waiting for this answer."""
+
+    code = RejectCode.NOTHING_PENDING
+
+
+class UnknownDirectory(SupervisorError):
+    """A close named a directory that was never loaded or declared."""
+
+    code = RejectCode.UNKNOWN_DIRECTORY
+
+
+class InvalidRequest(SupervisorError):
+    """The request itself is malformed (an empty id, a mode that does not fit the action...)."""
+
+    code = RejectCode.INVALID_REQUEST
+
+
+class SupervisorTimeout(SupervisorError, TimeoutError):
+    """A bounded wait ran out before the supervisor answered."""
+
+
+class RunInterrupted(BaseException):  # a signal to unwind, like trio.Cancelled
+    """Raised inside a run body when its run has been interrupted; let it propagate.
+
+    It derives from ``BaseException`` so that a body's ``except Exception`` does not swallow it.
+    """
+
+    def __init__(self, reason: InterruptReason | None) -> None:
+        super().__init__(f"the run was interrupted ({reason.value if reason else 'abandoned'})")
+        self.reason = reason
+
+
+_BY_CODE: dict[RejectCode, type[SupervisorError]] = {
+    cls.code: cls
+    for cls in (
+        SupervisorClosed,
+        UnknownRun,
+        RunAlreadyFinished,
+        RunAlreadyExists,
+        AlreadyInterrupting,
+        NothingPending,
+        UnknownDirectory,
+        InvalidRequest,
+    )
+    if cls.code is not None
+}
+
+
+def raise_for_rejection(outcome: CloseOutcome | RequestOutcome) -> None:
+    """Raise the exception that matches a rejected outcome; do nothing otherwise."""
+    if outcome.code is None:
+        return
+    raise _BY_CODE.get(outcome.code, SupervisorError)(outcome.error or outcome.code.value)

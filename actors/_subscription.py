@@ -1,0 +1,142 @@
+"""Event subscriptions: the supervisor never waits for a subscriber.
+
+Each subscription has its own queue. Publishing is a non-blocking put from the supervisor's thread,
+so a slow or failing subscriber cannot hold the supervisor or the other subscribers up. A bounded
+subscription (``maxsize > 0``) that falls behind loses its *oldest* events and counts them in
+``dropped``; an unbounded one (the default) loses nothing. A callback subscription gets its own
+dispatcher thread; a callback that raises is counted in ``errors`` and keeps receiving.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterator
+
+from loguru import logger
+
+from actors._errors import SupervisorTimeout
+from protocol import Event
+
+__all__ = ["Publisher", "Subscription"]
+
+
+class Subscription:
+    """An ordered view of the supervisor's events from the moment of subscribing."""
+
+    def __init__(self, maxsize: int = 0, callback: Callable[[Event], object] | None = None) -> None:
+        if maxsize < 0:
+            raise ValueError("maxsize cannot be negative (0 means unbounded)")
+        self.maxsize = maxsize
+        self._items: collections.deque[Event] = collections.deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self.dropped = 0
+        """Events lost because a bounded subscription was full (oldest first)."""
+        self.errors = 0
+        """Exceptions raised by the callback (each logged, none stops delivery)."""
+        self._callback = callback
+        self._thread: threading.Thread | None = None
+        self._unsubscribe: Callable[[Subscription], None] | None = None
+        if callback is not None:
+            self._thread = threading.Thread(
+                target=self._dispatch, name="run-supervisor-subscriber", daemon=True
+            )
+            self._thread.start()
+
+    # Called on the supervisor's thread: must never block.
+    def _offer(self, event: Event) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            if self.maxsize and len(self._items) >= self.maxsize:
+                self._items.popleft()
+                self.dropped += 1
+            self._items.append(event)
+            self._cond.notify()
+
+    def get(self, timeout: float) -> Event:
+        """The next event; ``SupervisorTimeout`` if none comes in time; ``EOFError`` once closed
+        and drained."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._items or self._closed, timeout):
+                raise SupervisorTimeout(f"no event within {timeout} s")
+            if not self._items:
+                raise EOFError("the subscription is closed")
+            return self._items.popleft()
+
+    def drain(self) -> list[Event]:
+        """Every event already delivered and not yet read, without waiting."""
+        with self._cond:
+            items = list(self._items)
+            self._items.clear()
+        return items
+
+    def __iter__(self) -> Iterator[Event]:
+        """Every event until the subscription is closed (blocks between events)."""
+        while True:
+            try:
+                yield self.get(timeout=3600.0)
+            except EOFError:
+                return
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop receiving. Events already delivered can still be read."""
+        if self._unsubscribe is not None:
+            self._unsubscribe(self)
+        self._end()
+
+    def _end(self, *, join: bool = True) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        if join and self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0)
+
+    def _dispatch(self) -> None:
+        assert self._callback is not None
+        while True:
+            try:
+                event = self.get(timeout=3600.0)
+            except EOFError:
+                return
+            except SupervisorTimeout:
+                continue
+            try:
+                self._callback(event)
+            except BaseException:  # contain it: a subscriber must never take anything down
+                self.errors += 1
+                logger.opt(exception=True).warning("event subscriber raised; it keeps receiving")
+
+
+class Publisher:
+    """The supervisor's side: fans each event out to the subscriptions, never waiting on one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscriptions: tuple[Subscription, ...] = ()
+
+    def add(self, subscription: Subscription) -> None:
+        with self._lock:
+            self._subscriptions = (*self._subscriptions, subscription)
+        subscription._unsubscribe = self.remove
+
+    def remove(self, subscription: Subscription) -> None:
+        with self._lock:
+            self._subscriptions = tuple(s for s in self._subscriptions if s is not subscription)
+
+    def publish(self, event: Event) -> None:
+        for subscription in self._subscriptions:  # a snapshot: adds and removes swap the tuple
+            subscription._offer(event)
+
+    def close_all(self) -> None:
+        with self._lock:
+            subscriptions, self._subscriptions = self._subscriptions, ()
+        for subscription in subscriptions:
+            subscription._end(join=False)

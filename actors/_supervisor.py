@@ -1,0 +1,287 @@
+"""SessionSupervisor: the actor that owns every RunActor and InstanceActor.
+
+It feeds each message to the decision core (``protocol.SupervisorCore``) and carries out the
+commands the core returns, in order. It never asks another actor (and never itself): children get
+``tell``s, answers travel in futures carried inside the messages.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import pykka
+from loguru import logger
+
+from actors._context import RunBody
+from actors._instance_actor import InstanceActor, InstanceHooks
+from actors._run_actor import RunActor
+from actors._subscription import Publisher
+from actors._threads import ThreadBook
+from protocol import (
+    AbandonRun,
+    BodyEnded,
+    Command,
+    DeliverAnswer,
+    DisposeDone,
+    DisposeInstance,
+    Emit,
+    Event,
+    GraceExpired,
+    LoadInstance,
+    PartReport,
+    ReleaseRun,
+    Reply,
+    Request,
+    RunFinished,
+    ShutdownComplete,
+    SignalInterrupt,
+    SpawnRun,
+    StartGraceTimer,
+    StartRun,
+    StepReport,
+    SupervisorCore,
+    WaitingForUser,
+)
+
+__all__ = ["Preload", "Query", "SessionSupervisor", "Submit", "WaitRun"]
+
+_REPORTS = (StepReport, PartReport, WaitingForUser, BodyEnded, DisposeDone, GraceExpired)
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    request: Request
+    reply: Future[Any]
+    body: RunBody | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Run ``read(core)`` on the supervisor's thread and answer with its result."""
+
+    read: Callable[[SupervisorCore], Any]
+    reply: Future[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRun:
+    """Answer with the run's snapshot once it has finished (at once if it already has)."""
+
+    run: str
+    reply: Future[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Preload:
+    directories: tuple[str, ...]
+    load: bool
+    reply: Future[Any]
+
+
+def _settle(future: Future[Any], value: Any) -> None:
+    try:
+        future.set_result(value)
+    except InvalidStateError:
+        pass  # the caller gave up (cancelled) or it was already rejected at close
+
+
+class SessionSupervisor(pykka.ThreadingActor):
+    use_daemon_thread: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        core: SupervisorCore,
+        hooks: InstanceHooks,
+        threads: ThreadBook,
+        publisher: Publisher,
+        *,
+        ask_timeout: float,
+        on_shutdown_complete: Callable[[ShutdownComplete], None],
+        on_stopped: Callable[[], None],
+    ) -> None:
+        super().__init__()
+        self.core = core
+        self._hooks = hooks
+        self._threads = threads
+        self._ask_timeout = ask_timeout
+        self._on_shutdown_complete = on_shutdown_complete
+        self._on_stopped = on_stopped
+        self._bodies: dict[str, RunBody | None] = {}
+        self._runs: dict[str, pykka.ActorRef[RunActor]] = {}
+        self._instances: dict[tuple[str, int], pykka.ActorRef[InstanceActor]] = {}
+        self._waiters: dict[str, list[Future[Any]]] = {}
+        self._publisher = publisher
+        self._timer: threading.Timer | None = None
+        self._deadline: float | None = None
+
+    def on_start(self) -> None:
+        self._threads.add(threading.current_thread())
+
+    def on_stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._on_stopped()
+
+    # --- the mailbox -------------------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> None:
+        try:
+            self._receive(message)
+        except BaseException:  # contained: pykka would otherwise stop every actor in the process
+            logger.opt(exception=True).error(f"the supervisor could not handle {type(message).__name__}")
+            reply = getattr(message, "reply", None)
+            if isinstance(reply, Future) and not reply.done():
+                reply.set_exception(RuntimeError(f"the supervisor failed on {type(message).__name__}"))
+
+    def _receive(self, message: Any) -> None:
+        if isinstance(message, _REPORTS):
+            self._execute(self.core.report(message))
+        elif isinstance(message, Submit):
+            self._submit(message)
+        elif isinstance(message, Query):
+            _settle(message.reply, message.read(self.core))
+        elif isinstance(message, WaitRun):
+            snapshot = self.core.run_snapshot(message.run)
+            if snapshot is None or snapshot.outcome is not None:
+                _settle(message.reply, snapshot)
+            else:
+                self._waiters.setdefault(message.run, []).append(message.reply)
+        elif isinstance(message, Preload):
+            for directory in message.directories:
+                if message.load:
+                    self._execute(self.core.preload(directory))
+                else:
+                    self.core.declare(directory)
+            _settle(message.reply, None)
+
+    def _submit(self, message: Submit) -> None:
+        request = message.request
+        added = False
+        if isinstance(request, StartRun) and request.run not in self._bodies:
+            self._bodies[request.run] = message.body
+            added = True
+        commands = self.core.request(request, message.reply)
+        if added and self.core.run_snapshot(request.run) is None:  # type: ignore[union-attr]
+            del self._bodies[request.run]  # type: ignore[union-attr]
+        self._execute(commands)
+
+    # --- carrying out the core's commands ----------------------------------------------------
+
+    def _execute(self, commands: list[Command]) -> None:
+        for command in commands:
+            if isinstance(command, Emit):
+                self._publish(command.event)
+            elif isinstance(command, Reply):
+                _settle(command.reply_to, command.answer)
+            elif isinstance(command, SpawnRun):
+                self._spawn(command)
+            elif isinstance(command, SignalInterrupt | DeliverAnswer | AbandonRun):
+                self._tell_run(command.run, command)
+            elif isinstance(command, ReleaseRun):
+                run_ref = self._runs.pop(command.run, None)
+                if run_ref is not None:
+                    run_ref.stop(block=False)
+            elif isinstance(command, LoadInstance):
+                instance_ref = InstanceActor.start(
+                    command.directory, command.generation, self._hooks, self.actor_ref, self._threads
+                )
+                self._instances[(command.directory, command.generation)] = instance_ref
+            elif isinstance(command, DisposeInstance):
+                self._dispose(command)
+            elif isinstance(command, StartGraceTimer):
+                self._start_timer(command)
+            else:
+                self._shutdown_complete(command)
+
+    def _publish(self, event: Event) -> None:
+        self._publisher.publish(event)
+        if isinstance(event, RunFinished):
+            self._bodies.pop(event.run, None)
+            waiters = self._waiters.pop(event.run, ())
+            if waiters:
+                snapshot = self.core.run_snapshot(event.run)
+                for waiter in waiters:
+                    _settle(waiter, snapshot)
+
+    def _spawn(self, command: SpawnRun) -> None:
+        body = self._bodies.pop(command.run, None)
+        instance = self._instances.get((command.directory, command.generation))
+        ref = RunActor.start(command, body, self.actor_ref, instance, self._ask_timeout, self._threads)
+        self._runs[command.run] = ref
+
+    def _tell_run(self, run: str, command: Any) -> None:
+        ref = self._runs.get(run)
+        if ref is None:
+            return
+        try:
+            ref.tell(command)
+        except pykka.ActorDeadError:
+            return
+
+    def _dispose(self, command: DisposeInstance) -> None:
+        key = (command.directory, command.generation)
+        ref = self._instances.pop(key, None)
+        budget = command.budget_ms
+        if self._deadline is not None:
+            budget = max(0, min(budget, int((self._deadline - time.monotonic()) * 1000)))
+        if ref is None:
+            if command.report:
+                self.actor_ref.tell(DisposeDone(directory=command.directory, generation=command.generation))
+            return
+        try:
+            ref.tell(
+                DisposeInstance(
+                    directory=command.directory,
+                    generation=command.generation,
+                    budget_ms=budget,
+                    report=command.report,
+                )
+            )
+        except pykka.ActorDeadError:
+            if command.report:
+                self.actor_ref.tell(
+                    DisposeDone(
+                        directory=command.directory,
+                        generation=command.generation,
+                        error="the instance actor was gone",
+                    )
+                )
+
+    def _start_timer(self, command: StartGraceTimer) -> None:
+        self._deadline = time.monotonic() + command.grace_ms / 1000.0
+        me = self.actor_ref
+
+        def expire() -> None:
+            try:
+                me.tell(GraceExpired(action=command.action))
+            except pykka.ActorDeadError:
+                pass
+
+        self._timer = threading.Timer(command.grace_ms / 1000.0, expire)
+        self._timer.daemon = True
+        self._timer.name = "run-supervisor-grace"
+        self._timer.start()
+        self._threads.add(self._timer)
+
+    def _shutdown_complete(self, command: ShutdownComplete) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        # Stop every child at once (in parallel), then ourselves; never ActorRegistry.stop_all.
+        for run_ref in self._runs.values():
+            run_ref.stop(block=False)
+        for instance_ref in self._instances.values():
+            instance_ref.stop(block=False)
+        self._runs.clear()
+        self._instances.clear()
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                _settle(waiter, None)
+        self._waiters.clear()
+        self._publisher.close_all()  # after the last event; the host joins the callback threads
+        self._on_shutdown_complete(command)
+        self.stop()

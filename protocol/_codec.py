@@ -1,0 +1,60 @@
+"""JSON and msgpack codecs for requests and events (what a non-Python host speaks)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from protocol._events import Event
+from protocol._requests import Request
+
+__all__ = ["ProtocolDecodeError", "decode_event", "decode_request", "encode"]
+
+Format = Literal["json", "msgpack"]
+
+_REQUEST_DECODERS: dict[str, Any] = {
+    "json": msgspec.json.Decoder(Request),
+    "msgpack": msgspec.msgpack.Decoder(Request),
+}
+_EVENT_DECODERS: dict[str, Any] = {
+    "json": msgspec.json.Decoder(Event),
+    "msgpack": msgspec.msgpack.Decoder(Event),
+}
+_ENCODERS: dict[str, Any] = {"json": msgspec.json.Encoder(), "msgpack": msgspec.msgpack.Encoder()}
+
+
+class ProtocolDecodeError(ValueError):
+    """Bytes that are not a valid request or event; the message says what and where."""
+
+
+def _decoder(table: dict[str, Any], fmt: str) -> Any:
+    try:
+        return table[fmt]
+    except KeyError:
+        raise ValueError(f"unknown format {fmt!r}: use 'json' or 'msgpack'") from None
+
+
+def encode(message: Any, fmt: Format = "json") -> bytes:
+    """Encode a request, event or answer."""
+    encoder: Any = _decoder(_ENCODERS, fmt)
+    data: bytes = encoder.encode(message)
+    return data
+
+
+def decode_request(data: bytes | str, fmt: Format = "json") -> Request:
+    """Decode one request; raise ``ProtocolDecodeError`` on anything else."""
+    try:
+        request: Request = _decoder(_REQUEST_DECODERS, fmt).decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ProtocolDecodeError(f"not a valid request: {exc}") from None
+    return request
+
+
+def decode_event(data: bytes | str, fmt: Format = "json") -> Event:
+    """Decode one event; raise ``ProtocolDecodeError`` on anything else."""
+    try:
+        event: Event = _decoder(_EVENT_DECODERS, fmt).decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ProtocolDecodeError(f"not a valid event: {exc}") from None
+    return event

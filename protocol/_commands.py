@@ -1,0 +1,109 @@
+"""What the decision core asks its shell to do. The shell (``actors``) carries these out in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from protocol._enums import InterruptReason
+from protocol._events import Event
+from protocol._requests import CloseOutcome, RequestOutcome
+
+__all__ = [
+    "AbandonRun",
+    "Command",
+    "DeliverAnswer",
+    "DisposeInstance",
+    "Emit",
+    "LoadInstance",
+    "ReleaseRun",
+    "Reply",
+    "ShutdownComplete",
+    "SignalInterrupt",
+    "SpawnRun",
+    "StartGraceTimer",
+]
+
+
+class Emit(msgspec.Struct, frozen=True):
+    event: Event
+
+
+class Reply(msgspec.Struct, frozen=True):
+    reply_to: Any
+    """The opaque reply handle the shell passed in with the request."""
+    answer: CloseOutcome | RequestOutcome
+
+
+class SpawnRun(msgspec.Struct, frozen=True):
+    run: str
+    session: str
+    directory: str
+    generation: int
+
+
+class SignalInterrupt(msgspec.Struct, frozen=True):
+    run: str
+    reason: InterruptReason
+
+
+class DeliverAnswer(msgspec.Struct, frozen=True):
+    """Wake the body waiting on a permission ask or a form with the user's answer."""
+
+    run: str
+    approved: bool
+    message: str | None = None
+    answer: str | None = None
+
+
+class AbandonRun(msgspec.Struct, frozen=True):
+    """Shutdown's deadline passed: stop waiting for this body (it keeps its thread, if it insists)."""
+
+    run: str
+
+
+class ReleaseRun(msgspec.Struct, frozen=True):
+    """The run has finished: its actor may stop."""
+
+    run: str
+
+
+class LoadInstance(msgspec.Struct, frozen=True):
+    directory: str
+    generation: int
+
+
+class DisposeInstance(msgspec.Struct, frozen=True):
+    directory: str
+    generation: int
+    budget_ms: int
+    """How long the dispose hook may take before the instance counts as closed with an error."""
+    report: bool = True
+    """False at shutdown's deadline: the core already counts the instance closed; run the hook
+    best-effort and do not report back."""
+
+
+class StartGraceTimer(msgspec.Struct, frozen=True):
+    action: str
+    grace_ms: int
+
+
+class ShutdownComplete(msgspec.Struct, frozen=True):
+    action: str
+    abandoned_runs: tuple[str, ...] = ()
+
+
+Command = (
+    Emit
+    | Reply
+    | SpawnRun
+    | SignalInterrupt
+    | DeliverAnswer
+    | AbandonRun
+    | ReleaseRun
+    | LoadInstance
+    | DisposeInstance
+    | StartGraceTimer
+    | ShutdownComplete
+)

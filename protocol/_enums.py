@@ -1,0 +1,154 @@
+"""The closed vocabularies of the protocol.
+
+Every value here appears verbatim on the wire (events, reports, scenario files), so the enums are
+``StrEnum``s: ``CloseMode.MAINTENANCE == "maintenance"`` and JSON encodes them as their value.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "CloseAction",
+    "CloseMode",
+    "CloseResult",
+    "InstanceState",
+    "InterruptReason",
+    "Outcome",
+    "PartState",
+    "Phase",
+    "RejectCode",
+    "RunState",
+    "SessionStatus",
+    "StepKind",
+]
+
+
+class CloseMode(StrEnum):
+    """How hard a lifecycle close may push on the runs in the directories it covers."""
+
+    MAINTENANCE = "maintenance"
+    """Active runs are left alone; the close waits for the runs that existed when it was asked."""
+    USER_CONFIRMED_INTERRUPT = "user_confirmed_interrupt"
+    """The user agreed to lose the active runs: interrupted (``lifecycle_interrupt``), then closed."""
+    SHUTDOWN = "shutdown"
+    """The process is going away: everything is interrupted and stops within a grace deadline."""
+    TEST_TEARDOWN = "test_teardown"
+    """Like ``shutdown``, reported with its own reason so tests can tell it apart."""
+
+
+class CloseAction(StrEnum):
+    """What a lifecycle request does."""
+
+    DISPOSE = "dispose"
+    DISPOSE_ALL = "dispose_all"
+    RELOAD = "reload"
+    INVALIDATE_CONFIG = "invalidate_config"
+    SHUTDOWN = "shutdown"
+    TEST_TEARDOWN = "test_teardown"
+
+
+class InterruptReason(StrEnum):
+    """Why a run was interrupted. There is no default: every interrupt names one of these."""
+
+    USER_CANCEL = "user_cancel"
+    PERMISSION_REJECTED = "permission_rejected"
+    FORM_DISMISSED = "form_dismissed"
+    LIFECYCLE_INTERRUPT = "lifecycle_interrupt"
+    SHUTDOWN = "shutdown"
+    TEST_TEARDOWN = "test_teardown"
+    TIMEOUT = "timeout"
+
+
+class Outcome(StrEnum):
+    """How a run ended."""
+
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+class RunState(StrEnum):
+    """Where a run is in its life (see ``protocol.RUN_TRANSITIONS``)."""
+
+    QUEUED = "queued"
+    ACTIVE = "active"
+    INTERRUPTING = "interrupting"
+    """An interrupt was decided (its reason is fixed); the body has not stopped yet."""
+    COMPLETED = "completed"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+class PartState(StrEnum):
+    """The state of one tool part of a run."""
+
+    PENDING = "pending"
+    """The model is generating the tool call's input."""
+    PREPARED = "prepared"
+    """The call is materialized; the tool has not started."""
+    RUNNING = "running"
+    COMPLETED = "completed"
+    ERROR = "error"
+    """The tool itself failed, or its permission was rejected with a message. Never an interruption."""
+    INTERRUPTED = "interrupted"
+    """The run was interrupted while this part was unfinished."""
+
+
+class Phase(StrEnum):
+    """The phase of the open tool part at an interruption."""
+
+    GENERATING = "generating"
+    PREPARED = "prepared"
+    RUNNING = "running"
+
+
+class StepKind(StrEnum):
+    """What a step of a run stands for."""
+
+    MODEL = "model"
+    TOOL_INPUT = "tool_input"
+    TOOL_EXEC = "tool_exec"
+    PERMISSION = "permission"
+    FORM = "form"
+
+
+class SessionStatus(StrEnum):
+    BUSY = "busy"
+    IDLE = "idle"
+
+
+class InstanceState(StrEnum):
+    """Where an instance (one directory, one generation) is in its life."""
+
+    LIVE = "live"
+    """Loaded and current: new runs in its directory are pinned to it."""
+    RETIRING = "retiring"
+    """Asked to close; waits for the runs pinned to it. No new run is pinned to it."""
+    DISPOSING = "disposing"
+    """Its dispose hook is running."""
+    CLOSED = "closed"
+
+
+class CloseResult(StrEnum):
+    """The answer to a request. Closes answer the first five; other requests ``ok`` or ``rejected``."""
+
+    COMPLETED = "completed"
+    DEFERRED = "deferred"
+    INTERRUPTED = "interrupted"
+    FORCED = "forced"
+    REJECTED = "rejected"
+    OK = "ok"
+
+
+class RejectCode(StrEnum):
+    """Why a request was rejected; each maps to one exception class in ``actors``."""
+
+    SUPERVISOR_CLOSED = "supervisor_closed"
+    UNKNOWN_RUN = "unknown_run"
+    RUN_FINISHED = "run_finished"
+    RUN_ALREADY_EXISTS = "run_already_exists"
+    ALREADY_INTERRUPTING = "already_interrupting"
+    NOTHING_PENDING = "nothing_pending"
+    UNKNOWN_DIRECTORY = "unknown_directory"
+    INVALID_REQUEST = "invalid_request"

@@ -1,0 +1,202 @@
+"""Requests a host sends, the reports a run body makes, and the answers the supervisor gives.
+
+Requests are frozen, tagged msgspec Structs so a non-Python host can send them as JSON or msgpack
+(see ``protocol.decode_request``). New fields always get defaults so old senders stay valid.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from protocol._enums import (
+    CloseAction,
+    CloseMode,
+    CloseResult,
+    InterruptReason,
+    Outcome,
+    PartState,
+    Phase,
+    RejectCode,
+    SessionStatus,
+    StepKind,
+)
+
+__all__ = [
+    "AnswerForm",
+    "BodyEnded",
+    "CancelRun",
+    "CloseOutcome",
+    "CloseRequest",
+    "DismissForm",
+    "DisposeDone",
+    "GraceExpired",
+    "PartReport",
+    "PartSnapshot",
+    "ReplyPermission",
+    "Request",
+    "RequestOutcome",
+    "RunSnapshot",
+    "Shutdown",
+    "StartRun",
+    "StepReport",
+    "WaitingForUser",
+]
+
+
+class _Request(msgspec.Struct, frozen=True, tag_field="type", kw_only=True):
+    tag: str | None = None
+    """The requester's own correlation tag; echoed on the lifecycle events of the action."""
+
+
+class StartRun(_Request, frozen=True, tag="start_run"):
+    run: str
+    session: str
+    directory: str
+
+
+class CancelRun(_Request, frozen=True, tag="cancel"):
+    run: str
+    origin: str = "user"
+
+
+class CloseRequest(_Request, frozen=True, tag="close"):
+    do: CloseAction
+    mode: CloseMode
+    origin: str
+    directories: tuple[str, ...] = ()
+    """For ``dispose`` and ``reload``: exactly one directory. Ignored by ``dispose_all`` and
+    ``invalidate_config``, which cover every loaded directory."""
+
+
+class Shutdown(_Request, frozen=True, tag="shutdown"):
+    reason: InterruptReason = InterruptReason.SHUTDOWN
+    """``shutdown`` or ``test_teardown``."""
+    origin: str = "shutdown"
+    grace_ms: int = 1000
+
+
+class ReplyPermission(_Request, frozen=True, tag="reply_permission"):
+    run: str
+    approve: bool
+    message: str | None = None
+    """With ``approve=False``: a message is model-visible feedback and the run goes on; without one
+    the run ends ``interrupted`` / ``permission_rejected``."""
+
+
+class AnswerForm(_Request, frozen=True, tag="answer_form"):
+    run: str
+    answer: str
+
+
+class DismissForm(_Request, frozen=True, tag="cancel_form"):
+    run: str
+
+
+Request = StartRun | CancelRun | CloseRequest | Shutdown | ReplyPermission | AnswerForm | DismissForm
+
+
+# --- What run bodies and instances report (internal inputs of the core) ---------------------------
+
+
+class StepReport(msgspec.Struct, frozen=True):
+    """A body entered (``finished=False``) or left (``finished=True``) a step."""
+
+    run: str
+    step: str
+    kind: StepKind
+    finished: bool
+
+
+class PartReport(msgspec.Struct, frozen=True):
+    """A tool part moved: ``state`` is the state it moved to (a new part starts ``pending``)."""
+
+    run: str
+    tool: str
+    state: PartState
+    message: str | None = None
+
+
+class WaitingForUser(msgspec.Struct, frozen=True):
+    """The body raised a permission ask (``form=False``) or a form (``form=True``) and waits."""
+
+    run: str
+    form: bool
+
+
+class BodyEnded(msgspec.Struct, frozen=True):
+    """The body's worker returned (``error=None``) or raised (``error`` is its message)."""
+
+    run: str
+    error: str | None = None
+
+
+class DisposeDone(msgspec.Struct, frozen=True):
+    directory: str
+    generation: int
+    error: str | None = None
+
+
+class GraceExpired(msgspec.Struct, frozen=True):
+    action: str
+
+
+# --- Answers -----------------------------------------------------------------------------------
+
+
+class RequestOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to a request that is not a lifecycle action."""
+
+    result: CloseResult
+    error: str | None = None
+    code: RejectCode | None = None
+
+
+class CloseOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to a lifecycle request, decided when it is handled. ``completed`` is its value
+    at the time of the answer; follow ``lifecycle.completed`` (same ``action_id``) for later."""
+
+    result: CloseResult
+    action_id: str | None = None
+    completed: bool = False
+    completed_directories: tuple[str, ...] = ()
+    pending_directories: tuple[str, ...] = ()
+    blocking_runs: tuple[str, ...] = ()
+    interrupted_runs: tuple[str, ...] = ()
+    abandoned_runs: tuple[str, ...] = ()
+    error: str | None = None
+    code: RejectCode | None = None
+
+
+class PartSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    tool: str
+    state: PartState
+    tool_started: bool
+    message: str | None = None
+    reason: InterruptReason | None = None
+    origin: str | None = None
+    phase: Phase | None = None
+
+
+class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """What the supervisor knows of one run."""
+
+    run: str
+    session: str
+    directory: str
+    generation: int | None
+    state: str
+    outcome: Outcome | None = None
+    reason: InterruptReason | None = None
+    origin: str | None = None
+    action: str | None = None
+    phase: Phase | None = None
+    error: str | None = None
+    abandoned: bool = False
+    parts: tuple[PartSnapshot, ...] = ()
+
+
+class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    session: str
+    status: SessionStatus
+    active: str | None
+    queued: tuple[str, ...]

@@ -1,0 +1,163 @@
+"""Every rule that moves a run, a tool part or an instance, and what each close mode may do.
+
+This file is the whole state machine, as data (h11's ``_state.py`` is the model). The core
+(``protocol._core``) only looks rules up here; the docs' state tables are generated from these
+mappings (``scripts/gen_state_tables.py``), so they cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from protocol._enums import CloseMode, InstanceState, InterruptReason, PartState, Phase, RunState
+
+__all__ = [
+    "CLOSE_RULES",
+    "INSTANCE_TRANSITIONS",
+    "PART_PHASE",
+    "PART_TRANSITIONS",
+    "RUN_TRANSITIONS",
+    "ClosePolicy",
+    "IllegalTransitionError",
+    "InstanceTrigger",
+    "RunTrigger",
+    "next_instance_state",
+    "next_part_state",
+    "next_run_state",
+]
+
+
+class IllegalTransitionError(Exception):
+    """A state machine was asked to make a move its table does not allow (a bug in the caller)."""
+
+
+class RunTrigger(StrEnum):
+    START = "start"
+    INTERRUPT = "interrupt"
+    """An interrupt is decided; its reason is fixed from here on (the first reason wins)."""
+    BODY_RETURNED = "body_returned"
+    BODY_RAISED = "body_raised"
+    CANCEL_QUEUED = "cancel_queued"
+    ABANDON = "abandon"
+    """Shutdown's deadline passed and the body still runs: the run is finished without it."""
+
+
+RUN_TRANSITIONS: Mapping[RunState, Mapping[RunTrigger, RunState]] = MappingProxyType(
+    {
+        RunState.QUEUED: {
+            RunTrigger.START: RunState.ACTIVE,
+            RunTrigger.CANCEL_QUEUED: RunState.INTERRUPTED,
+        },
+        RunState.ACTIVE: {
+            RunTrigger.INTERRUPT: RunState.INTERRUPTING,
+            RunTrigger.BODY_RETURNED: RunState.COMPLETED,
+            RunTrigger.BODY_RAISED: RunState.FAILED,
+        },
+        RunState.INTERRUPTING: {
+            # Whatever the body does once interrupted, the decided interrupt is the outcome.
+            RunTrigger.BODY_RETURNED: RunState.INTERRUPTED,
+            RunTrigger.BODY_RAISED: RunState.INTERRUPTED,
+            RunTrigger.ABANDON: RunState.INTERRUPTED,
+        },
+        RunState.COMPLETED: {},
+        RunState.INTERRUPTED: {},
+        RunState.FAILED: {},
+    }
+)
+
+FINISHED_RUN_STATES = frozenset({RunState.COMPLETED, RunState.INTERRUPTED, RunState.FAILED})
+
+
+def next_run_state(state: RunState, trigger: RunTrigger) -> RunState:
+    try:
+        return RUN_TRANSITIONS[state][trigger]
+    except KeyError:
+        raise IllegalTransitionError(f"run: {trigger.value} in state {state.value}") from None
+
+
+PART_TRANSITIONS: Mapping[PartState, frozenset[PartState]] = MappingProxyType(
+    {
+        PartState.PENDING: frozenset({PartState.PREPARED, PartState.ERROR, PartState.INTERRUPTED}),
+        PartState.PREPARED: frozenset({PartState.RUNNING, PartState.ERROR, PartState.INTERRUPTED}),
+        PartState.RUNNING: frozenset({PartState.COMPLETED, PartState.ERROR, PartState.INTERRUPTED}),
+        # A permission rejected with a message turns a running part to ``error`` while the tool
+        # call goes on to its end; the part stays ``error``.
+        PartState.ERROR: frozenset({PartState.ERROR}),
+        PartState.COMPLETED: frozenset(),
+        PartState.INTERRUPTED: frozenset(),
+    }
+)
+
+UNFINISHED_PART_STATES = frozenset({PartState.PENDING, PartState.PREPARED, PartState.RUNNING})
+
+PART_PHASE: Mapping[PartState, Phase] = MappingProxyType(
+    {
+        PartState.PENDING: Phase.GENERATING,
+        PartState.PREPARED: Phase.PREPARED,
+        PartState.RUNNING: Phase.RUNNING,
+    }
+)
+"""The phase an interruption is reported with, by the state of the open tool part."""
+
+
+def next_part_state(state: PartState, target: PartState) -> PartState:
+    if target not in PART_TRANSITIONS[state]:
+        raise IllegalTransitionError(f"tool part: {state.value} -> {target.value}")
+    return target
+
+
+class InstanceTrigger(StrEnum):
+    RETIRE = "retire"
+    """A close covers it: no new run is pinned to it any more."""
+    DISPOSE = "dispose"
+    """No run pinned to it is active: its dispose hook runs."""
+    DISPOSED = "disposed"
+    """The hook returned, raised or overran its budget: closed either way."""
+
+
+INSTANCE_TRANSITIONS: Mapping[InstanceState, Mapping[InstanceTrigger, InstanceState]] = MappingProxyType(
+    {
+        InstanceState.LIVE: {InstanceTrigger.RETIRE: InstanceState.RETIRING},
+        InstanceState.RETIRING: {InstanceTrigger.DISPOSE: InstanceState.DISPOSING},
+        InstanceState.DISPOSING: {InstanceTrigger.DISPOSED: InstanceState.CLOSED},
+        InstanceState.CLOSED: {},
+    }
+)
+
+
+def next_instance_state(state: InstanceState, trigger: InstanceTrigger) -> InstanceState:
+    try:
+        return INSTANCE_TRANSITIONS[state][trigger]
+    except KeyError:
+        raise IllegalTransitionError(f"instance: {trigger.value} in state {state.value}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ClosePolicy:
+    """What a close mode does to the active runs of the directories it covers."""
+
+    interrupts_with: InterruptReason | None
+    """The reason active runs are interrupted with, or None: they are left alone and waited for."""
+    strength: int
+    """A stronger pending close takes over a weaker one, never the reverse."""
+    covers_everything: bool
+    """Shutdown-like: every directory, every queued run, a grace deadline."""
+
+
+CLOSE_RULES: Mapping[CloseMode, ClosePolicy] = MappingProxyType(
+    {
+        CloseMode.MAINTENANCE: ClosePolicy(interrupts_with=None, strength=0, covers_everything=False),
+        CloseMode.USER_CONFIRMED_INTERRUPT: ClosePolicy(
+            interrupts_with=InterruptReason.LIFECYCLE_INTERRUPT, strength=1, covers_everything=False
+        ),
+        CloseMode.SHUTDOWN: ClosePolicy(
+            interrupts_with=InterruptReason.SHUTDOWN, strength=2, covers_everything=True
+        ),
+        CloseMode.TEST_TEARDOWN: ClosePolicy(
+            interrupts_with=InterruptReason.TEST_TEARDOWN, strength=2, covers_everything=True
+        ),
+    }
+)
