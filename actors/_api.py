@@ -123,11 +123,15 @@ class Supervisor:
             self.threads,
             self._publisher,
             ask_timeout=config.request_timeout_s,
-            on_shutdown_complete=self._shutdown_complete.set_result,
+            on_shutdown_complete=self._on_shutdown_complete,
             on_stopped=self._reject_outstanding,
         )
-        if config.shutdown_at_exit:
-            _live.add(self)
+        _live.add(self)
+
+    def _on_shutdown_complete(self, command: ShutdownComplete) -> None:
+        with self._lock:
+            self._final = command.outcome
+        self._shutdown_complete.set_result(command)
 
     @classmethod
     def start(
@@ -339,27 +343,15 @@ class Supervisor:
         outcome = self._get(self.shutdown_async(grace_ms=grace, reason=reason, origin=origin), limit)
         raise_for_rejection(outcome)
         assert isinstance(outcome, CloseOutcome)
-        self.wait_closed(timeout=limit)
-        return self._final or outcome
+        return self.wait_closed(timeout=limit)
 
     def wait_closed(self, timeout: float | None = None) -> CloseOutcome:
         """Wait until a shutdown (requested anywhere) has completed and our threads have ended."""
         done = self._get(self._shutdown_complete, timeout)
-        with self._lock:
-            final = self._final
-        if final is None:
-            deadline = time.monotonic() + self.config.stop_timeout_s
-            self.threads.join(deadline)
-            final = CloseOutcome(
-                result=CloseResult.FORCED,
-                action_id=done.action,
-                completed=True,
-                abandoned_runs=done.abandoned_runs,
-            )
-            with self._lock:
-                self._final = final
+        if self in _live:
+            self.threads.join(time.monotonic() + self.config.stop_timeout_s)
             _live.discard(self)
-        return final
+        return done.outcome
 
     @property
     def closed(self) -> bool:
@@ -406,6 +398,8 @@ _live: weakref.WeakSet[Supervisor] = weakref.WeakSet()
 @atexit.register
 def _shutdown_at_exit() -> None:
     for supervisor in list(_live):
+        if not supervisor.config.shutdown_at_exit:
+            continue
         try:
             supervisor.shutdown(grace_ms=200)
         except Exception:  # best effort at interpreter exit

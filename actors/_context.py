@@ -256,9 +256,14 @@ class RunContext:
 
     # --- asking the user -------------------------------------------------------------------------
 
-    def _await_answer(self, form: bool, timeout: float | None) -> DeliverAnswer:
+    def raise_ask(self, *, form: bool) -> None:
+        """Tell the supervisor a permission ask (or form) is pending, before waiting for it."""
         self.check()
         self._tell(WaitingForUser(run=self.run_id, form=form))
+
+    def _await_answer(self, form: bool, timeout: float | None, raised: bool) -> DeliverAnswer:
+        if not raised:
+            self.raise_ask(form=form)
         answer: list[DeliverAnswer] = []
 
         def arrived() -> bool:
@@ -271,15 +276,16 @@ class RunContext:
             raise SupervisorTimeout(f"no answer to the {'form' if form else 'permission ask'} in {timeout} s")
         return answer[0]
 
-    def ask_permission(self, timeout: float | None = None) -> PermissionReply:
+    def ask_permission(self, timeout: float | None = None, *, raised: bool = False) -> PermissionReply:
         """Ask the user to allow the running tool. Returns on approval or on a rejection with
-        feedback; a rejection without feedback interrupts the run (``permission_rejected``)."""
-        answer = self._await_answer(False, timeout)
+        feedback; a rejection without feedback interrupts the run (``permission_rejected``).
+        ``raised=True``: ``raise_ask`` already announced it."""
+        answer = self._await_answer(False, timeout, raised)
         return PermissionReply(answer.approved, answer.message)
 
-    def ask_form(self, timeout: float | None = None) -> str:
+    def ask_form(self, timeout: float | None = None, *, raised: bool = False) -> str:
         """Raise a question form and wait for the answer; a dismissal interrupts the run."""
-        answer = self._await_answer(True, timeout)
+        answer = self._await_answer(True, timeout, raised)
         return answer.answer or ""
 
     # --- the instance ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from loguru import logger
 
@@ -45,9 +46,9 @@ class Subscription:
             self._thread.start()
 
     # Called on the supervisor's thread: must never block.
-    def _offer(self, event: Event) -> None:
+    def _offer(self, event: Any, *, after_close: bool = False) -> None:
         with self._cond:
-            if self._closed:
+            if self._closed and not after_close:
                 return
             if self.maxsize and len(self._items) >= self.maxsize:
                 self._items.popleft()
@@ -79,6 +80,11 @@ class Subscription:
                 yield self.get(timeout=3600.0)
             except EOFError:
                 return
+
+    @property
+    def pending(self) -> int:
+        """Events delivered and not read yet."""
+        return len(self._items)
 
     @property
     def closed(self) -> bool:

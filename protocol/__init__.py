@@ -48,6 +48,7 @@ from protocol._events import (
     StepFinished,
     StepStarted,
 )
+from protocol._parts import PartSnapshot, part_label
 from protocol._requests import (
     AnswerForm,
     BodyEnded,
@@ -58,7 +59,6 @@ from protocol._requests import (
     DisposeDone,
     GraceExpired,
     PartReport,
-    PartSnapshot,
     ReplyPermission,
     Request,
     RequestOutcome,
@@ -155,4 +155,5 @@ __all__ = [
     "decode_event",
     "decode_request",
     "encode",
+    "part_label",
 ]

@@ -91,7 +91,8 @@ class StartGraceTimer(msgspec.Struct, frozen=True):
 
 class ShutdownComplete(msgspec.Struct, frozen=True):
     action: str
-    abandoned_runs: tuple[str, ...] = ()
+    outcome: CloseOutcome
+    """The shutdown's final outcome: what any later shutdown request is answered with."""
 
 
 Command = (

@@ -59,6 +59,7 @@ from protocol._events import (
     StepFinished,
     StepStarted,
 )
+from protocol._parts import PartSnapshot
 from protocol._requests import (
     AnswerForm,
     BodyEnded,
@@ -69,7 +70,6 @@ from protocol._requests import (
     DisposeDone,
     GraceExpired,
     PartReport,
-    PartSnapshot,
     ReplyPermission,
     Request,
     RequestOutcome,
@@ -104,6 +104,8 @@ _ONE_DIRECTORY = frozenset({CloseAction.DISPOSE, CloseAction.RELOAD})
 _SHUTDOWN_MODES = {
     InterruptReason.SHUTDOWN: (CloseAction.SHUTDOWN, CloseMode.SHUTDOWN),
     InterruptReason.TEST_TEARDOWN: (CloseAction.TEST_TEARDOWN, CloseMode.TEST_TEARDOWN),
+    # A watchdog (the scenario runner's --timeout) tearing down what hung: a shutdown that says why.
+    InterruptReason.TIMEOUT: (CloseAction.SHUTDOWN, CloseMode.SHUTDOWN),
 }
 
 
@@ -339,18 +341,22 @@ class SupervisorCore:
             phase=interrupt.phase if interrupt else None,
             error=run.error,
             abandoned=run.abandoned,
-            parts=tuple(
-                PartSnapshot(
-                    tool=p.tool,
-                    state=p.state,
-                    tool_started=p.tool_started,
-                    message=p.message,
-                    reason=p.reason,
-                    origin=p.origin,
-                    phase=p.phase,
-                )
-                for p in run.parts
-            ),
+            parts=self._part_snapshots(run),
+        )
+
+    @staticmethod
+    def _part_snapshots(run: _Run) -> tuple[PartSnapshot, ...]:
+        return tuple(
+            PartSnapshot(
+                tool=p.tool,
+                state=p.state,
+                tool_started=p.tool_started,
+                message=p.message,
+                reason=p.reason,
+                origin=p.origin,
+                phase=p.phase,
+            )
+            for p in run.parts
         )
 
     def session_snapshot(self, session_id: str) -> SessionSnapshot | None:
@@ -444,7 +450,7 @@ class SupervisorCore:
             return
         if run.state is RunState.QUEUED:
             self._unqueue(run)
-            self._decide_interrupt(run, InterruptReason.USER_CANCEL, req.origin, None)
+            self._decide_interrupt(run, InterruptReason.USER_CANCEL, req.origin, req.tag)
             run.state = next_run_state(run.state, RunTrigger.CANCEL_QUEUED)
             self._finish(run)
         elif run.state is RunState.INTERRUPTING:
@@ -457,7 +463,7 @@ class SupervisorCore:
             )
             return
         else:
-            self._interrupt(run, InterruptReason.USER_CANCEL, req.origin, None)
+            self._interrupt(run, InterruptReason.USER_CANCEL, req.origin, req.tag)
         self._reply(reply_to, RequestOutcome(result=CloseResult.OK))
 
     def _reply_permission(self, req: ReplyPermission, reply_to: Any) -> None:
@@ -474,7 +480,7 @@ class SupervisorCore:
                 part.message = req.message
             self._out.append(DeliverAnswer(run=run.id, approved=False, message=req.message))
         else:
-            self._interrupt(run, InterruptReason.PERMISSION_REJECTED, "permission", None)
+            self._interrupt(run, InterruptReason.PERMISSION_REJECTED, "permission", req.tag)
         self._reply(reply_to, RequestOutcome(result=CloseResult.OK))
 
     def _answer_form(self, req: AnswerForm, reply_to: Any) -> None:
@@ -489,7 +495,7 @@ class SupervisorCore:
         run = self._waiting_run(req.run, "form", reply_to)
         if run is None:
             return
-        self._interrupt(run, InterruptReason.FORM_DISMISSED, "form", None)
+        self._interrupt(run, InterruptReason.FORM_DISMISSED, "form", req.tag)
         self._reply(reply_to, RequestOutcome(result=CloseResult.OK))
 
     def _known_unfinished(self, run_id: str, reply_to: Any, verb: str) -> _Run | None:
@@ -615,6 +621,8 @@ class SupervisorCore:
                 phase=interrupt.phase if interrupt else None,
                 error=run.error,
                 abandoned=run.abandoned,
+                generation=run.generation,
+                parts=self._part_snapshots(run),
             )
         )
         self._runs_finished += 1
@@ -860,7 +868,7 @@ class SupervisorCore:
             )
         if action is self._shutdown:
             self._closed = True
-            self._out.append(ShutdownComplete(action=action.id, abandoned_runs=abandoned))
+            self._out.append(ShutdownComplete(action=action.id, outcome=self._close_outcome(action)))
 
     def _close_outcome(self, action: _Action) -> CloseOutcome:
         return CloseOutcome(
@@ -899,7 +907,7 @@ class SupervisorCore:
             self._reject(
                 reply_to,
                 RejectCode.INVALID_REQUEST,
-                f"a shutdown's reason is shutdown or test_teardown, not {req.reason.value}",
+                f"a shutdown's reason is shutdown, test_teardown or timeout, not {req.reason.value}",
                 close=True,
             )
             return

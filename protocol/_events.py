@@ -20,6 +20,7 @@ from protocol._enums import (
     SessionStatus,
     StepKind,
 )
+from protocol._parts import PartSnapshot
 
 __all__ = [
     "ActionResult",
@@ -88,6 +89,10 @@ class RunFinished(_Event, frozen=True, tag="run.finished"):
     error: str | None = None
     abandoned: bool = False
     """The body ignored its cancellation past the shutdown deadline and was left behind."""
+    generation: int | None = None
+    """The instance generation the run was pinned to (None: it never started)."""
+    parts: tuple[PartSnapshot, ...] = ()
+    """Its tool parts as they ended: what a UI needs to draw the tool cards."""
 
 
 class SessionStatusChanged(_Event, frozen=True, tag="session.status"):

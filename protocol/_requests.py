@@ -20,6 +20,7 @@ from protocol._enums import (
     SessionStatus,
     StepKind,
 )
+from protocol._parts import PartSnapshot
 
 __all__ = [
     "AnswerForm",
@@ -45,7 +46,8 @@ __all__ = [
 
 class _Request(msgspec.Struct, frozen=True, tag_field="type", kw_only=True):
     tag: str | None = None
-    """The requester's own correlation tag; echoed on the lifecycle events of the action."""
+    """The requester's own correlation tag: echoed on the lifecycle events of a close, and named
+    as the ``action`` of an interrupt a cancel, a rejection or a dismissal causes."""
 
 
 class StartRun(_Request, frozen=True, tag="start_run"):
@@ -165,16 +167,6 @@ class CloseOutcome(msgspec.Struct, frozen=True, kw_only=True):
     abandoned_runs: tuple[str, ...] = ()
     error: str | None = None
     code: RejectCode | None = None
-
-
-class PartSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    tool: str
-    state: PartState
-    tool_started: bool
-    message: str | None = None
-    reason: InterruptReason | None = None
-    origin: str | None = None
-    phase: Phase | None = None
 
 
 class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
