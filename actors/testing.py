@@ -1,0 +1,109 @@
+"""Helpers for tests of hosts and of this library: an event log to wait on, and a leak check.
+
+Waits are bounded and synchronise on events, never on sleeps::
+
+    log = EventLog(supervisor)
+    result = supervisor.close("dispose", mode="maintenance", origin="config", directory="/w/a")
+    log.wait_for("lifecycle.completed", action=result.action_id, timeout=2)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import msgspec
+import pykka
+
+from actors._api import Supervisor
+from actors._errors import SupervisorTimeout
+from actors._subscription import Subscription
+from protocol import Event
+
+__all__ = ["EventLog", "LeakError", "no_leaks"]
+
+
+def _wire_type(event: Event) -> str:
+    return type(event).__struct_config__.tag  # type: ignore[return-value]
+
+
+def _matches(event: Event, kind: str, fields: dict[str, Any]) -> bool:
+    if _wire_type(event) != kind:
+        return False
+    return all(getattr(event, key, None) == value for key, value in fields.items())
+
+
+class EventLog:
+    """Every event of a supervisor from the moment it is made, kept in order, waitable."""
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._subscription: Subscription = supervisor.subscribe()
+        self.events: list[Event] = []
+
+    def _pull(self, timeout: float) -> bool:
+        try:
+            self.events.append(self._subscription.get(timeout=timeout))
+        except (SupervisorTimeout, EOFError):
+            return False
+        return True
+
+    def wait_for(self, kind: str, *, timeout: float = 2.0, **fields: Any) -> Event:
+        """The first event of this wire type (``"run.finished"``...) whose fields match; waits up to
+        ``timeout`` seconds for it, then raises ``SupervisorTimeout``."""
+        for event in self.events:
+            if _matches(event, kind, fields):
+                return event
+        deadline = time.monotonic() + timeout
+        while (remaining := deadline - time.monotonic()) > 0:
+            if not self._pull(remaining):
+                if self._subscription.closed and not self._subscription.pending:
+                    break
+                continue
+            if _matches(self.events[-1], kind, fields):
+                return self.events[-1]
+        raise SupervisorTimeout(f"no {kind} event matching {fields} within {timeout} s")
+
+    def collect(self) -> list[Event]:
+        """Every event so far (without waiting)."""
+        self.events.extend(self._subscription.drain())
+        return self.events
+
+    def of(self, kind: str, **fields: Any) -> list[Event]:
+        return [e for e in self.collect() if _matches(e, kind, fields)]
+
+    def types(self) -> list[str]:
+        return [_wire_type(e) for e in self.collect()]
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        return [{"type": _wire_type(e), **msgspec.to_builtins(e)} for e in self.collect()]
+
+    def close(self) -> None:
+        self._subscription.close()
+
+
+class LeakError(AssertionError):
+    """A test left a thread or a pykka actor running."""
+
+
+@contextmanager
+def no_leaks(*, timeout: float = 5.0) -> Iterator[None]:
+    """Fail (``LeakError``) if the block leaves a thread or an actor it started still running after
+    ``timeout`` seconds of joining. Leaked actors are stopped so the next test starts clean."""
+    threads_before = set(threading.enumerate())
+    actors_before = set(pykka.ActorRegistry.get_all())
+    yield
+    deadline = time.monotonic() + timeout
+    for thread in set(threading.enumerate()) - threads_before:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    leaked_actors = [ref for ref in pykka.ActorRegistry.get_all() if ref not in actors_before]
+    leaked_threads = [t for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+    for ref in leaked_actors:
+        ref.stop(block=False)
+    if leaked_actors or leaked_threads:
+        raise LeakError(
+            f"left running: {len(leaked_actors)} actor(s) {leaked_actors[:5]}, "
+            f"{len(leaked_threads)} thread(s) {[t.name for t in leaked_threads[:10]]}"
+        )
