@@ -749,10 +749,7 @@ class SupervisorCore:
         return action
 
     def _close(self, req: CloseRequest, reply_to: Any) -> None:
-        if req.do not in _LIFECYCLE_CLOSES or req.mode not in (
-            CloseMode.MAINTENANCE,
-            CloseMode.USER_CONFIRMED_INTERRUPT,
-        ):
+        if req.do not in _LIFECYCLE_CLOSES or CLOSE_RULES[req.mode].covers_everything:
             self._reject(
                 reply_to,
                 RejectCode.INVALID_REQUEST,

@@ -141,23 +141,22 @@ class ClosePolicy:
 
     interrupts_with: InterruptReason | None
     """The reason active runs are interrupted with, or None: they are left alone and waited for."""
-    strength: int
-    """A stronger pending close takes over a weaker one, never the reverse."""
     covers_everything: bool
-    """Shutdown-like: every directory, every queued run, a grace deadline."""
+    """Shutdown-like: every directory, every queued run, a grace deadline; asked with ``Shutdown``,
+    never with a ``CloseRequest``. (A stronger mode takes over a weaker pending close because it
+    acts on the runs themselves: a ``user_confirmed_interrupt`` interrupts the runs a maintenance
+    close waits for; a maintenance close joining a pending one changes nothing.)"""
 
 
 CLOSE_RULES: Mapping[CloseMode, ClosePolicy] = MappingProxyType(
     {
-        CloseMode.MAINTENANCE: ClosePolicy(interrupts_with=None, strength=0, covers_everything=False),
+        CloseMode.MAINTENANCE: ClosePolicy(interrupts_with=None, covers_everything=False),
         CloseMode.USER_CONFIRMED_INTERRUPT: ClosePolicy(
-            interrupts_with=InterruptReason.LIFECYCLE_INTERRUPT, strength=1, covers_everything=False
+            interrupts_with=InterruptReason.LIFECYCLE_INTERRUPT, covers_everything=False
         ),
-        CloseMode.SHUTDOWN: ClosePolicy(
-            interrupts_with=InterruptReason.SHUTDOWN, strength=2, covers_everything=True
-        ),
+        CloseMode.SHUTDOWN: ClosePolicy(interrupts_with=InterruptReason.SHUTDOWN, covers_everything=True),
         CloseMode.TEST_TEARDOWN: ClosePolicy(
-            interrupts_with=InterruptReason.TEST_TEARDOWN, strength=2, covers_everything=True
+            interrupts_with=InterruptReason.TEST_TEARDOWN, covers_everything=True
         ),
     }
 )

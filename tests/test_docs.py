@@ -1,0 +1,33 @@
+"""The docs are run, not just read: the example runs, and the state tables match the rules."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_quickstart_example_runs_and_shows_the_run_surviving_a_provider_connect() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "examples" / "quickstart.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "tool card: bash ran" in done.stdout
+    assert "second run: user_cancel" in done.stdout
+
+
+def test_the_state_tables_in_the_architecture_doc_are_generated_from_the_rules() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_state_tables.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,157 @@
+"""The public surface is stated once: a name appearing or disappearing must be intended."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import actors
+import protocol
+
+ACTORS = [
+    "AlreadyInterrupting",
+    "CancelToken",
+    "Gate",
+    "InstanceActor",
+    "InstanceHooks",
+    "InvalidRequest",
+    "NoInstanceHooks",
+    "NothingPending",
+    "PermissionReply",
+    "RunActor",
+    "RunAlreadyExists",
+    "RunAlreadyFinished",
+    "RunBody",
+    "RunContext",
+    "RunHandle",
+    "RunInterrupted",
+    "SessionSupervisor",
+    "Subscription",
+    "Supervisor",
+    "SupervisorClosed",
+    "SupervisorConfig",
+    "SupervisorError",
+    "SupervisorTimeout",
+    "ToolCall",
+    "UnknownDirectory",
+    "UnknownRun",
+]
+
+PROTOCOL = [
+    "AbandonRun",
+    "ActionResult",
+    "ActionSnapshot",
+    "AnswerForm",
+    "BodyEnded",
+    "CLOSE_RULES",
+    "CancelRun",
+    "CloseAction",
+    "CloseMode",
+    "CloseOutcome",
+    "ClosePolicy",
+    "CloseRequest",
+    "CloseResult",
+    "Command",
+    "CoreStatistics",
+    "DeliverAnswer",
+    "DismissForm",
+    "DisposeDone",
+    "DisposeInstance",
+    "Emit",
+    "Event",
+    "GraceExpired",
+    "INSTANCE_TRANSITIONS",
+    "IllegalTransitionError",
+    "InstanceClosed",
+    "InstanceStarted",
+    "InstanceState",
+    "InstanceTrigger",
+    "InterruptReason",
+    "LifecycleCompleted",
+    "LifecycleDeferred",
+    "LifecycleRequested",
+    "LoadInstance",
+    "Outcome",
+    "PART_PHASE",
+    "PART_TRANSITIONS",
+    "PartReport",
+    "PartSnapshot",
+    "PartState",
+    "Phase",
+    "ProtocolDecodeError",
+    "RUN_TRANSITIONS",
+    "RejectCode",
+    "ReleaseRun",
+    "Reply",
+    "ReplyPermission",
+    "Report",
+    "Request",
+    "RequestOutcome",
+    "RunFinished",
+    "RunQueued",
+    "RunSnapshot",
+    "RunStarted",
+    "RunState",
+    "RunTrigger",
+    "SessionSnapshot",
+    "SessionStatus",
+    "SessionStatusChanged",
+    "Shutdown",
+    "ShutdownComplete",
+    "SignalInterrupt",
+    "SpawnRun",
+    "StartGraceTimer",
+    "StartRun",
+    "StepFinished",
+    "StepKind",
+    "StepReport",
+    "StepStarted",
+    "SupervisorCore",
+    "WaitingForUser",
+    "decode_event",
+    "decode_request",
+    "encode",
+    "part_label",
+]
+
+
+def test_the_actors_package_exports_exactly_its_public_names() -> None:
+    assert sorted(actors.__all__) == ACTORS
+    assert all(hasattr(actors, name) for name in ACTORS)
+
+
+def test_the_protocol_package_exports_exactly_its_public_names() -> None:
+    assert sorted(protocol.__all__) == PROTOCOL
+    assert all(hasattr(protocol, name) for name in PROTOCOL)
+
+
+def test_the_protocol_imports_without_pykka_or_threads() -> None:
+    code = (
+        "import sys, threading; import protocol; "
+        "assert 'pykka' not in sys.modules, 'protocol pulled in pykka'; "
+        "assert threading.active_count() == 1"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_library_logs_nothing_unless_the_host_enables_it() -> None:
+    code = (
+        "import loguru, actors; "
+        "from actors import Supervisor, SupervisorConfig; "
+        "s = Supervisor.start(SupervisorConfig(shutdown_at_exit=False), directories=['/a']); "
+        "s.start_run(lambda ctx: 1 / 0, session='s', directory='/a').wait(2); "
+        "s.shutdown(grace_ms=100)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stderr == "" and done.stdout == ""
+
+
+def test_an_unshut_supervisor_does_not_hang_interpreter_exit() -> None:
+    code = (
+        "from actors import Supervisor, Gate; "
+        "s = Supervisor.start(directories=['/a']); "
+        "s.start_run(lambda ctx: ctx.wait(Gate('never')), session='s', directory='/a')"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
