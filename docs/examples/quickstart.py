@@ -14,11 +14,14 @@ from protocol import CloseResult, Outcome, part_label
 class ProjectCaches:
     """What the host keeps per directory: config, provider clients, watchers..."""
 
+    def __init__(self) -> None:
+        self.disposed: list[str] = []
+
     def load(self, directory: str, generation: int) -> Any:
         return {"provider": f"client for {directory} (generation {generation})"}
 
     def dispose(self, directory: str, generation: int, cache: Any) -> None:
-        print(f"disposed {directory} generation {generation}")
+        self.disposed.append(f"{directory}#{generation}")  # runs on the instance's own thread
 
 
 model_is_writing_the_call = Gate("tool input")
@@ -39,7 +42,8 @@ def assistant_turn(ctx: RunContext) -> None:
     bash.completed()
 
 
-with Supervisor.start(SupervisorConfig(), hooks=ProjectCaches(), directories=["/proj/a", "/proj/b"]) as sup:
+caches = ProjectCaches()
+with Supervisor.start(SupervisorConfig(), hooks=caches, directories=["/proj/a", "/proj/b"]) as sup:
     events = sup.subscribe()
     run = sup.start_run(assistant_turn, session="s1", directory="/proj/a")
 
@@ -52,11 +56,12 @@ with Supervisor.start(SupervisorConfig(), hooks=ProjectCaches(), directories=["/
     model_is_writing_the_call.open()
     finished = run.wait(timeout=5)
     assert finished.outcome is Outcome.COMPLETED
-    print("tool card:", part_label(finished.parts[0]))
+    print(f"tool card: {part_label(finished.parts[0])}")
 
     # The user cancels the next run: it is interrupted with an explicit reason.
     second = sup.start_run(lambda ctx: ctx.wait(Gate("never")), session="s1", directory="/proj/a")
     second.cancel()
-    print("second run:", second.wait(timeout=5).reason)
+    print(f"second run: {second.wait(timeout=5).reason}")
 # Leaving the block shuts down: every actor and thread stops within the grace deadline.
-print("events seen:", len(events.drain()))
+print(f"disposed: {', '.join(caches.disposed)}")
+print(f"events seen: {len(events.drain())}")
