@@ -15,10 +15,13 @@ class ThreadBook:
         self._lock = threading.Lock()
         self._threads: set[threading.Thread] = set()
         self.abandoned: set[threading.Thread] = set()
+        self._prune_at = 64
 
     def add(self, thread: threading.Thread) -> None:
         with self._lock:
-            self._threads = {t for t in self._threads if t.is_alive() or not t.ident}
+            if len(self._threads) >= self._prune_at:  # amortised: forget ended threads now and then
+                self._threads = {t for t in self._threads if t.is_alive() or not t.ident}
+                self._prune_at = max(64, 2 * len(self._threads))
             self._threads.add(thread)
 
     def alive(self) -> list[threading.Thread]:
