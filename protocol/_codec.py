@@ -42,19 +42,28 @@ def encode(message: Any, fmt: Format = "json") -> bytes:
     return data
 
 
+def _decode(table: dict[str, Any], data: bytes | str, fmt: str, what: str) -> Any:
+    decoder = _decoder(table, fmt)
+    if isinstance(data, str):
+        if fmt == "msgpack":
+            raise ProtocolDecodeError(f"not a valid {what}: msgpack is bytes, not text")
+        try:
+            data = data.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ProtocolDecodeError(f"not a valid {what}: text that is not UTF-8 ({exc.reason})") from None
+    try:
+        return decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ProtocolDecodeError(f"not a valid {what}: {exc}") from None
+
+
 def decode_request(data: bytes | str, fmt: Format = "json") -> Request:
     """Decode one request; raise ``ProtocolDecodeError`` on anything else."""
-    try:
-        request: Request = _decoder(_REQUEST_DECODERS, fmt).decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ProtocolDecodeError(f"not a valid request: {exc}") from None
+    request: Request = _decode(_REQUEST_DECODERS, data, fmt, "request")
     return request
 
 
 def decode_event(data: bytes | str, fmt: Format = "json") -> Event:
     """Decode one event; raise ``ProtocolDecodeError`` on anything else."""
-    try:
-        event: Event = _decoder(_EVENT_DECODERS, fmt).decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ProtocolDecodeError(f"not a valid event: {exc}") from None
+    event: Event = _decode(_EVENT_DECODERS, data, fmt, "event")
     return event

@@ -226,6 +226,7 @@ class _Action:
     errors: list[str] = field(default_factory=list)
     abandoned_runs: list[str] = field(default_factory=list)
     joiners: list[str | None] = field(default_factory=list)  # tags of later shutdowns that joined
+    joiner_answers: list[tuple[str | None, Any]] = field(default_factory=list)  # answered after ours
 
 
 class SupervisorCore:
@@ -846,26 +847,31 @@ class SupervisorCore:
             self._complete(action)
         self._emit(ActionResult(seq=0, action=action.id, result=action.result, tag=action.tag))
         self._reply(action.reply_to, self._close_outcome(action))
+        for tag, reply_to in action.joiner_answers:  # later shutdowns: never answered before the first
+            self._emit(ActionResult(seq=0, action=action.id, result=action.result, tag=tag))
+            self._reply(reply_to, self._close_outcome(action))
+        action.joiner_answers.clear()
 
     def _complete(self, action: _Action) -> None:
         action.completed = True
         del self._actions[action.id]
-        abandoned = tuple(sorted(action.abandoned_runs))
-        error = "; ".join(action.errors) or None
         for tag in (action.tag, *action.joiners):
-            self._emit(
-                LifecycleCompleted(
-                    seq=0,
-                    action=action.id,
-                    superseded_by=action.superseded_by,
-                    error=error,
-                    abandoned_runs=abandoned,
-                    tag=tag,
-                )
-            )
+            self._emit_completed(action, tag)
         if action is self._shutdown:
             self._closed = True
             self._out.append(ShutdownComplete(action=action.id, outcome=self._close_outcome(action)))
+
+    def _emit_completed(self, action: _Action, tag: str | None) -> None:
+        self._emit(
+            LifecycleCompleted(
+                seq=0,
+                action=action.id,
+                superseded_by=action.superseded_by,
+                error="; ".join(action.errors) or None,
+                abandoned_runs=tuple(sorted(action.abandoned_runs)),
+                tag=tag,
+            )
+        )
 
     def _close_outcome(self, action: _Action) -> CloseOutcome:
         return CloseOutcome(
@@ -912,6 +918,7 @@ class SupervisorCore:
             self._reject(reply_to, RejectCode.INVALID_REQUEST, "grace_ms cannot be negative", close=True)
             return
         do, mode = _SHUTDOWN_MODES[req.reason]
+        origin = req.origin or req.reason.value
         first = self._shutdown
         if first is not None:
             # A second shutdown is never rejected: it joins the first.
@@ -921,21 +928,24 @@ class SupervisorCore:
                     action=first.id,
                     do=do,
                     mode=mode,
-                    origin=req.origin,
+                    origin=origin,
                     directories=first.directories,
                     tag=req.tag,
                 )
             )
             if first.completed:
-                self._emit(LifecycleCompleted(seq=0, action=first.id, tag=req.tag))
+                self._emit_completed(first, req.tag)
             else:
                 first.joiners.append(req.tag)
-            self._emit(ActionResult(seq=0, action=first.id, result=first.result, tag=req.tag))
-            self._reply(reply_to, self._close_outcome(first))
+            if first.announced:
+                self._emit(ActionResult(seq=0, action=first.id, result=first.result, tag=req.tag))
+                self._reply(reply_to, self._close_outcome(first))
+            else:
+                first.joiner_answers.append((req.tag, reply_to))
             return
         names = sorted(d.name for d in self._dirs.values() if d.open)
         action = self._new_action(
-            do=do, mode=mode, origin=req.origin, directories=names, tag=req.tag, reply_to=reply_to
+            do=do, mode=mode, origin=origin, directories=names, tag=req.tag, reply_to=reply_to
         )
         for other in self._actions.values():
             if other is not action:
@@ -947,7 +957,7 @@ class SupervisorCore:
             while session.queue:
                 run = self._runs[session.queue.popleft()]
                 self._runs_queued -= 1
-                self._decide_interrupt(run, req.reason, req.origin, action.id)
+                self._decide_interrupt(run, req.reason, origin, action.id)
                 run.state = next_run_state(run.state, RunTrigger.CANCEL_QUEUED)
                 self._finish(run)
         self._out.append(StartGraceTimer(action=action.id, grace_ms=req.grace_ms))

@@ -72,8 +72,9 @@ class CloseRequest(_Request, frozen=True, tag="close"):
 
 class Shutdown(_Request, frozen=True, tag="shutdown"):
     reason: InterruptReason = InterruptReason.SHUTDOWN
-    """``shutdown`` or ``test_teardown``."""
-    origin: str = "shutdown"
+    """``shutdown`` or ``test_teardown`` (or ``timeout``, for a watchdog tearing down what hung)."""
+    origin: str | None = None
+    """What asked; by default the reason's own name."""
     grace_ms: int = 1000
 
 
