@@ -196,7 +196,6 @@ class _Play:
     sessions: dict[str, str] = field(default_factory=dict)
     lifecycle_ids: dict[str, str] = field(default_factory=dict)  # supervisor action id -> file id
     begin_pending: set[str] = field(default_factory=set)
-    internal: dict[str, str] = field(default_factory=dict)  # "begin:<run>" answers
     failures: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -235,7 +234,7 @@ def _run_loop(state: _Play, supervisor: Supervisor, inbox: Subscription) -> None
     for spec in state.scenario.runs:
         if spec.start == "begin":
             state.begin_pending.add(spec.id)
-            _submit(supervisor, inbox, f"begin:{spec.id}", _start(spec), _body(state, spec))
+            _submit(supervisor, inbox, f"begin:{spec.id}", _start(spec), make_body(spec, state.gates))
     if not state.begin_pending:
         _fire(state, supervisor, inbox, "begin")
     while True:
@@ -250,10 +249,6 @@ def _run_loop(state: _Play, supervisor: Supervisor, inbox: Subscription) -> None
         except EOFError:
             return
         _handle(state, supervisor, inbox, item)
-
-
-def _body(state: _Play, spec: RunSpec) -> Callable[[RunContext], None]:
-    return make_body(spec, state.gates)
 
 
 def _start(spec: RunSpec) -> StartRun:
@@ -317,7 +312,7 @@ def _fire(state: _Play, supervisor: Supervisor, inbox: Subscription, name: str) 
             state.gates[spec.gate].open()
             _answer(state, supervisor, inbox, _Answer(spec.id, RequestOutcome(result=CloseResult.OK)))
             continue
-        body = _body(state, state.runs[spec.run or ""].spec) if spec.do == "start_run" else None
+        body = make_body(state.runs[spec.run or ""].spec, state.gates) if spec.do == "start_run" else None
         _submit(supervisor, inbox, spec.id, request, body)
 
 
@@ -424,12 +419,11 @@ def _record_event(state: _Play, event: Event) -> list[str]:
     elif isinstance(event, SessionStatusChanged):
         state.sessions[event.session] = event.status.value
     elif isinstance(event, LifecycleCompleted) and tag is not None and tag in state.actions:
-        record_a = state.actions[tag]
-        record_a.completed = True
-        record_a.completion_index = len(state.events) - 1
+        action = state.actions[tag]
+        action.completed = True
+        action.completion_index = len(state.events) - 1
         names.append(f"{tag}.completed")
     elif isinstance(event, ActionResult) and tag is not None and tag in state.actions:
-        record_a = state.actions[tag]
         names.append(f"{tag}.{event.result.value}")
     return names
 
