@@ -597,6 +597,8 @@ def parse_scenario(text: str | bytes, *, file: str, fmt: Literal["toml", "json"]
         return _build(document, file)
     except _InvalidError as exc:
         raise ScenarioFileError(file, exc.key, exc.message) from None
+    except RecursionError:
+        raise ScenarioFileError(file, None, "the document is nested too deeply to be a scenario") from None
 
 
 def scenario_files(folder: str | os.PathLike[str]) -> list[pathlib.Path]:
@@ -978,15 +980,16 @@ def _parse_event(raw: str, names: _Names, key: str) -> When:
         if step not in {spec.id for spec in run.steps}:
             raise _InvalidError(
                 key,
-                f"{raw!r} names no step of run {head!r} (its steps: {_listing(s.id for s in run.steps)})",
+                f"{raw!r} names no step of run {head!r} "
+                f"(its steps: {_listing(repr(s.id) for s in run.steps)})",
             )
         if what not in ("started", "finished"):
-            raise _InvalidError(key, f"{raw!r}: a step's events are .started and .finished, not .{what}")
+            raise _InvalidError(key, f"{raw!r}: a step's events are .started and .finished, not {what!r}")
         return When(raw=raw, kind=f"step_{what}", run=head, step=step)
     (what,) = rest
     if head in names.runs:
         if what not in ("started", "finished"):
-            raise _InvalidError(key, f"{raw!r}: a run's events are .started and .finished, not .{what}")
+            raise _InvalidError(key, f"{raw!r}: a run's events are .started and .finished, not {what!r}")
         return When(raw=raw, kind=f"run_{what}", run=head)
     action = names.actions.get(head)
     if action is None:
@@ -1002,7 +1005,7 @@ def _parse_event(raw: str, names: _Names, key: str) -> When:
         raise _InvalidError(
             key,
             f"action {head!r} ({action.do}{mode}) can never give {what!r}; "
-            f"its events are {_listing(f'{head}.{event}' for event in events)}",
+            f"its events are {_listing(repr(f'{head}.{event}') for event in events)}",
         )
     return When(raw=raw, kind="action_result", action=head, result=what)
 

@@ -1,0 +1,1186 @@
+#!/usr/bin/env python3
+"""Soak (issue #3, item 4): many random runs against ONE long-lived supervisor, checked online.
+
+One ``Supervisor`` (the in-process API) lives for the whole soak. A seeded driver starts runs over many
+directories and sessions, and meanwhile cancels them, answers their permission asks and forms (approve,
+reject with or without a message, answer, dismiss), closes directories in every mode (``dispose``,
+``dispose_all``, ``reload``, ``invalidate_config`` x ``maintenance``, ``user_confirmed_interrupt``) and
+finally shuts down (``shutdown`` or ``test_teardown``, and a second one that joins the first). Some bodies
+raise, some ignore their cancellation for a while, some tools fail, some dispose hooks raise or overrun.
+
+The event stream is checked as it comes (see :class:`Checker` for the invariants), and so is every answer
+the driver gets: a rejection is fine only where a race allows it (``RunAlreadyFinished`` for a run that
+just ended, ``AlreadyInterrupting`` for a second interrupt...). After the final shutdown no thread the
+supervisor started may be alive.
+
+    python scripts/soak.py --quick              # CI: 1000 runs over 8 directories, about 20 s
+    python scripts/soak.py --runs 2000 --directories 12 --seed 7 --json
+
+Exit status 1 when an invariant was violated or a thread leaked, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from actors import (
+    AlreadyInterrupting,
+    NothingPending,
+    RunAlreadyExists,
+    RunAlreadyFinished,
+    RunContext,
+    Supervisor,
+    SupervisorConfig,
+    SupervisorError,
+    UnknownRun,
+)
+from protocol import (
+    ActionResult,
+    CloseOutcome,
+    CloseResult,
+    Event,
+    InstanceClosed,
+    InstanceStarted,
+    InterruptReason,
+    LifecycleCompleted,
+    LifecycleDeferred,
+    LifecycleRequested,
+    Outcome,
+    RequestOutcome,
+    RunFinished,
+    RunQueued,
+    RunStarted,
+    SessionStatus,
+    SessionStatusChanged,
+    StepFinished,
+    StepStarted,
+)
+
+DEFAULT_SEED = 20240611
+ASK_TIMEOUT_S = 30.0
+"""A body waits this long for an answer; the driver answers long before (a timeout is a violation)."""
+CALL_TIMEOUT_S = 10.0
+"""Every call to the supervisor is bounded by this."""
+DISPOSE_BUDGET_MS = 150
+RETAIN_FINISHED = 10_000
+CLOSES = ("dispose", "dispose_all", "reload", "invalidate_config")
+CLOSE_WEIGHTS = (35, 15, 35, 15)
+CLOSE_EVERY_S = 0.12
+CANCEL_EVERY_S = 0.15
+STRAY_EVERY_S = 0.25
+"""Mean time between closes, cancels and stray requests (misdirected answers, duplicate starts)."""
+THINK_S = (0.0, 0.0, 0.01, 0.05, 0.15, 0.4)
+"""How long the user takes to answer an ask."""
+STEP_MS = (0, 5, 20, 50, 100, 250)
+IGNORE_MS = (20, 60, 150, 300)
+STRAGGLERS = 3
+MODES = ("maintenance", "user_confirmed_interrupt")
+SHUTDOWN_REASONS = (InterruptReason.SHUTDOWN, InterruptReason.TEST_TEARDOWN)
+
+
+class SoakFault(Exception):
+    """What a faulty body raises."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# What each run does
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    kind: str
+    """``model`` or ``tool`` (a tool part: tool_input, tool_exec, then its asks)."""
+    ms: int
+    asks: tuple[str, ...] = ()
+    """``permission`` / ``form`` steps of a tool part, in order."""
+    tool_error: bool = False
+    fault: str | None = None
+    """After the step: ``raise`` (the body raises) or ``ignore`` (a step that ignores cancellation)."""
+    ignore_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    steps: tuple[StepPlan, ...]
+
+    @property
+    def raises(self) -> bool:
+        return any(step.fault == "raise" for step in self.steps)
+
+    @property
+    def asks(self) -> bool:
+        return any(step.asks for step in self.steps)
+
+
+def make_plan(rng: random.Random) -> RunPlan:
+    count = rng.randint(1, 5)
+    fault = rng.choices(["none", "raise", "ignore"], weights=[80, 7, 13])[0]
+    fault_at = rng.randrange(count)
+    steps = []
+    for index in range(count):
+        ms = rng.choice(STEP_MS)
+        step_fault = fault if fault != "none" and index == fault_at else None
+        ignore_ms = rng.choice(IGNORE_MS) if step_fault == "ignore" else 0
+        if rng.random() < 0.45:
+            asks = rng.choices(
+                [(), ("permission",), ("form",), ("permission", "form")], weights=[55, 25, 15, 5]
+            )[0]
+            steps.append(
+                StepPlan(
+                    "tool",
+                    ms,
+                    asks=asks,
+                    tool_error=rng.random() < 0.1,
+                    fault=step_fault,
+                    ignore_ms=ignore_ms,
+                )
+            )
+        else:
+            steps.append(StepPlan("model", ms, fault=step_fault, ignore_ms=ignore_ms))
+    return RunPlan(tuple(steps))
+
+
+class AskBoard:
+    """Runs waiting for the user: a body posts here right after its ask reached the supervisor."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._asks: dict[str, tuple[str, int]] = {}
+        self._serial = 0
+
+    def post(self, run: str, kind: str) -> None:
+        with self._lock:
+            self._serial += 1
+            self._asks[run] = (kind, self._serial)
+
+    def take(self, run: str, serial: int) -> str | None:
+        """The ask's kind, once: None when it was taken already or replaced by a later ask."""
+        with self._lock:
+            kind, posted = self._asks.get(run, ("", -1))
+            if posted != serial:
+                return None
+            del self._asks[run]
+            return kind
+
+    def peek(self) -> dict[str, tuple[str, int]]:
+        with self._lock:
+            return dict(self._asks)
+
+
+class Notes:
+    """What bodies saw, for the checker: the instance each run was given, and any surprise."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.instances: dict[str, tuple[str, int, Any]] = {}
+        self.surprises: list[str] = []
+
+    def saw(self, run: str, directory: str, generation: int, cache: Any) -> None:
+        with self._lock:
+            self.instances[run] = (directory, generation, cache)
+
+    def surprise(self, text: str) -> None:
+        with self._lock:
+            self.surprises.append(text)
+
+
+def make_body(plan: RunPlan, board: AskBoard, notes: Notes) -> Callable[[RunContext], None]:
+    def body(ctx: RunContext) -> None:
+        notes.saw(ctx.run_id, ctx.directory, ctx.generation, ctx.instance())
+        for index, step in enumerate(plan.steps):
+            if step.kind == "model":
+                with ctx.step("model"):
+                    ctx.sleep(step.ms / 1000)
+            else:
+                call = ctx.tool("bash")
+                with ctx.step("tool_input"):
+                    ctx.sleep(step.ms / 2000)
+                call.prepared()
+                call.running()
+                with ctx.step("tool_exec"):
+                    ctx.sleep(step.ms / 2000)
+                for ask in step.asks:
+                    with ctx.step(ask):
+                        ctx.raise_ask(form=ask == "form")
+                        board.post(ctx.run_id, ask)  # after the ask reached the supervisor's mailbox
+                        if ask == "permission":
+                            ctx.ask_permission(ASK_TIMEOUT_S, raised=True)
+                        else:
+                            ctx.ask_form(ASK_TIMEOUT_S, raised=True)
+                if step.tool_error:
+                    call.failed("exit status 1")
+                else:
+                    call.completed()
+            if step.fault == "ignore":
+                with ctx.step("model"):
+                    time.sleep(step.ignore_ms / 1000)  # a misbehaving body: its token is not looked at
+            elif step.fault == "raise":
+                raise SoakFault(f"the body of {ctx.run_id} raised at step {index}")
+
+    return body
+
+
+class SoakHooks:
+    """Instance hooks: each load builds a small cache; some disposes raise, some overrun their budget."""
+
+    def __init__(self, seed: int) -> None:
+        self._seed = seed
+        self.lock = threading.Lock()
+        self.dispose_faults: Counter[str] = Counter()
+
+    def load(self, directory: str, generation: int) -> Any:
+        return {"directory": directory, "generation": generation}
+
+    def dispose(self, directory: str, generation: int, cache: Any) -> None:
+        rng = random.Random(f"{self._seed}/{directory}/{generation}")
+        roll = rng.random()
+        if roll < 0.05:
+            with self.lock:
+                self.dispose_faults["raises"] += 1
+            raise RuntimeError(f"watcher of {directory} crashed")
+        if roll < 0.08:
+            with self.lock:
+                self.dispose_faults["overruns"] += 1
+            time.sleep(DISPOSE_BUDGET_MS * 1.5 / 1000)
+        elif roll < 0.3:
+            time.sleep(rng.choice([1, 5, 20]) / 1000)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The invariants, checked on the event stream
+
+
+@dataclass(slots=True)
+class Interrupt:
+    """The interrupt the driver caused (the first accepted one wins)."""
+
+    reason: InterruptReason
+    origin: str
+    action: str | None
+
+
+@dataclass(slots=True)
+class RunRecord:
+    id: str
+    session: str
+    directory: str
+    plan: RunPlan
+    state: str = "submitted"
+    """submitted -> queued -> active -> finished (or submitted -> active)."""
+    generation: int | None = None
+    interrupt: Interrupt | None = None
+    finished: RunFinished | None = None
+    finish_count: int = 0
+
+
+@dataclass(slots=True)
+class LifecycleRecord:
+    tag: str
+    do: str
+    mode: str
+    action_id: str | None = None
+    requested: int = 0
+    completed: int = 0
+    covered: set[tuple[str, int]] = field(default_factory=set)
+    blocking_runs: tuple[str, ...] = ()
+    result: str | None = None
+
+
+class Checker:
+    """Feeds on the event stream, in order, and records every invariant that does not hold.
+
+    - ``seq`` strictly increasing, without gaps (the subscription is unbounded and came first);
+    - every started (or queued) run finishes exactly once; a run finishes ``interrupted`` exactly when
+      the driver got an interrupt of it accepted (or shutdown reached it), with that interrupt's reason,
+      origin and action (the first one wins; maintenance closes never interrupt); ``failed`` only when
+      its body raised; it finishes on the generation it started on;
+    - a run starts only on its directory's live generation: never on one a close already retired or that
+      closed; generations count 1, 2, 3... per directory; each instance closes once, with no run still
+      active on it;
+    - a session never has two runs active at once, starts its queued runs first in first out, says
+      ``busy``/``idle`` only on change and is ``idle`` exactly when it has nothing active or queued;
+    - every lifecycle request completes exactly once (per tag: a joined shutdown has its own), after
+      every instance it covered closed and, for a deferred close, after all of its blocking runs finished;
+    - step events come only while their run is active; nothing starts after shutdown was requested.
+    """
+
+    def __init__(self) -> None:
+        self.violations: list[str] = []
+        self.last_seq = 0
+        self.events = 0
+        self.runs: dict[str, RunRecord] = {}
+        self.sessions: dict[str, str | None] = {}  # session -> active run
+        self.session_queue: dict[str, deque[str]] = {}
+        self.session_status: dict[str, SessionStatus] = {}
+        self.live: dict[str, int | None] = {}  # directory -> live generation
+        self.last_generation: dict[str, int] = {}
+        self.open_instances: set[tuple[str, int]] = set()
+        self.retired: set[tuple[str, int]] = set()
+        self.closed_instances: set[tuple[str, int]] = set()
+        self.instance_runs: dict[tuple[str, int], set[str]] = {}
+        self.lifecycle: dict[str, LifecycleRecord] = {}  # by tag
+        self.shutdown_requested = False
+        self.shutdown: Interrupt | None = None
+        self.outcomes: Counter[str] = Counter()
+        self.instances_started = 0
+        self.instance_errors = 0
+        self.abandoned = 0
+        self.queued = 0
+        self.last_step: dict[str, str] = {}
+        self.open_runs: dict[str, RunRecord] = {}
+        self.finished_runs: list[RunRecord] = []
+
+    def violation(self, text: str) -> None:
+        self.violations.append(text)
+
+    # --- feeding -----------------------------------------------------------------------------
+
+    def feed(self, event: Event) -> None:
+        self.events += 1
+        if event.seq != self.last_seq + 1:
+            self.violation(f"seq {event.seq} after {self.last_seq}: not strictly increasing by one")
+        self.last_seq = max(self.last_seq, event.seq)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def _instance_started(self, event: InstanceStarted) -> None:
+        key = (event.directory, event.generation)
+        self.instances_started += 1
+        expected = self.last_generation.get(event.directory, 0) + 1
+        if event.generation != expected:
+            self.violation(f"{event.directory} started generation {event.generation}, expected {expected}")
+        if self.shutdown_requested:
+            self.violation(f"{event.directory} generation {event.generation} started after shutdown")
+        self.last_generation[event.directory] = event.generation
+        self.live[event.directory] = event.generation
+        self.open_instances.add(key)
+        self.instance_runs.setdefault(key, set())
+
+    def _instance_closed(self, event: InstanceClosed) -> None:
+        key = (event.directory, event.generation)
+        if key in self.closed_instances:
+            self.violation(f"{key} closed twice")
+        elif key not in self.open_instances:
+            self.violation(f"{key} closed but never started")
+        if key not in self.retired:
+            self.violation(f"{key} closed without a close or shutdown covering it")
+        active = sorted(self.instance_runs.get(key, ()))
+        if active:
+            self.violation(f"{key} closed while runs {active} were still active on it")
+        if event.error is not None:
+            self.instance_errors += 1
+        self.open_instances.discard(key)
+        self.closed_instances.add(key)
+        if self.live.get(event.directory) == event.generation:
+            self.violation(f"{key} closed while it was still its directory's live generation")
+
+    def _run_queued(self, event: RunQueued) -> None:
+        run = self.runs.get(event.run)
+        if run is None or run.state != "submitted":
+            self.violation(f"run {event.run} queued but it was not just submitted")
+            return
+        self.queued += 1
+        run.state = "queued"
+        self.open_runs[run.id] = run
+        if self.sessions.get(event.session) is None:
+            self.violation(f"run {event.run} queued although session {event.session} had no active run")
+        self.session_queue.setdefault(event.session, deque()).append(event.run)
+
+    def _run_started(self, event: RunStarted) -> None:
+        run = self.runs.get(event.run)
+        if run is None or run.state not in ("submitted", "queued"):
+            self.violation(f"run {event.run} started twice or unannounced")
+            return
+        if self.shutdown_requested:
+            self.violation(f"run {event.run} started after shutdown was requested")
+        queue = self.session_queue.setdefault(event.session, deque())
+        if run.state == "queued":
+            if not queue or queue[0] != event.run:
+                self.violation(f"run {event.run} started out of its session's queue order {list(queue)}")
+            if event.run in queue:
+                queue.remove(event.run)
+        elif queue:
+            self.violation(f"run {event.run} started at once while session {event.session} had a queue")
+        active = self.sessions.get(event.session)
+        if active is not None:
+            self.violation(f"session {event.session} runs {event.run} while {active} is still active")
+        if self.session_status.get(event.session) is not SessionStatus.BUSY:
+            self.violation(f"run {event.run} started but session {event.session} is not busy")
+        key = (event.directory, event.generation)
+        if key in self.retired or key in self.closed_instances:
+            self.violation(f"run {event.run} started on {key}, a generation already retired or closed")
+        if self.live.get(event.directory) != event.generation:
+            self.violation(
+                f"run {event.run} started on {key}; the live generation is {self.live.get(event.directory)}"
+            )
+        if (event.session, event.directory) != (run.session, run.directory):
+            self.violation(f"run {event.run} started in the wrong session or directory")
+        run.state = "active"
+        self.open_runs[run.id] = run
+        run.generation = event.generation
+        self.sessions[event.session] = event.run
+        self.instance_runs.setdefault(key, set()).add(event.run)
+
+    def _step(self, event: StepStarted | StepFinished) -> None:
+        if isinstance(event, StepStarted):
+            self.last_step[event.run] = event.step
+        run = self.runs.get(event.run)
+        if run is None or run.state != "active":
+            self.violation(f"step event of run {event.run} while it is not active")
+
+    def _run_finished(self, event: RunFinished) -> None:
+        run = self.runs.get(event.run)
+        if run is None:
+            self.violation(f"run {event.run} finished but was never submitted")
+            return
+        run.finish_count += 1
+        if run.finish_count > 1:
+            self.violation(f"run {event.run} finished {run.finish_count} times")
+            return
+        was = run.state
+        if was not in ("queued", "active"):
+            self.violation(f"run {event.run} finished from state {was}")
+        run.state = "finished"
+        run.finished = event
+        self.open_runs.pop(run.id, None)
+        self.finished_runs.append(run)
+        if event.abandoned:
+            self.abandoned += 1
+        label = event.outcome.value if event.reason is None else f"{event.outcome.value}/{event.reason.value}"
+        self.outcomes[label] += 1
+        self._check_outcome(run, event, was)
+        if was == "queued":
+            queue = self.session_queue.get(run.session, deque())
+            if event.run in queue:
+                queue.remove(event.run)
+            if event.generation is not None:
+                self.violation(f"queued run {event.run} finished with generation {event.generation}")
+            return
+        if event.generation != run.generation:
+            self.violation(
+                f"run {event.run} finished on generation {event.generation}, started on {run.generation}"
+            )
+        self.instance_runs.get((run.directory, run.generation or 0), set()).discard(event.run)
+        if self.sessions.get(run.session) == event.run:
+            self.sessions[run.session] = None
+        else:
+            self.violation(f"run {event.run} finished but was not its session's active run")
+
+    def _check_outcome(self, run: RunRecord, event: RunFinished, was: str) -> None:
+        expected = run.interrupt
+        if expected is None and self.shutdown is not None and event.outcome is Outcome.INTERRUPTED:
+            expected = self.shutdown  # shutdown reaches every run no interrupt was decided for
+        if expected is not None:
+            got = (event.outcome, event.reason, event.origin, event.action)
+            want = (Outcome.INTERRUPTED, expected.reason, expected.origin, expected.action)
+            if got != want:
+                self.violation(f"run {event.run} ended {got}; the interrupt decided for it was {want}")
+            return
+        if event.outcome is Outcome.INTERRUPTED:
+            self.violation(
+                f"run {event.run} was interrupted ({event.reason}, {event.origin}) but nothing interrupted it"
+            )
+        elif event.outcome is Outcome.FAILED and not (run.plan.raises and "raised" in (event.error or "")):
+            self.violation(f"run {event.run} failed ({event.error!r}) although its body did not raise")
+        elif event.outcome is Outcome.COMPLETED and run.plan.raises:
+            self.violation(f"run {event.run} completed although its body raises")
+        if event.abandoned:
+            self.violation(f"run {event.run} abandoned without an interrupt")
+
+    def _session_status(self, event: SessionStatusChanged) -> None:
+        before = self.session_status.get(event.session)
+        if before is event.status:
+            self.violation(f"session {event.session} said {event.status.value} twice in a row")
+        busy = self.sessions.get(event.session) is not None or self.session_queue.get(event.session)
+        if event.status is SessionStatus.IDLE and busy:
+            self.violation(f"session {event.session} idle with a run active or queued")
+        self.session_status[event.session] = event.status
+
+    def _lifecycle_requested(self, event: LifecycleRequested) -> None:
+        record = self.lifecycle.get(event.tag or "")
+        if record is None:
+            self.violation(f"lifecycle action {event.action} requested without a tag of ours ({event.tag})")
+            return
+        record.requested += 1
+        record.action_id = event.action
+        if record.requested > 1:
+            self.violation(f"lifecycle request {record.tag} announced {record.requested} times")
+        if event.do.value in ("shutdown", "test_teardown"):
+            if not self.shutdown_requested:
+                self.shutdown_requested = True
+                for key in self.open_instances:
+                    self.retired.add(key)
+                    record.covered.add(key)
+                self.live = dict.fromkeys(self.live)
+            return
+        if event.mode.value != record.mode or event.do.value != record.do:
+            self.violation(f"lifecycle request {record.tag} announced as {event.do}/{event.mode}")
+        for directory in event.directories:
+            for key in self.open_instances:
+                if key[0] == directory:
+                    self.retired.add(key)
+                    record.covered.add(key)
+            self.live[directory] = None
+
+    def _lifecycle_deferred(self, event: LifecycleDeferred) -> None:
+        record = self.lifecycle.get(event.tag or "")
+        if record is not None:
+            record.blocking_runs = event.blocking_runs
+
+    def _lifecycle_completed(self, event: LifecycleCompleted) -> None:
+        record = self.lifecycle.get(event.tag or "")
+        if record is None:
+            self.violation(f"lifecycle action {event.action} completed without a tag of ours ({event.tag})")
+            return
+        record.completed += 1
+        if record.completed > 1:
+            self.violation(f"lifecycle request {record.tag} completed {record.completed} times")
+        if record.requested != 1:
+            self.violation(f"lifecycle request {record.tag} completed before it was requested")
+        still_open = sorted(record.covered - self.closed_instances)
+        if still_open:
+            self.violation(f"lifecycle request {record.tag} completed while {still_open} were not closed")
+        unfinished = [r for r in record.blocking_runs if self.runs[r].state != "finished"]
+        if unfinished:
+            self.violation(
+                f"deferred close {record.tag} completed before its blocking runs {unfinished} finished"
+            )
+
+    def _action_result(self, event: ActionResult) -> None:
+        record = self.lifecycle.get(event.tag or "")
+        if record is not None:
+            record.result = event.result.value
+
+    # --- the end -----------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        for run in self.runs.values():
+            if run.state not in ("finished", "rejected"):
+                self.violation(f"run {run.id} never finished (last seen {run.state})")
+        for record in self.lifecycle.values():
+            if record.requested and record.completed != 1:
+                self.violation(f"lifecycle request {record.tag} completed {record.completed} times")
+        for session, status in self.session_status.items():
+            if status is not SessionStatus.IDLE:
+                self.violation(f"session {session} ended {status.value}")
+        if self.open_instances:
+            self.violation(f"instances still open after shutdown: {sorted(self.open_instances)[:5]}")
+
+
+_HANDLERS: dict[type, Callable[[Checker, Any], None]] = {
+    InstanceStarted: Checker._instance_started,
+    InstanceClosed: Checker._instance_closed,
+    RunQueued: Checker._run_queued,
+    RunStarted: Checker._run_started,
+    StepStarted: Checker._step,
+    StepFinished: Checker._step,
+    RunFinished: Checker._run_finished,
+    SessionStatusChanged: Checker._session_status,
+    LifecycleRequested: Checker._lifecycle_requested,
+    LifecycleDeferred: Checker._lifecycle_deferred,
+    LifecycleCompleted: Checker._lifecycle_completed,
+    ActionResult: Checker._action_result,
+}
+
+
+# ----------------------------------------------------------------------------------------------------
+# The driver
+
+
+@dataclass
+class Options:
+    seed: int
+    runs: int
+    directories: int
+    sessions_per_directory: int
+    max_active: int
+    grace_ms: int
+    time_limit_s: float
+    json: bool = False
+
+
+class Soak:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.rng = random.Random(options.seed)
+        self.board = AskBoard()
+        self.notes = Notes()
+        self.checker = Checker()
+        self.hooks = SoakHooks(options.seed)
+        self.actions: Counter[str] = Counter()
+        self.answers: Counter[str] = Counter()
+        self.close_results: Counter[str] = Counter()
+        self.directories = [f"/soak/d{index:02d}" for index in range(options.directories)]
+        self.sessions = [
+            (f"s{index:02d}-{k}", directory)
+            for index, directory in enumerate(self.directories)
+            for k in range(options.sessions_per_directory)
+        ]
+        self.started = 0
+        self.tags = 0
+        self.ghosts = 0
+        self.statistics: dict[str, Any] = {}
+        self.ask_due: dict[int, float] = {}
+        self.next_close = self.next_cancel = self.next_stray = 0.0
+        self.shutdown_outcome: CloseOutcome | None = None
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def violation(self, text: str) -> None:
+        self.checker.violation(text)
+
+    def tag(self) -> str:
+        self.tags += 1
+        return f"soak-{self.tags}"
+
+    def call(self, name: str, fn: Callable[[], Any], expected: tuple[type[SupervisorError], ...]) -> Any:
+        """Make a request; count its answer; a rejection outside ``expected`` is a violation."""
+        self.actions[name] += 1
+        try:
+            result = fn()
+        except expected as error:
+            self.answers[f"{name}: {type(error).__name__}"] += 1
+            return error
+        except SupervisorError as error:
+            self.answers[f"{name}: {type(error).__name__} (unexpected)"] += 1
+            self.violation(f"{name}: unexpected {type(error).__name__}: {error}")
+            return error
+        self.answers[f"{name}: ok"] += 1
+        return result
+
+    def unfinished(self) -> list[RunRecord]:
+        """Runs queued or active, as the events said so far."""
+        return list(self.checker.open_runs.values())
+
+    def finished(self) -> list[RunRecord]:
+        return self.checker.finished_runs
+
+    # --- actions -----------------------------------------------------------------------------
+
+    def start_run(self, plan: RunPlan | None = None, session: str | None = None) -> str:
+        home, directory = self.rng.choice(self.sessions)
+        session = session or home
+        if self.rng.random() < 0.3:  # a session's runs use another directory now and then
+            directory = self.rng.choice(self.directories)
+        plan = plan or make_plan(self.rng)
+        self.started += 1
+        run_id = f"run-{self.started:05d}"
+        record = RunRecord(id=run_id, session=session, directory=directory, plan=plan)
+        self.checker.runs[run_id] = record
+        body = make_body(plan, self.board, self.notes)
+        result = self.call(
+            "start_run",
+            lambda: self.supervisor.start_run(
+                body, session=session, directory=directory, run_id=run_id, timeout=CALL_TIMEOUT_S
+            ),
+            (),
+        )
+        if isinstance(result, SupervisorError):
+            record.state = "rejected"
+        return run_id
+
+    def start_a_duplicate(self) -> None:
+        known = list(self.checker.runs)
+        if not known:
+            return
+        run_id = self.rng.choice(known)
+        session, directory = self.rng.choice(self.sessions)
+        result = self.call(
+            "start_run (duplicate id)",
+            lambda: self.supervisor.start_run(
+                make_body(RunPlan(()), self.board, self.notes),
+                session=session,
+                directory=directory,
+                run_id=run_id,
+                timeout=CALL_TIMEOUT_S,
+            ),
+            (RunAlreadyExists,),
+        )
+        if not isinstance(result, RunAlreadyExists):
+            self.violation(f"a second start of {run_id} was not refused with RunAlreadyExists: {result!r}")
+
+    def cancel(self) -> None:
+        roll = self.rng.random()
+        if roll < 0.8 and (candidates := self.unfinished()):
+            run = self.rng.choice(candidates)
+            expected: tuple[type[SupervisorError], ...] = (RunAlreadyFinished,)
+            if run.interrupt is not None:
+                expected = (AlreadyInterrupting, RunAlreadyFinished)
+            origin = self.rng.choice(["user", "user.escape", "ui.stop-button"])
+            result = self.call(
+                "cancel",
+                lambda: self.supervisor.cancel(run.id, origin=origin, timeout=CALL_TIMEOUT_S),
+                expected,
+            )
+            if result is None:
+                if run.interrupt is not None:
+                    self.violation(f"a second interrupt of {run.id} was accepted")
+                else:
+                    run.interrupt = Interrupt(InterruptReason.USER_CANCEL, origin, None)
+        elif roll < 0.95 and (finished := self.finished()):
+            run = self.rng.choice(finished)
+            # Past retain_finished_runs the oldest finished runs are forgotten: then the id is unknown.
+            forgotten = (UnknownRun,) if self.started > RETAIN_FINISHED else ()
+            result = self.call(
+                "cancel (finished run)",
+                lambda: self.supervisor.cancel(run.id, timeout=CALL_TIMEOUT_S),
+                (RunAlreadyFinished, *forgotten),
+            )
+            if not isinstance(result, RunAlreadyFinished | UnknownRun):
+                self.violation(f"a cancel of the finished run {run.id} was not refused: {result!r}")
+        else:
+            self.ghosts += 1
+            ghost = f"ghost-{self.ghosts}"
+            result = self.call(
+                "cancel (unknown run)",
+                lambda: self.supervisor.cancel(ghost, timeout=CALL_TIMEOUT_S),
+                (UnknownRun,),
+            )
+            if not isinstance(result, UnknownRun):
+                self.violation(f"a cancel of the unknown run {ghost} was not refused with UnknownRun")
+
+    def answer(self, run_id: str, kind: str) -> None:
+        """Answer a run that is waiting for the user (the board says so)."""
+        run = self.checker.runs[run_id]
+        # Nothing else answers or interrupts behind our back: unless we interrupted the run, it waits.
+        expected: tuple[type[SupervisorError], ...] = ()
+        interrupted = run.interrupt is not None
+        if interrupted:
+            expected = (NothingPending, RunAlreadyFinished)
+        roll = self.rng.random()
+        interrupt: Interrupt | None = None
+        if kind == "permission":
+            if roll < 0.5:
+                name, call = (
+                    "reply_permission approve",
+                    lambda: self.supervisor.reply_permission(run_id, approve=True, timeout=CALL_TIMEOUT_S),
+                )
+            elif roll < 0.75:
+                name, call = (
+                    "reply_permission reject+message",
+                    lambda: self.supervisor.reply_permission(
+                        run_id, approve=False, message="use rg, not grep", timeout=CALL_TIMEOUT_S
+                    ),
+                )
+            else:
+                name, call = (
+                    "reply_permission reject",
+                    lambda: self.supervisor.reply_permission(run_id, approve=False, timeout=CALL_TIMEOUT_S),
+                )
+                interrupt = Interrupt(InterruptReason.PERMISSION_REJECTED, "permission", None)
+        elif roll < 0.7:
+            name, call = (
+                "answer_form",
+                lambda: self.supervisor.answer_form(run_id, "yes", timeout=CALL_TIMEOUT_S),
+            )
+        else:
+            name, call = "dismiss_form", lambda: self.supervisor.dismiss_form(run_id, timeout=CALL_TIMEOUT_S)
+            interrupt = Interrupt(InterruptReason.FORM_DISMISSED, "form", None)
+        result = self.call(name, call, expected)
+        if result is None and interrupted:
+            self.violation(f"{name} of {run_id} was accepted although its interrupt was already decided")
+        elif result is None and interrupt is not None:
+            run.interrupt = interrupt
+
+    def misdirected_answer(self) -> None:
+        """An answer where none can be pending: the wrong kind, a run that never asks, or one that ended."""
+        asking = self.board.peek()
+        roll = self.rng.random()
+        if roll < 0.4 and asking:
+            run_id, (kind, _) = self.rng.choice(sorted(asking.items()))
+            wrong = "answer_form" if kind == "permission" else "reply_permission"
+            expected: tuple[type[SupervisorError], ...] = (NothingPending, RunAlreadyFinished)
+        else:
+            silent = [run for run in self.unfinished() if not run.plan.asks]
+            pool = silent + self.finished()
+            if not pool:
+                return
+            run_id = self.rng.choice(pool).id
+            wrong = self.rng.choice(["answer_form", "reply_permission", "dismiss_form"])
+            expected = (NothingPending, RunAlreadyFinished)
+        calls = {
+            "answer_form": lambda: self.supervisor.answer_form(run_id, "no", timeout=CALL_TIMEOUT_S),
+            "reply_permission": lambda: self.supervisor.reply_permission(
+                run_id, approve=True, timeout=CALL_TIMEOUT_S
+            ),
+            "dismiss_form": lambda: self.supervisor.dismiss_form(run_id, timeout=CALL_TIMEOUT_S),
+        }
+        result = self.call(f"{wrong} (nothing pending)", calls[wrong], expected)
+        if result is None:
+            self.violation(f"{wrong} to {run_id}, which waits for no such answer, was accepted")
+
+    def close(self) -> None:
+        do = self.rng.choices(CLOSES, weights=CLOSE_WEIGHTS)[0]
+        mode = self.rng.choices(MODES, weights=[70, 30])[0]
+        directory = self.rng.choice(self.directories) if do in ("dispose", "reload") else None
+        origin = {
+            "dispose": "project.close",
+            "dispose_all": "settings.provider.connect",
+            "reload": "project.reload",
+            "invalidate_config": "config.update",
+        }[do]
+        tag = self.tag()
+        self.checker.lifecycle[tag] = LifecycleRecord(tag=tag, do=do, mode=mode)
+        outcome = self.call(
+            f"{do} {mode}",
+            lambda: self.supervisor.close(
+                do, mode=mode, origin=origin, directory=directory, tag=tag, timeout=CALL_TIMEOUT_S
+            ),
+            (),
+        )
+        if not isinstance(outcome, CloseOutcome):
+            return
+        result = outcome.result.value
+        self.close_results[f"{do} {mode}: {result}"] += 1
+        allowed = {"completed", "deferred"} | (
+            {"interrupted"} if mode == "user_confirmed_interrupt" else set()
+        )
+        if result not in allowed:
+            self.violation(f"{do} in mode {mode} gave {result}")
+        if result == "completed" and not outcome.completed:
+            self.violation(f"{do} {tag} answered completed but not done")
+        if result == "deferred" and not (outcome.pending_directories and outcome.blocking_runs):
+            self.violation(f"{do} {tag} deferred without pending directories or blocking runs")
+        if mode == "maintenance" and outcome.interrupted_runs:
+            self.violation(f"maintenance {do} {tag} interrupted {outcome.interrupted_runs}")
+        for run_id in outcome.interrupted_runs:
+            run = self.checker.runs.get(run_id)
+            if run is None:
+                self.violation(f"{do} {tag} interrupted {run_id}, a run we never started")
+            elif run.interrupt is not None:
+                self.violation(f"{do} {tag} interrupted {run_id}, whose interrupt was already decided")
+            elif run.state == "finished":
+                self.violation(f"{do} {tag} interrupted {run_id}, which had already finished")
+            else:
+                reason = InterruptReason.LIFECYCLE_INTERRUPT
+                run.interrupt = Interrupt(reason, origin, outcome.action_id)
+                if directory is not None and run.directory != directory:
+                    self.violation(f"{do} of {directory} interrupted {run_id}, a run in {run.directory}")
+
+    def tick(self) -> None:
+        """One move: answer an ask whose think time is over, or a close, a cancel, a stray request or a
+        start when their time has come; else wait a moment for events."""
+        now = time.monotonic()
+        for run_id, (kind, serial) in sorted(self.board.peek().items()):
+            due = self.ask_due.get(serial)
+            if due is None:
+                due = self.ask_due[serial] = now + self.rng.choice(THINK_S)
+            if now >= due:
+                del self.ask_due[serial]
+                if self.board.take(run_id, serial) is not None:
+                    self.answer(run_id, kind)
+                return
+        if now >= self.next_close:
+            self.next_close = now + self.rng.expovariate(1 / CLOSE_EVERY_S)
+            self.close()
+        elif now >= self.next_cancel:
+            self.next_cancel = now + self.rng.expovariate(1 / CANCEL_EVERY_S)
+            self.cancel()
+        elif now >= self.next_stray:
+            self.next_stray = now + self.rng.expovariate(1 / STRAY_EVERY_S)
+            if self.rng.random() < 0.85:
+                self.misdirected_answer()
+            else:
+                self.start_a_duplicate()
+        elif (
+            self.started < self.options.runs
+            and len(self.unfinished()) < self.options.max_active
+            and self.rng.random() < 0.5
+        ):
+            self.start_run()
+        else:
+            self.pump(timeout=0.002)
+
+    # --- events ------------------------------------------------------------------------------
+
+    def pump(self, timeout: float = 0.0) -> None:
+        """Feed the checker every event delivered so far (waiting up to ``timeout`` for the first)."""
+        if timeout > 0 and not self.subscription.pending:
+            try:
+                self.checker.feed(self.subscription.get(timeout=timeout))
+            except (SupervisorError, EOFError):
+                pass
+        for event in self.subscription.drain():
+            self.checker.feed(event)
+
+    # --- the whole soak ----------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        started_at = time.monotonic()
+        threads_before = set(threading.enumerate())
+        config = SupervisorConfig(
+            shutdown_at_exit=False,
+            dispose_budget_ms=DISPOSE_BUDGET_MS,
+            request_timeout_s=CALL_TIMEOUT_S,
+            default_grace_ms=self.options.grace_ms,
+            retain_finished_runs=RETAIN_FINISHED,
+        )
+        self.supervisor = Supervisor.start(config, hooks=self.hooks)
+        self.subscription = self.supervisor.subscribe()
+        self.supervisor.load(*self.directories[: max(1, len(self.directories) // 2)], timeout=CALL_TIMEOUT_S)
+        self.supervisor.declare(*self.directories, timeout=CALL_TIMEOUT_S)
+        deadline = started_at + self.options.time_limit_s
+        try:
+            stragglers = min(STRAGGLERS, self.options.runs // 10)
+            while self.started < self.options.runs - stragglers:
+                if time.monotonic() > deadline:
+                    self.violation(f"the soak did not finish within {self.options.time_limit_s:g} s")
+                    break
+                self.tick()
+                self.pump()
+            self.start_stragglers(stragglers)
+            self.statistics = _builtins(self.supervisor.statistics(timeout=CALL_TIMEOUT_S))
+        finally:
+            self.shut_down()
+        leaked = self.leaks(threads_before)
+        self.notice_surprises()
+        self.checker.finish()
+        return self.report(time.monotonic() - started_at, leaked)
+
+    def start_stragglers(self, count: int) -> None:
+        """The last runs ignore their cancellation past the shutdown's grace: shutdown abandons them."""
+        ignore_ms = self.options.grace_ms * 4 + 100
+        plan = RunPlan((StepPlan("model", 0, fault="ignore", ignore_ms=ignore_ms),))
+        runs = [self.start_run(plan, session=f"straggler-{index}") for index in range(count)]
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        while time.monotonic() < deadline:  # until each is in its stubborn step (or ended before it)
+            self.pump(timeout=0.01)
+            self.answer_every_ask()
+            stubborn = [self.checker.last_step.get(run) == "model-2" for run in runs]
+            if all(
+                self.checker.runs[run].state == "finished" or s for run, s in zip(runs, stubborn, strict=True)
+            ):
+                return
+
+    def answer_every_ask(self) -> None:
+        for run_id, (kind, serial) in sorted(self.board.peek().items()):
+            if self.board.take(run_id, serial) is not None:
+                self.answer(run_id, kind)
+
+    def shut_down(self) -> None:
+        """Shut down with runs in flight, and a second shutdown that joins the first; drain to the end."""
+        first, second = SHUTDOWN_REASONS if self.rng.random() < 0.5 else reversed(SHUTDOWN_REASONS)
+        tags = (self.tag(), self.tag())
+        for tag, reason in zip(tags, (first, second), strict=True):
+            self.checker.lifecycle[tag] = LifecycleRecord(tag=tag, do=reason.value, mode=reason.value)
+            self.actions[f"{reason.value} (final)" if tag == tags[0] else f"{reason.value} (joins)"] += 1
+        grace = self.options.grace_ms
+        futures: list[Future[CloseOutcome | RequestOutcome]] = [
+            self.supervisor.shutdown_async(grace_ms=grace, reason=first, origin="soak.end", tag=tags[0]),
+            self.supervisor.shutdown_async(
+                grace_ms=grace, reason=second, origin="soak.end.again", tag=tags[1]
+            ),
+        ]
+        limit = grace / 1000 + CALL_TIMEOUT_S
+        outcomes: list[CloseOutcome | RequestOutcome | None] = []
+        for future in futures:
+            try:
+                outcomes.append(future.result(timeout=limit))
+            except TimeoutError:
+                self.violation("a shutdown was not answered in time")
+                outcomes.append(None)
+        main_outcome = outcomes[0]
+        if isinstance(main_outcome, CloseOutcome):
+            self.shutdown_outcome = main_outcome
+            self.checker.shutdown = Interrupt(first, "soak.end", main_outcome.action_id)
+            if main_outcome.result is not CloseResult.FORCED:
+                self.violation(f"the shutdown gave {main_outcome.result.value}, not forced")
+            for run_id in main_outcome.interrupted_runs:
+                run = self.checker.runs.get(run_id)
+                if run is not None and run.interrupt is not None:
+                    self.violation(f"shutdown re-interrupted {run_id}, whose interrupt was already decided")
+            joined = outcomes[1]
+            if not isinstance(joined, CloseOutcome) or joined.action_id != main_outcome.action_id:
+                self.violation(f"the second shutdown did not join the first: {joined!r}")
+            self.close_results[f"{first.value}: {main_outcome.result.value}"] += 1
+        try:
+            self.supervisor.wait_closed(timeout=limit)
+        except SupervisorError as error:
+            self.violation(f"the supervisor did not close: {error}")
+        drain_deadline = time.monotonic() + CALL_TIMEOUT_S
+        while time.monotonic() < drain_deadline:
+            try:
+                self.checker.feed(self.subscription.get(timeout=0.5))
+            except EOFError:
+                break
+            except SupervisorError:
+                if self.subscription.closed:
+                    break
+
+    def leaks(self, threads_before: set[threading.Thread]) -> list[str]:
+        """Threads still alive once bodies that ignored cancellation had time to end (bounded)."""
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            ours = self.supervisor.threads.alive()
+            others = [t for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+            if not ours and not others:
+                return []
+            for thread in ours + others:
+                thread.join(timeout=max(0.0, min(0.2, deadline - time.monotonic())))
+        alive = {*self.supervisor.threads.alive(), *(set(threading.enumerate()) - threads_before)}
+        return sorted(thread.name for thread in alive if thread.is_alive())
+
+    def notice_surprises(self) -> None:
+        for run_id, (directory, generation, cache) in self.notes.instances.items():
+            run = self.checker.runs[run_id]
+            if (directory, generation) != (run.directory, run.generation):
+                self.violation(
+                    f"run {run_id} ran on {directory} generation {generation}, not {run.generation}"
+                )
+            if cache != {"directory": directory, "generation": generation}:
+                self.violation(f"run {run_id} saw the cache {cache!r} of another instance")
+        for text in self.notes.surprises:
+            self.violation(text)
+
+    # --- the report --------------------------------------------------------------------------
+
+    def report(self, elapsed: float, leaked: list[str]) -> dict[str, Any]:
+        checker = self.checker
+        plans = [run.plan for run in checker.runs.values()]
+        return {
+            "seed": self.options.seed,
+            "runs": self.started,
+            "directories": len(self.directories),
+            "sessions": len(self.sessions),
+            "runs_queued_first": checker.queued,
+            "body_faults": {
+                "raises": sum(plan.raises for plan in plans),
+                "ignores_cancellation": sum(any(s.fault == "ignore" for s in plan.steps) for plan in plans),
+            },
+            "actions": dict(sorted(self.actions.items())),
+            "actions_total": sum(self.actions.values()),
+            "answers": dict(sorted(self.answers.items())),
+            "close_results": dict(sorted(self.close_results.items())),
+            "outcomes": dict(sorted(checker.outcomes.items())),
+            "abandoned_runs": checker.abandoned,
+            "instances": {
+                "started": checker.instances_started,
+                "closed": len(checker.closed_instances),
+                "closed_with_error": checker.instance_errors,
+                "dispose_faults": dict(self.hooks.dispose_faults),
+            },
+            "events": checker.events,
+            "supervisor_statistics": self.statistics,
+            "invariant_violations": len(checker.violations),
+            "violations": checker.violations[:50],
+            "leaked_threads": len(leaked),
+            "leaked_thread_names": leaked[:20],
+            "peak_rss_kb": peak_rss_kb(),
+            "elapsed_s": round(elapsed, 2),
+        }
+
+
+def _builtins(value: Any) -> dict[str, Any]:
+    data: dict[str, Any] = msgspec.to_builtins(value)
+    return data
+
+
+def peak_rss_kb() -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def print_table(report: dict[str, Any]) -> None:
+    def section(title: str, rows: dict[str, Any]) -> None:
+        print(f"\n{title}")
+        width = max((len(str(key)) for key in rows), default=0)
+        for key, value in rows.items():
+            print(f"  {key:<{width}}  {value:>7}")
+
+    print(
+        f"soak: seed {report['seed']}, {report['runs']} runs over {report['directories']} directories "
+        f"and {report['sessions']} sessions ({report['runs_queued_first']} queued first), "
+        f"{report['events']} events"
+    )
+    section("actions (by kind and mode)", report["actions"])
+    section("answers", report["answers"])
+    section("close results", report["close_results"])
+    section(
+        "run outcomes (by reason)", {**report["outcomes"], "of which abandoned": report["abandoned_runs"]}
+    )
+    section("body faults", report["body_faults"])
+    section("instances", {k: v for k, v in report["instances"].items() if not isinstance(v, dict)})
+    rss = report["peak_rss_kb"]
+    section(
+        "totals",
+        {
+            "runs": report["runs"],
+            "actions": report["actions_total"],
+            "invariant violations": report["invariant_violations"],
+            "leaked threads": report["leaked_threads"],
+            "peak RSS (MiB)": f"{rss / 1024:.1f}" if rss else "n/a",
+            "elapsed (s)": f"{report['elapsed_s']:.1f}",
+        },
+    )
+    for violation in report["violations"]:
+        print(f"  VIOLATION {violation}")
+    for name in report["leaked_thread_names"]:
+        print(f"  LEAKED {name}")
+    print("\nOK" if not report["invariant_violations"] and not report["leaked_threads"] else "\nFAILED")
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULT_SEED, help=f"random seed (default {DEFAULT_SEED})"
+    )
+    parser.add_argument("--runs", type=int, default=None, help="runs to start (default 2000; --quick: 1000)")
+    parser.add_argument("--directories", type=int, default=None, help="directories (default 12; --quick: 8)")
+    parser.add_argument("--sessions-per-directory", type=int, default=2)
+    parser.add_argument("--max-active", type=int, default=None, help="runs active or queued at most")
+    parser.add_argument("--grace-ms", type=int, default=150, help="the final shutdown's grace (default 150)")
+    parser.add_argument("--time-limit", type=float, default=None, help="seconds before giving up")
+    parser.add_argument("--quick", action="store_true", help="a CI-sized soak (finishes in ~20-40 s)")
+    parser.add_argument("--json", action="store_true", help="print the totals as one JSON object")
+    args = parser.parse_args(argv)
+    runs = args.runs if args.runs is not None else (1000 if args.quick else 2000)
+    directories = args.directories if args.directories is not None else (8 if args.quick else 12)
+    if runs < 1 or directories < 1 or args.sessions_per_directory < 1:
+        parser.error("--runs, --directories and --sessions-per-directory must be positive")
+    max_active = args.max_active or 3 * directories
+    time_limit = args.time_limit or max(60.0, runs * 0.5)
+    options = Options(
+        seed=args.seed,
+        runs=runs,
+        directories=directories,
+        sessions_per_directory=args.sessions_per_directory,
+        max_active=max_active,
+        grace_ms=args.grace_ms,
+        time_limit_s=time_limit,
+        json=args.json,
+    )
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    report = Soak(options).run()
+    if options.json:
+        json.dump(report, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print_table(report)
+    return 1 if report["invariant_violations"] or report["leaked_threads"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
