@@ -25,6 +25,7 @@ from actors._threads import ThreadBook
 from protocol import (
     AbandonRun,
     BodyEnded,
+    CloseResult,
     Command,
     DeliverAnswer,
     DisposeDone,
@@ -161,13 +162,12 @@ class SessionSupervisor(pykka.ThreadingActor):
 
     def _submit(self, message: Submit) -> None:
         request = message.request
-        added = False
-        if isinstance(request, StartRun) and request.run not in self._bodies:
-            self._bodies[request.run] = message.body
-            added = True
         commands = self.core.request(request, message.reply)
-        if added and self.core.run_snapshot(request.run) is None:  # type: ignore[union-attr]
-            del self._bodies[request.run]  # type: ignore[union-attr]
+        if isinstance(request, StartRun) and any(
+            isinstance(c, Reply) and c.reply_to is message.reply and c.answer.result is CloseResult.OK
+            for c in commands
+        ):
+            self._bodies[request.run] = message.body  # before its SpawnRun (if it starts now) runs
         self._execute(commands)
 
     # --- carrying out the core's commands ----------------------------------------------------

@@ -252,6 +252,7 @@ class SupervisorCore:
         self._shutdown: _Action | None = None
         self._deadline_passed = False
         self._closed = False
+        self._shutdown_announced = False
         self._runs_active = 0
         self._runs_queued = 0
         self._runs_finished = 0
@@ -858,8 +859,7 @@ class SupervisorCore:
         for tag in (action.tag, *action.joiners):
             self._emit_completed(action, tag)
         if action is self._shutdown:
-            self._closed = True
-            self._out.append(ShutdownComplete(action=action.id, outcome=self._close_outcome(action)))
+            self._closed = True  # ShutdownComplete goes out last in this batch (see _flush)
 
     def _emit_completed(self, action: _Action, tag: str | None) -> None:
         self._emit(
@@ -1015,6 +1015,11 @@ class SupervisorCore:
 
     def _flush(self) -> list[Command]:
         out, self._out = self._out, []
+        if self._closed and not self._shutdown_announced and self._shutdown is not None:
+            # Last of all: the shell stops everything on it, so nothing may follow it.
+            self._shutdown_announced = True
+            outcome = self._close_outcome(self._shutdown)
+            out.append(ShutdownComplete(action=self._shutdown.id, outcome=outcome))
         return out
 
 
