@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from actors._context import RunBody
 from actors._errors import SupervisorClosed, SupervisorTimeout, raise_for_rejection
 from actors._instance_actor import InstanceHooks, NoInstanceHooks
+from actors._run_actor import RunActor
 from actors._subscription import Publisher, Subscription
 from actors._supervisor import Preload, Query, SessionSupervisor, Submit, WaitRun
 from actors._threads import ThreadBook
@@ -220,10 +221,18 @@ class Supervisor:
         here, never an exception), including after shutdown. The raw entry point for hosts that
         speak the wire protocol."""
         outer: Future[CloseOutcome | RequestOutcome] = Future()
-        inner = self._post(lambda reply: Submit(request, reply, body))
+        if self._closed:
+            outer.set_result(self._closed_outcome(request))
+            return outer
+        run = None
+        if isinstance(request, StartRun):  # its actor starts here, on the caller's thread, idle
+            run = RunActor.launch(request.run, body, self._ref, self.config.request_timeout_s, self.threads)
+        inner = self._post(lambda reply: Submit(request, reply, run))
 
         def relay(done: Future[Any]) -> None:
             error = done.exception()
+            if error is not None and run is not None:
+                run.ref.stop(block=False)  # the supervisor never saw it
             outer.set_result(self._closed_outcome(request) if error is not None else done.result())
 
         inner.add_done_callback(relay)

@@ -1,12 +1,18 @@
 """RunActor: one per run. Owns the run's worker thread and its cancellation token.
 
-Its mailbox never blocks: the body runs on its own worker thread and reports to the supervisor by
-``tell``; the actor only relays control (interrupt, the user's answers, abandonment) to the token.
+The actor is started by the host's call (``Supervisor.start_run``), on the caller's thread, so the
+supervisor never pays for a thread start. It waits, idle, until the supervisor tells it ``Go`` (the
+run may first be queued behind its session's active run), then starts the body on its own worker
+thread. Its mailbox never blocks. Control reaches the body through the ``CancelToken``, which is
+thread-safe: the supervisor cancels, answers and abandons through it directly, without a hop. When
+the body ends, the worker reports ``BodyEnded`` to the supervisor and stops this actor.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pykka
@@ -14,13 +20,41 @@ import pykka
 from actors._context import CancelToken, RunBody, RunContext
 from actors._errors import RunInterrupted
 from actors._threads import ThreadBook
-from protocol import AbandonRun, BodyEnded, DeliverAnswer, SignalInterrupt, SpawnRun
+from protocol import BodyEnded, SpawnRun
 
-__all__ = ["RunActor"]
+__all__ = ["Go", "RunActor", "RunSlot"]
 
 
 def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class Go:
+    """Start the body: the run is pinned to this generation (and its instance actor)."""
+
+    spawn: SpawnRun
+    instance: pykka.ActorRef[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSlot:
+    """What the supervisor holds of a run it has accepted: its actor, its token, its worker."""
+
+    ref: pykka.ActorRef[RunActor]
+    token: CancelToken
+    worker: threading.Thread
+
+
+class _Worker(threading.Thread):
+    """The body's thread; made before its actor, so the supervisor can hold it from the start."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.job: Callable[[], None] = lambda: None
+
+    def run(self) -> None:
+        self.job()
 
 
 class RunActor(pykka.ThreadingActor):
@@ -28,37 +62,60 @@ class RunActor(pykka.ThreadingActor):
 
     def __init__(
         self,
-        spawn: SpawnRun,
+        run_id: str,
         body: RunBody | None,
         supervisor: pykka.ActorRef[Any],
-        instance: pykka.ActorRef[Any] | None,
         ask_timeout: float,
         threads: ThreadBook,
+        token: CancelToken,
+        worker: _Worker,
     ) -> None:
         super().__init__()
-        self._threads = threads
-        self.run_id = spawn.run
-        self.token = CancelToken()
+        self.run_id = run_id
+        self.token = token
         self._body = body
         self._supervisor = supervisor
-        self.context = RunContext(
-            run_id=spawn.run,
-            session=spawn.session,
-            directory=spawn.directory,
-            generation=spawn.generation,
-            token=self.token,
-            supervisor=supervisor,
-            instance=instance,
-            ask_timeout=ask_timeout,
-        )
-        self.worker = threading.Thread(target=self._work, name=f"run-supervisor-run-{spawn.run}", daemon=True)
+        self._ask_timeout = ask_timeout
+        self._threads = threads
+        self.context: RunContext | None = None
+        self.worker = worker
+        worker.job = self._work
+
+    @classmethod
+    def launch(
+        cls,
+        run_id: str,
+        body: RunBody | None,
+        supervisor: pykka.ActorRef[Any],
+        ask_timeout: float,
+        threads: ThreadBook,
+    ) -> RunSlot:
+        """Start the actor (idle until ``Go``) and return what the supervisor keeps of it."""
+        token, worker = CancelToken(), _Worker(f"run-supervisor-run-{run_id}")
+        ref = cls.start(run_id, body, supervisor, ask_timeout, threads, token, worker)
+        return RunSlot(ref=ref, token=token, worker=worker)
 
     def on_start(self) -> None:
         self._threads.add(threading.current_thread())
-        self._threads.add(self.worker)
-        self.worker.start()
+
+    def on_receive(self, message: Any) -> None:
+        if isinstance(message, Go) and self.context is None:
+            spawn = message.spawn
+            self.context = RunContext(
+                run_id=spawn.run,
+                session=spawn.session,
+                directory=spawn.directory,
+                generation=spawn.generation,
+                token=self.token,
+                supervisor=self._supervisor,
+                instance=message.instance,
+                ask_timeout=self._ask_timeout,
+            )
+            self._threads.add(self.worker)
+            self.worker.start()
 
     def _work(self) -> None:
+        assert self.context is not None
         error: str | None = None
         try:
             if self._body is None:
@@ -73,17 +130,16 @@ class RunActor(pykka.ThreadingActor):
             self._supervisor.tell(BodyEnded(run=self.run_id, error=error))
         except pykka.ActorDeadError:
             pass  # abandoned at shutdown: nobody is listening any more
-
-    def on_receive(self, message: Any) -> None:
-        if isinstance(message, AbandonRun):
-            self._threads.abandoned.add(self.worker)
-            self.token.abandon()
-        elif isinstance(message, SignalInterrupt):
-            self.token.cancel(message.reason)
-        elif isinstance(message, DeliverAnswer):
-            self.token.deliver(message)
+        try:
+            self.actor_ref.stop(block=False)  # the run's actor goes with its body
+        except pykka.ActorDeadError:
+            pass
 
     def on_stop(self) -> None:
-        # The body told us it ended just before its thread returns; an abandoned one is left be.
-        if not self.token.abandoned and self.worker.is_alive():
+        # Stopped by its own worker (which is returning), or at shutdown; an abandoned one is left be.
+        if (
+            self.worker.is_alive()
+            and not self.token.abandoned
+            and self.worker is not threading.current_thread()
+        ):
             self.worker.join(timeout=1.0)

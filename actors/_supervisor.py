@@ -17,9 +17,8 @@ from typing import Any, ClassVar
 import pykka
 from loguru import logger
 
-from actors._context import RunBody
 from actors._instance_actor import InstanceActor, InstanceHooks
-from actors._run_actor import RunActor
+from actors._run_actor import Go, RunSlot
 from actors._subscription import Publisher
 from actors._threads import ThreadBook
 from protocol import (
@@ -58,7 +57,8 @@ _REPORTS = (StepReport, PartReport, WaitingForUser, BodyEnded, DisposeDone, Grac
 class Submit:
     request: Request
     reply: Future[Any]
-    body: RunBody | None = None
+    run: RunSlot | None = None
+    """For a StartRun: the run's actor, already started (idle) on the caller's thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +112,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._ask_timeout = ask_timeout
         self._on_shutdown_complete = on_shutdown_complete
         self._on_stopped = on_stopped
-        self._bodies: dict[str, RunBody | None] = {}
-        self._runs: dict[str, pykka.ActorRef[RunActor]] = {}
+        self._runs: dict[str, RunSlot] = {}
         self._instances: dict[tuple[str, int], pykka.ActorRef[InstanceActor]] = {}
         self._waiters: dict[str, list[Future[Any]]] = {}
         self._publisher = publisher
@@ -163,11 +162,15 @@ class SessionSupervisor(pykka.ThreadingActor):
     def _submit(self, message: Submit) -> None:
         request = message.request
         commands = self.core.request(request, message.reply)
-        if isinstance(request, StartRun) and any(
-            isinstance(c, Reply) and c.reply_to is message.reply and c.answer.result is CloseResult.OK
-            for c in commands
-        ):
-            self._bodies[request.run] = message.body  # before its SpawnRun (if it starts now) runs
+        if isinstance(request, StartRun) and message.run is not None:
+            accepted = any(
+                isinstance(c, Reply) and c.reply_to is message.reply and c.answer.result is CloseResult.OK
+                for c in commands
+            )
+            if accepted:
+                self._runs[request.run] = message.run  # before its SpawnRun (if it starts now) runs
+            else:
+                message.run.ref.stop(block=False)
         self._execute(commands)
 
     # --- carrying out the core's commands ----------------------------------------------------
@@ -181,11 +184,9 @@ class SessionSupervisor(pykka.ThreadingActor):
             elif isinstance(command, SpawnRun):
                 self._spawn(command)
             elif isinstance(command, SignalInterrupt | DeliverAnswer | AbandonRun):
-                self._tell_run(command.run, command)
+                self._control(command)
             elif isinstance(command, ReleaseRun):
-                run_ref = self._runs.pop(command.run, None)
-                if run_ref is not None:
-                    run_ref.stop(block=False)
+                self._release(command.run)
             elif isinstance(command, LoadInstance):
                 instance_ref = InstanceActor.start(
                     command.directory, command.generation, self._hooks, self.actor_ref, self._threads
@@ -201,7 +202,6 @@ class SessionSupervisor(pykka.ThreadingActor):
     def _publish(self, event: Event) -> None:
         self._publisher.publish(event)
         if isinstance(event, RunFinished):
-            self._bodies.pop(event.run, None)
             waiters = self._waiters.pop(event.run, ())
             if waiters:
                 snapshot = self.core.run_snapshot(event.run)
@@ -209,19 +209,31 @@ class SessionSupervisor(pykka.ThreadingActor):
                     _settle(waiter, snapshot)
 
     def _spawn(self, command: SpawnRun) -> None:
-        body = self._bodies.pop(command.run, None)
+        slot = self._runs.get(command.run)
+        if slot is None:  # a raw StartRun that came without a run actor: nothing to run
+            self.actor_ref.tell(BodyEnded(run=command.run, error="no body was given for this run"))
+            return
         instance = self._instances.get((command.directory, command.generation))
-        ref = RunActor.start(command, body, self.actor_ref, instance, self._ask_timeout, self._threads)
-        self._runs[command.run] = ref
+        slot.ref.tell(Go(spawn=command, instance=instance))
 
-    def _tell_run(self, run: str, command: Any) -> None:
-        ref = self._runs.get(run)
-        if ref is None:
+    def _control(self, command: SignalInterrupt | DeliverAnswer | AbandonRun) -> None:
+        """Reach the body through its token: thread-safe, never blocks, no mailbox hop."""
+        slot = self._runs.get(command.run)
+        if slot is None:
             return
-        try:
-            ref.tell(command)
-        except pykka.ActorDeadError:
-            return
+        if isinstance(command, SignalInterrupt):
+            slot.token.cancel(command.reason)
+        elif isinstance(command, DeliverAnswer):
+            slot.token.deliver(command)
+        else:
+            self._threads.abandoned.add(slot.worker)  # before shutdown completes: never joined
+            slot.token.abandon()
+
+    def _release(self, run: str) -> None:
+        slot = self._runs.pop(run, None)
+        if slot is not None and (slot.worker.ident is None or slot.token.abandoned):
+            # Never started (cancelled in its queue), or abandoned: its worker will not stop it.
+            slot.ref.stop(block=False)
 
     def _dispose(self, command: DisposeInstance) -> None:
         key = (command.directory, command.generation)
@@ -272,8 +284,8 @@ class SessionSupervisor(pykka.ThreadingActor):
         if self._timer is not None:
             self._timer.cancel()
         # Stop every child at once (in parallel), then ourselves; never ActorRegistry.stop_all.
-        for run_ref in self._runs.values():
-            run_ref.stop(block=False)
+        for slot in self._runs.values():
+            slot.ref.stop(block=False)
         for instance_ref in self._instances.values():
             instance_ref.stop(block=False)
         self._runs.clear()

@@ -257,6 +257,8 @@ class SupervisorCore:
         self._runs_queued = 0
         self._runs_finished = 0
         self._reports_ignored = 0
+        self._sessions_busy = 0
+        self._instances_open = 0
 
     # --- entry points ------------------------------------------------------------------------
 
@@ -384,8 +386,8 @@ class SupervisorCore:
             runs_active=self._runs_active,
             runs_queued=self._runs_queued,
             runs_finished=self._runs_finished,
-            sessions_busy=sum(1 for s in self._sessions.values() if s.busy),
-            instances_open=sum(len(d.open) for d in self._dirs.values()),
+            sessions_busy=self._sessions_busy,
+            instances_open=self._instances_open,
             actions_pending=len(self._actions),
             events_emitted=self._seq,
             reports_ignored=self._reports_ignored,
@@ -432,6 +434,7 @@ class SupervisorCore:
         self._runs_active += 1
         if not session.busy:
             session.busy = True
+            self._sessions_busy += 1
             self._emit(SessionStatusChanged(seq=0, session=session.id, status=SessionStatus.BUSY))
         self._emit(
             RunStarted(
@@ -629,11 +632,11 @@ class SupervisorCore:
         )
         self._runs_finished += 1
         self._remember_finished(run.id)
+        self._out.append(ReleaseRun(run=run.id))
         session = self._sessions[run.session]
         if not was_active:
             return
         self._runs_active -= 1
-        self._out.append(ReleaseRun(run=run.id))
         assert run.generation is not None
         instance = self._dirs[run.directory].open.get(run.generation)
         if instance is not None:
@@ -647,6 +650,7 @@ class SupervisorCore:
             self._activate(next_run, session)
         elif session.busy:
             session.busy = False
+            self._sessions_busy -= 1
             self._emit(SessionStatusChanged(seq=0, session=session.id, status=SessionStatus.IDLE))
 
     def _remember_finished(self, run_id: str) -> None:
@@ -668,6 +672,7 @@ class SupervisorCore:
         instance = _Instance(directory=name, generation=directory.last_generation)
         directory.current = instance
         directory.open[instance.generation] = instance
+        self._instances_open += 1
         self._emit(InstanceStarted(seq=0, directory=name, generation=instance.generation))
         self._out.append(LoadInstance(directory=name, generation=instance.generation))
         return instance
@@ -697,6 +702,7 @@ class SupervisorCore:
     def _closed_instance(self, instance: _Instance, error: str | None) -> None:
         instance.state = next_instance_state(instance.state, InstanceTrigger.DISPOSED)
         del self._dirs[instance.directory].open[instance.generation]
+        self._instances_open -= 1
         self._emit(
             InstanceClosed(seq=0, directory=instance.directory, generation=instance.generation, error=error)
         )

@@ -922,7 +922,7 @@ def test_a_cancel_of_a_queued_run_ends_it_interrupted_without_starting_it() -> N
         (),
     )
     assert shell.commands(SignalInterrupt) == [] and "r2" not in shell.spawned
-    assert shell.commands(ReleaseRun) == []
+    assert shell.commands(ReleaseRun) == [ReleaseRun("r2")]  # its idle actor may go
     assert shell.core.session_snapshot("s1").status is SessionStatus.BUSY
     shell.finish("r1")
     assert "r2" not in shell.spawned and shell.of(RunStarted, run="r2") == []
