@@ -131,9 +131,9 @@ class RunActor(pykka.ThreadingActor):
         except pykka.ActorDeadError:
             pass  # abandoned at shutdown: nobody is listening any more
         try:
-            self.actor_ref.stop(block=False)  # the run's actor goes with its body
+            self.stop()  # the run's actor goes with its body (a plain tell: no future to make)
         except pykka.ActorDeadError:
-            pass
+            pass  # already stopped at shutdown
 
     def on_stop(self) -> None:
         # Stopped by its own worker (which is returning), or at shutdown; an abandoned one is left be.
