@@ -50,8 +50,10 @@ with Supervisor.start(SupervisorConfig(), hooks=caches, directories=["/proj/a", 
     # settings.provider.connect -> POST /global/dispose -> a structured close, not a boolean:
     result = sup.close("dispose_all", mode="maintenance", origin="settings.provider.connect")
     assert result.result is CloseResult.DEFERRED
-    print(f"{result.action_id}: closed {result.completed_directories} now, "
-          f"{result.pending_directories} after {result.blocking_runs}")
+    print(
+        f"{result.action_id}: closed {result.completed_directories} now, "
+        f"{result.pending_directories} after {result.blocking_runs}"
+    )
 
     model_is_writing_the_call.open()
     finished = run.wait(timeout=5)
