@@ -207,10 +207,11 @@ class Supervisor:
     def _closed_outcome(self, request: Request) -> CloseOutcome | RequestOutcome:
         if isinstance(request, Shutdown) and self._final is not None:
             return self._final
-        error = "the supervisor has shut down; no request is accepted any more"
-        if isinstance(request, CloseRequest | Shutdown):
-            return CloseOutcome(result=CloseResult.REJECTED, error=error, code=RejectCode.SUPERVISOR_CLOSED)
-        return RequestOutcome(result=CloseResult.REJECTED, error=error, code=RejectCode.SUPERVISOR_CLOSED)
+        return _rejected(
+            request,
+            RejectCode.SUPERVISOR_CLOSED,
+            "the supervisor has shut down; no request is accepted any more",
+        )
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -231,9 +232,17 @@ class Supervisor:
 
         def relay(done: Future[Any]) -> None:
             error = done.exception()
-            if error is not None and run is not None:
-                run.ref.stop(block=False)  # the supervisor never saw it
-            outer.set_result(self._closed_outcome(request) if error is not None else done.result())
+            if error is None:
+                outer.set_result(done.result())
+                return
+            if run is not None:
+                run.ref.stop(block=False)  # the supervisor never took it on
+            if isinstance(error, SupervisorClosed):
+                outer.set_result(self._closed_outcome(request))
+            else:
+                outer.set_result(
+                    _rejected(request, RejectCode.INTERNAL_ERROR, f"the supervisor failed: {error}")
+                )
 
         inner.add_done_callback(relay)
         return outer
@@ -399,6 +408,12 @@ class Supervisor:
             self.threads.add(subscription._thread)
         self._publisher.add(subscription)
         return subscription
+
+
+def _rejected(request: Request, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:
+    if isinstance(request, CloseRequest | Shutdown):
+        return CloseOutcome(result=CloseResult.REJECTED, error=error, code=code)
+    return RequestOutcome(result=CloseResult.REJECTED, error=error, code=code)
 
 
 _live: weakref.WeakSet[Supervisor] = weakref.WeakSet()

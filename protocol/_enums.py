@@ -152,3 +152,5 @@ class RejectCode(StrEnum):
     NOTHING_PENDING = "nothing_pending"
     UNKNOWN_DIRECTORY = "unknown_directory"
     INVALID_REQUEST = "invalid_request"
+    INTERNAL_ERROR = "internal_error"
+    """The supervisor failed while handling the request (a bug): it was contained and logged."""

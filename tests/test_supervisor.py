@@ -23,6 +23,7 @@ from actors import (
     Supervisor,
     SupervisorClosed,
     SupervisorConfig,
+    SupervisorError,
     SupervisorTimeout,
     UnknownDirectory,
     UnknownRun,
@@ -37,6 +38,7 @@ from protocol import (
     Phase,
     RunFinished,
     SessionStatus,
+    SupervisorCore,
 )
 
 
@@ -582,3 +584,21 @@ def test_a_run_reads_the_instance_it_is_pinned_to() -> None:
     with Supervisor.start(SupervisorConfig(shutdown_at_exit=False), hooks=hooks, directories=["/w/a"]) as sup:
         sup.start_run(lambda ctx: seen.append(ctx.instance()), session="s1", directory="/w/a").wait(2)
     assert seen == [{"provider": "/w/a#1"}]
+
+
+def test_a_supervisor_bug_is_contained_answered_as_an_error_and_the_supervisor_keeps_serving(
+    supervisor: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = SupervisorCore.request
+
+    def broken(self: SupervisorCore, request: Any, reply_to: Any) -> Any:
+        if getattr(request, "run", None) == "boom":
+            raise KeyError("a bug in the core")
+        return real(self, request, reply_to)
+
+    monkeypatch.setattr(SupervisorCore, "request", broken)
+    with pytest.raises(SupervisorError, match="the supervisor failed"):
+        supervisor.cancel("boom")
+    assert supervisor.start_run(lambda ctx: None, session="s", directory="/w/a").wait(2).outcome is (
+        Outcome.COMPLETED
+    )
