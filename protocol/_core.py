@@ -743,17 +743,7 @@ class SupervisorCore:
             reply_to=reply_to,
         )
         self._actions[action.id] = action
-        self._emit(
-            LifecycleRequested(
-                seq=0,
-                action=action.id,
-                do=do,
-                mode=mode,
-                origin=origin,
-                directories=action.directories,
-                tag=tag,
-            )
-        )
+        self._emit_requested(action, do=do, mode=mode, origin=origin, tag=tag)
         return action
 
     def _close(self, req: CloseRequest, reply_to: Any) -> None:
@@ -867,6 +857,23 @@ class SupervisorCore:
         if action is self._shutdown:
             self._closed = True  # ShutdownComplete goes out last in this batch (see _flush)
 
+    def _emit_requested(
+        self, action: _Action, *, do: CloseAction, mode: CloseMode, origin: str, tag: str | None
+    ) -> None:
+        """``do``, ``mode``, ``origin`` and ``tag`` are the request's own: a second shutdown joining
+        the first names itself, with the first one's action id."""
+        self._emit(
+            LifecycleRequested(
+                seq=0,
+                action=action.id,
+                do=do,
+                mode=mode,
+                origin=origin,
+                directories=action.directories,
+                tag=tag,
+            )
+        )
+
     def _emit_completed(self, action: _Action, tag: str | None) -> None:
         self._emit(
             LifecycleCompleted(
@@ -928,17 +935,7 @@ class SupervisorCore:
         first = self._shutdown
         if first is not None:
             # A second shutdown is never rejected: it joins the first.
-            self._emit(
-                LifecycleRequested(
-                    seq=0,
-                    action=first.id,
-                    do=do,
-                    mode=mode,
-                    origin=origin,
-                    directories=first.directories,
-                    tag=req.tag,
-                )
-            )
+            self._emit_requested(first, do=do, mode=mode, origin=origin, tag=req.tag)
             if first.completed:
                 self._emit_completed(first, req.tag)
             else:
