@@ -3,12 +3,39 @@ leaves a thread or a pykka actor running."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from actors import Gate, Supervisor, SupervisorConfig
 from actors.testing import EventLog, no_leaks
+
+# Hypothesis profiles: "ci" (the default, 1,000 derandomized sequences of the state machine) and
+# "soak" for a long local run: `python -m pytest tests/test_stateful.py --hypothesis-profile soak`.
+_QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+settings.register_profile(
+    "ci",
+    max_examples=1000,
+    stateful_step_count=15,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=False,
+    suppress_health_check=_QUIET,
+)
+settings.register_profile(
+    "soak",
+    max_examples=20_000,
+    stateful_step_count=40,
+    deadline=None,
+    derandomize=False,
+    database=None,
+    print_blob=True,
+    suppress_health_check=_QUIET,
+)
+settings.load_profile(os.environ.get("RUN_SUPERVISOR_HYPOTHESIS_PROFILE", "ci"))  # --hypothesis-profile wins
 
 
 @pytest.fixture(autouse=True)

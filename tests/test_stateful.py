@@ -16,13 +16,12 @@ to the supervisor's mailbox serves as a barrier; model and system agree before t
 
 Invariants are checked after every step and after the final shutdown (see ``SupervisorMachine``).
 
-Profiles (this module registers them; it cannot touch conftest.py or pyproject.toml):
+Profiles (registered in ``tests/conftest.py``):
 
-* ``ci`` (default): 1,000 derandomized sequences of up to 12 steps, well under two minutes.
+* ``ci`` (default): 1,000 derandomized sequences of up to 15 steps, well under two minutes.
 * ``soak``: 20,000 random sequences of up to 40 steps, for a long local run::
 
-      RUN_SUPERVISOR_HYPOTHESIS_PROFILE=soak /tmp/venv/bin/pytest -q -p no:cacheprovider \\
-          tests/test_stateful.py
+      .venv/bin/python -m pytest tests/test_stateful.py --hypothesis-profile soak
 
   Each soak run draws new random sequences (``derandomize=False``); a failure prints its reproduction
   blob (``@reproduce_failure``) and the shrunk step sequence.
@@ -31,7 +30,6 @@ Profiles (this module registers them; it cannot touch conftest.py or pyproject.t
 from __future__ import annotations
 
 import itertools
-import os
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,7 +38,7 @@ from typing import Any
 
 import pykka
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -96,34 +94,13 @@ from protocol import (
     StartRun,
 )
 
-# --- profiles ---------------------------------------------------------------------------------------
+# --- profiles: registered in conftest.py ("ci" by default; --hypothesis-profile soak) ---------------
 
-_QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
-settings.register_profile(
-    "ci",
-    max_examples=1000,
-    stateful_step_count=15,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    print_blob=False,
-    suppress_health_check=_QUIET,
-)
-settings.register_profile(
-    "soak",
-    max_examples=20_000,
-    stateful_step_count=40,
-    deadline=None,
-    derandomize=False,
-    database=None,
-    print_blob=True,
-    suppress_health_check=_QUIET,
-)
-PROFILE = os.environ.get("RUN_SUPERVISOR_HYPOTHESIS_PROFILE", "ci")
-_TIMEOUT_S = {"ci": 600, "soak": 6 * 3600}
+PROFILE = settings.default
+_TIMEOUT_S = 600 if PROFILE.max_examples <= 1000 else 6 * 3600
 """pytest-timeout's bound for the whole state machine test (pyproject's 60 s is per test function)."""
 
-pytestmark = pytest.mark.timeout(_TIMEOUT_S.get(PROFILE, 6 * 3600))
+pytestmark = pytest.mark.timeout(_TIMEOUT_S)
 
 # --- the world --------------------------------------------------------------------------------------
 
@@ -1386,7 +1363,7 @@ class SupervisorMachine(RuleBasedStateMachine):
 
 
 TestSupervisor = SupervisorMachine.TestCase
-TestSupervisor.settings = settings.get_profile(PROFILE)
+TestSupervisor.settings = PROFILE
 
 
 # --- regressions ------------------------------------------------------------------------------------
