@@ -14,7 +14,7 @@ from typing import Any
 
 import pykka
 
-from actors._errors import RunInterrupted, SupervisorTimeout
+from actors._errors import RunInterrupted, SupervisorError, SupervisorTimeout
 from protocol import (
     DeliverAnswer,
     InterruptReason,
@@ -295,10 +295,20 @@ class RunContext:
         if self._instance is None:
             return None
         try:
-            return self._instance.ask(_GetCache(), timeout=self._ask_timeout)
+            cache = self._instance.ask(_GetCache(), timeout=self._ask_timeout)
         except pykka.Timeout:
             raise SupervisorTimeout(f"the instance did not answer in {self._ask_timeout} s") from None
+        if isinstance(cache, _LoadFailed):
+            raise SupervisorError(cache.error)  # the run fails with it, unless the body handles it
+        return cache
 
 
 class _GetCache:
     """Ask an InstanceActor for its cache object."""
+
+
+class _LoadFailed:
+    """The InstanceActor's answer when ``InstanceHooks.load`` raised."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Protocol
 import pykka
 from loguru import logger
 
-from actors._context import _GetCache
+from actors._context import _GetCache, _LoadFailed
 from actors._threads import ThreadBook
 from protocol import DisposeDone, DisposeInstance
 
@@ -78,6 +78,10 @@ class InstanceActor(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, _GetCache):
+            if self.load_error is not None:
+                return _LoadFailed(
+                    f"loading {self.directory} (generation {self.generation}) failed: {self.load_error}"
+                )
             return self._cache
         if isinstance(message, DisposeInstance):
             self._dispose(message)

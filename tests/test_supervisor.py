@@ -602,3 +602,16 @@ def test_a_supervisor_bug_is_contained_answered_as_an_error_and_the_supervisor_k
     assert supervisor.start_run(lambda ctx: None, session="s", directory="/w/a").wait(2).outcome is (
         Outcome.COMPLETED
     )
+
+
+def test_a_run_on_an_instance_whose_load_failed_fails_with_that_error() -> None:
+    class BrokenLoad(RecordingHooks):
+        def load(self, directory: str, generation: int) -> Any:
+            raise OSError("config file unreadable")
+
+    with Supervisor.start(
+        SupervisorConfig(shutdown_at_exit=False), hooks=BrokenLoad(), directories=["/w/a"]
+    ) as sup:
+        finished = sup.start_run(lambda ctx: ctx.instance(), session="s1", directory="/w/a").wait(2)
+    assert finished.outcome is Outcome.FAILED
+    assert finished.error == "loading /w/a (generation 1) failed: config file unreadable"
