@@ -25,39 +25,8 @@ from actors._scenario_file import (
     scenario_files,
 )
 
-# The example of scenario-format.md, verbatim.
-CONTRACT_EXAMPLE = """\
-name = "provider connect while a tool call is being generated"
-directories = ["/proj/a", "/proj/b"]      # instances loaded (generation 1) before anything starts
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [
-  { kind = "model" },
-  { kind = "tool_input", id = "gen", tool = "bash", gate = "g1" },
-  { kind = "tool_exec", tool = "bash" },
-  { kind = "model" },
-]
-
-[[actions]]
-id = "a1"
-when = "r1.gen.started"
-do = "dispose_all"
-mode = "maintenance"
-origin = "settings.provider.connect"
-
-[[actions]]
-when = "a1.deferred"
-do = "open_gate"
-gate = "g1"
-
-[expect]
-r1 = { outcome = "completed" }
-a1 = { result = "deferred", completed = true, completed_after = "r1.finished" }
-s1 = { status = "idle" }
-"""
+# The example of scenario-format.md, verbatim (shared with the CLI tests).
+CONTRACT_EXAMPLE = (pathlib.Path(__file__).parent / "data" / "contract-example.toml").read_text()
 
 # The same document as JSON.
 CONTRACT_EXAMPLE_JSON = """\
