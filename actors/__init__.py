@@ -3,19 +3,19 @@ changes. Run lifetime belongs to the supervisor, never to a cache.
 
 The in-process API::
 
-    from actors import Supervisor
+    from run_supervisor.actors import Supervisor
     with Supervisor.start(directories=["/proj/a"]) as supervisor:
         run = supervisor.start_run(body, session="s1", directory="/proj/a")
         supervisor.close("dispose_all", mode="maintenance", origin="settings.provider.connect")
         run.wait(timeout=5)
 
-Logging is off by default; turn it on with ``loguru.logger.enable("actors")``.
+Logging is off by default; turn it on with ``loguru.logger.enable("run_supervisor")``.
 """
 
-from actors import _logging  # noqa: F401 -- silences the library before anything logs
-from actors._api import RunHandle, Supervisor, SupervisorConfig
-from actors._context import CancelToken, Gate, PermissionReply, RunBody, RunContext, ToolCall
-from actors._errors import (
+from run_supervisor.actors import _logging  # noqa: F401 -- silences the library before anything logs
+from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
+from run_supervisor.actors._context import CancelToken, Gate, PermissionReply, RunBody, RunContext, ToolCall
+from run_supervisor.actors._errors import (
     AlreadyInterrupting,
     InvalidRequest,
     NothingPending,
@@ -28,10 +28,10 @@ from actors._errors import (
     UnknownDirectory,
     UnknownRun,
 )
-from actors._instance_actor import InstanceActor, InstanceHooks, NoInstanceHooks
-from actors._run_actor import RunActor
-from actors._subscription import Subscription
-from actors._supervisor import SessionSupervisor
+from run_supervisor.actors._instance_actor import InstanceActor, InstanceHooks, NoInstanceHooks
+from run_supervisor.actors._run_actor import RunActor
+from run_supervisor.actors._subscription import Subscription
+from run_supervisor.actors._supervisor import SessionSupervisor
 
 __all__ = [
     "AlreadyInterrupting",

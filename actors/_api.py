@@ -19,14 +19,14 @@ from typing import Any, TypeVar
 import pykka
 from pydantic import BaseModel, ConfigDict, Field
 
-from actors._context import RunBody
-from actors._errors import SupervisorClosed, SupervisorTimeout, raise_for_rejection
-from actors._instance_actor import InstanceHooks, NoInstanceHooks
-from actors._run_actor import RunActor
-from actors._subscription import Publisher, Subscription
-from actors._supervisor import Preload, Query, SessionSupervisor, Submit, WaitRun
-from actors._threads import ThreadBook
-from protocol import (
+from run_supervisor.actors._context import RunBody
+from run_supervisor.actors._errors import SupervisorClosed, SupervisorTimeout, raise_for_rejection
+from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
+from run_supervisor.actors._run_actor import RunActor
+from run_supervisor.actors._subscription import Publisher, Subscription
+from run_supervisor.actors._supervisor import Preload, Query, SessionSupervisor, Submit, WaitRun
+from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.protocol import (
     ActionSnapshot,
     AnswerForm,
     CancelRun,

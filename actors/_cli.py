@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from actors._scenario_file import ScenarioFileError, load_scenario, scenario_files
-from actors._scenario_runner import play
+from run_supervisor.actors._scenario_file import ScenarioFileError, load_scenario, scenario_files
+from run_supervisor.actors._scenario_runner import play
 
 __all__ = ["main"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pykka
 
-from actors._errors import RunInterrupted, SupervisorError, SupervisorTimeout
-from protocol import (
+from run_supervisor.actors._errors import RunInterrupted, SupervisorError, SupervisorTimeout
+from run_supervisor.protocol import (
     DeliverAnswer,
     InterruptReason,
     PartReport,

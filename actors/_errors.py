@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol import CloseOutcome, InterruptReason, RejectCode, RequestOutcome
+from run_supervisor.protocol import CloseOutcome, InterruptReason, RejectCode, RequestOutcome
 
 __all__ = [
     "AlreadyInterrupting",

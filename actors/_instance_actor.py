@@ -13,9 +13,9 @@ from typing import Any, ClassVar, Protocol
 import pykka
 from loguru import logger
 
-from actors._context import _GetCache, _LoadFailed
-from actors._threads import ThreadBook
-from protocol import DisposeDone, DisposeInstance
+from run_supervisor.actors._context import _GetCache, _LoadFailed
+from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.protocol import DisposeDone, DisposeInstance
 
 __all__ = ["InstanceActor", "InstanceHooks", "NoInstanceHooks"]
 

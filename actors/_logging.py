@@ -1,7 +1,7 @@
 """A library stays silent unless its host asks: loguru is disabled for our namespace at import.
 
-Hosts turn logging on with ``loguru.logger.enable("actors")``. pykka logs through the standard
-``logging`` module; its records are bridged into loguru under the name ``actors.pykka`` so that one
+Hosts turn logging on with ``loguru.logger.enable("run_supervisor")``. pykka logs through the standard
+``logging`` module; its records are bridged into loguru under the name ``run_supervisor.pykka`` so that one
 switch governs both (and nothing reaches stderr through logging's last-resort handler).
 """
 
@@ -21,7 +21,7 @@ class _ToLoguru(logging.Handler):
             level = logger.level(record.levelname).name
         except ValueError:
             level = record.levelno
-        logger.patch(lambda r: r.update({"name": "actors.pykka"})).opt(exception=record.exc_info).log(
+        logger.patch(lambda r: r.update({"name": "run_supervisor.pykka"})).opt(exception=record.exc_info).log(
             level, record.getMessage()
         )
 
@@ -32,5 +32,5 @@ def bridge_pykka_logging() -> None:
         pykka_logger.addHandler(_ToLoguru())
 
 
-logger.disable("actors")
+logger.disable("run_supervisor")
 bridge_pykka_logging()

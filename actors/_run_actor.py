@@ -17,10 +17,10 @@ from typing import Any, ClassVar
 
 import pykka
 
-from actors._context import CancelToken, RunBody, RunContext
-from actors._errors import RunInterrupted
-from actors._threads import ThreadBook
-from protocol import BodyEnded, SpawnRun
+from run_supervisor.actors._context import CancelToken, RunBody, RunContext
+from run_supervisor.actors._errors import RunInterrupted
+from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.protocol import BodyEnded, SpawnRun
 
 __all__ = ["Go", "RunActor", "RunSlot"]
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import msgspec
 
-from actors._api import Supervisor, SupervisorConfig
-from actors._context import Gate, RunContext, ToolCall
-from actors._errors import SupervisorTimeout
-from actors._scenario_file import (
+from run_supervisor.actors._api import Supervisor, SupervisorConfig
+from run_supervisor.actors._context import Gate, RunContext, ToolCall
+from run_supervisor.actors._errors import SupervisorTimeout
+from run_supervisor.actors._scenario_file import (
     ActionSpec,
     Expectation,
     PartExpectation,
@@ -28,8 +28,8 @@ from actors._scenario_file import (
     StepSpec,
     When,
 )
-from actors._subscription import Subscription
-from protocol import (
+from run_supervisor.actors._subscription import Subscription
+from run_supervisor.protocol import (
     ActionResult,
     AnswerForm,
     CancelRun,

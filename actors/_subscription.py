@@ -16,8 +16,8 @@ from typing import Any
 
 from loguru import logger
 
-from actors._errors import SupervisorTimeout
-from protocol import Event
+from run_supervisor.actors._errors import SupervisorTimeout
+from run_supervisor.protocol import Event
 
 __all__ = ["Publisher", "Subscription"]
 

@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 import pykka
 from loguru import logger
 
-from actors._instance_actor import InstanceActor, InstanceHooks
-from actors._run_actor import Go, RunSlot
-from actors._subscription import Publisher
-from actors._threads import ThreadBook
-from protocol import (
+from run_supervisor.actors._instance_actor import InstanceActor, InstanceHooks
+from run_supervisor.actors._run_actor import Go, RunSlot
+from run_supervisor.actors._subscription import Publisher
+from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.protocol import (
     AbandonRun,
     BodyEnded,
     CloseResult,

@@ -18,10 +18,10 @@ from typing import Any
 import msgspec
 import pykka
 
-from actors._api import Supervisor
-from actors._errors import SupervisorTimeout
-from actors._subscription import Subscription
-from protocol import Event
+from run_supervisor.actors._api import Supervisor
+from run_supervisor.actors._errors import SupervisorTimeout
+from run_supervisor.actors._subscription import Subscription
+from run_supervisor.protocol import Event
 
 __all__ = ["EventLog", "LeakError", "no_leaks"]
 

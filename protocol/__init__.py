@@ -3,8 +3,8 @@
 Nothing here starts a thread or reads a clock; everything is importable and testable on its own.
 """
 
-from protocol._codec import ProtocolDecodeError, decode_event, decode_request, encode
-from protocol._commands import (
+from run_supervisor.protocol._codec import ProtocolDecodeError, decode_event, decode_request, encode
+from run_supervisor.protocol._commands import (
     AbandonRun,
     Command,
     DeliverAnswer,
@@ -18,8 +18,8 @@ from protocol._commands import (
     SpawnRun,
     StartGraceTimer,
 )
-from protocol._core import ActionSnapshot, CoreStatistics, Report, SupervisorCore
-from protocol._enums import (
+from run_supervisor.protocol._core import ActionSnapshot, CoreStatistics, Report, SupervisorCore
+from run_supervisor.protocol._enums import (
     CloseAction,
     CloseMode,
     CloseResult,
@@ -33,7 +33,7 @@ from protocol._enums import (
     SessionStatus,
     StepKind,
 )
-from protocol._events import (
+from run_supervisor.protocol._events import (
     ActionResult,
     Event,
     InstanceClosed,
@@ -48,8 +48,8 @@ from protocol._events import (
     StepFinished,
     StepStarted,
 )
-from protocol._parts import PartSnapshot, part_label
-from protocol._requests import (
+from run_supervisor.protocol._parts import PartSnapshot, part_label
+from run_supervisor.protocol._requests import (
     AnswerForm,
     BodyEnded,
     CancelRun,
@@ -69,7 +69,7 @@ from protocol._requests import (
     StepReport,
     WaitingForUser,
 )
-from protocol._rules import (
+from run_supervisor.protocol._rules import (
     CLOSE_RULES,
     INSTANCE_TRANSITIONS,
     PART_PHASE,

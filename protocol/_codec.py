@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol._events import Event
-from protocol._requests import Request
+from run_supervisor.protocol._events import Event
+from run_supervisor.protocol._requests import Request
 
 __all__ = ["ProtocolDecodeError", "decode_event", "decode_request", "encode"]
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import msgspec
 
-from protocol._enums import InterruptReason
-from protocol._events import Event
-from protocol._requests import CloseOutcome, RequestOutcome
+from run_supervisor.protocol._enums import InterruptReason
+from run_supervisor.protocol._events import Event
+from run_supervisor.protocol._requests import CloseOutcome, RequestOutcome
 
 __all__ = [
     "AbandonRun",

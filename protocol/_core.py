@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from protocol._commands import (
+from run_supervisor.protocol._commands import (
     AbandonRun,
     Command,
     DeliverAnswer,
@@ -32,7 +32,7 @@ from protocol._commands import (
     SpawnRun,
     StartGraceTimer,
 )
-from protocol._enums import (
+from run_supervisor.protocol._enums import (
     CloseAction,
     CloseMode,
     CloseResult,
@@ -45,7 +45,7 @@ from protocol._enums import (
     RunState,
     SessionStatus,
 )
-from protocol._events import (
+from run_supervisor.protocol._events import (
     ActionResult,
     InstanceClosed,
     InstanceStarted,
@@ -59,8 +59,8 @@ from protocol._events import (
     StepFinished,
     StepStarted,
 )
-from protocol._parts import PartSnapshot
-from protocol._requests import (
+from run_supervisor.protocol._parts import PartSnapshot
+from run_supervisor.protocol._requests import (
     AnswerForm,
     BodyEnded,
     CancelRun,
@@ -80,7 +80,7 @@ from protocol._requests import (
     StepReport,
     WaitingForUser,
 )
-from protocol._rules import (
+from run_supervisor.protocol._rules import (
     CLOSE_RULES,
     FINISHED_RUN_STATES,
     PART_PHASE,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol._enums import (
+from run_supervisor.protocol._enums import (
     CloseAction,
     CloseMode,
     CloseResult,
@@ -20,7 +20,7 @@ from protocol._enums import (
     SessionStatus,
     StepKind,
 )
-from protocol._parts import PartSnapshot
+from run_supervisor.protocol._parts import PartSnapshot
 
 __all__ = [
     "ActionResult",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from protocol._enums import InterruptReason, PartState, Phase
+from run_supervisor.protocol._enums import InterruptReason, PartState, Phase
 
 __all__ = ["PartSnapshot", "part_label"]
 

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from protocol._enums import CloseMode, InstanceState, InterruptReason, PartState, Phase, RunState
+from run_supervisor.protocol._enums import (
+    CloseMode,
+    InstanceState,
+    InterruptReason,
+    PartState,
+    Phase,
+    RunState,
+)
 
 __all__ = [
     "CLOSE_RULES",

@@ -38,8 +38,8 @@ from typing import Any
 
 import pykka
 
-from actors import Gate, RunContext, Subscription, Supervisor, SupervisorConfig
-from protocol import (
+from run_supervisor.actors import Gate, RunContext, Subscription, Supervisor, SupervisorConfig
+from run_supervisor.protocol import (
     CloseAction,
     CloseMode,
     CloseRequest,

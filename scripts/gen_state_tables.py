@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from protocol import (
+from run_supervisor.protocol import (
     CLOSE_RULES,
     INSTANCE_TRANSITIONS,
     PART_PHASE,

@@ -35,7 +35,7 @@ from typing import Any
 
 import msgspec
 
-from actors import (
+from run_supervisor.actors import (
     AlreadyInterrupting,
     NothingPending,
     RunAlreadyExists,
@@ -46,7 +46,7 @@ from actors import (
     SupervisorError,
     UnknownRun,
 )
-from protocol import (
+from run_supervisor.protocol import (
     ActionResult,
     CloseOutcome,
     CloseResult,

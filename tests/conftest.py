@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from actors import Gate, Supervisor, SupervisorConfig
-from actors.testing import EventLog, no_leaks
+from run_supervisor.actors import Gate, Supervisor, SupervisorConfig
+from run_supervisor.actors.testing import EventLog, no_leaks
 
 # Hypothesis profiles: "ci" (the default, 1,000 derandomized sequences of the state machine) and
 # "soak" for a long local run: `python -m pytest tests/test_stateful.py --hypothesis-profile soak`.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from actors._cli import main
+from run_supervisor.actors._cli import main
 
 EXAMPLE = (Path(__file__).parent / "data" / "contract-example.toml").read_text()  # the contract's own
 
@@ -112,7 +112,7 @@ def test_a_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_the_console_script_runs_as_a_real_process(tmp_path: Path) -> None:
     path = write(tmp_path, "ex.toml", EXAMPLE)
     done = subprocess.run(
-        [sys.executable, "-m", "actors._cli", "scenario", str(path), "--json"],
+        [sys.executable, "-m", "run_supervisor.actors._cli", "scenario", str(path), "--json"],
         capture_output=True,
         text=True,
         timeout=60,

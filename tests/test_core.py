@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import msgspec
 import pytest
 
-from protocol import (
+from run_supervisor.protocol import (
     CLOSE_RULES,
     INSTANCE_TRANSITIONS,
     PART_PHASE,
@@ -82,7 +82,7 @@ from protocol import (
     encode,
     part_label,
 )
-from protocol._rules import next_instance_state, next_part_state, next_run_state
+from run_supervisor.protocol._rules import next_instance_state, next_part_state, next_run_state
 
 A, B, C = "/w/a", "/w/b", "/w/c"
 MAINTENANCE = CloseMode.MAINTENANCE

@@ -5,8 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import actors
-import protocol
+from run_supervisor import actors, protocol
 
 ACTORS = [
     "AlreadyInterrupting",
@@ -127,7 +126,7 @@ def test_the_protocol_package_exports_exactly_its_public_names() -> None:
 
 def test_the_protocol_imports_without_pykka_or_threads() -> None:
     code = (
-        "import sys, threading; import protocol; "
+        "import sys, threading; import run_supervisor.protocol; "
         "assert 'pykka' not in sys.modules, 'protocol pulled in pykka'; "
         "assert threading.active_count() == 1"
     )
@@ -136,8 +135,8 @@ def test_the_protocol_imports_without_pykka_or_threads() -> None:
 
 def test_the_library_logs_nothing_unless_the_host_enables_it() -> None:
     code = (
-        "import loguru, actors; "
-        "from actors import Supervisor, SupervisorConfig; "
+        "import loguru, run_supervisor; "
+        "from run_supervisor import Supervisor, SupervisorConfig; "
         "s = Supervisor.start(SupervisorConfig(shutdown_at_exit=False), directories=['/a']); "
         "s.start_run(lambda ctx: 1 / 0, session='s', directory='/a').wait(2); "
         "s.shutdown(grace_ms=100)"
@@ -150,7 +149,7 @@ def test_the_library_logs_nothing_unless_the_host_enables_it() -> None:
 
 def test_an_unshut_supervisor_does_not_hang_interpreter_exit() -> None:
     code = (
-        "from actors import Supervisor, Gate; "
+        "from run_supervisor import Supervisor, Gate; "
         "s = Supervisor.start(directories=['/a']); "
         "s.start_run(lambda ctx: ctx.wait(Gate('never')), session='s', directory='/a')"
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from actors import (
+from run_supervisor.actors import (
     AlreadyInterrupting,
     Gate,
     NothingPending,
@@ -24,8 +24,8 @@ from actors import (
     SupervisorConfig,
     SupervisorError,
 )
-from actors.testing import EventLog
-from protocol import CloseResult, InterruptReason, Outcome, RunFinished
+from run_supervisor.actors.testing import EventLog
+from run_supervisor.protocol import CloseResult, InterruptReason, Outcome, RunFinished
 
 REPEATS = 40
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from actors._scenario_file import (
+from run_supervisor.actors._scenario_file import (
     ActionSpec,
     Expectation,
     InstanceFaultSpec,

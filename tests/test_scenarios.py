@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from actors._scenario_file import load_scenario, scenario_files
-from actors._scenario_runner import play
+from run_supervisor.actors._scenario_file import load_scenario, scenario_files
+from run_supervisor.actors._scenario_runner import play
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "docs" / "scenarios"

@@ -48,7 +48,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from actors import (
+from run_supervisor.actors import (
     Gate,
     InvalidRequest,
     NothingPending,
@@ -63,8 +63,8 @@ from actors import (
     UnknownDirectory,
     UnknownRun,
 )
-from actors.testing import EventLog
-from protocol import (
+from run_supervisor.actors.testing import EventLog
+from run_supervisor.protocol import (
     ActionResult,
     CancelRun,
     CloseAction,

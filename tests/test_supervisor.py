@@ -13,7 +13,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from actors import (
+from run_supervisor.actors import (
     Gate,
     InvalidRequest,
     NothingPending,
@@ -28,8 +28,8 @@ from actors import (
     UnknownDirectory,
     UnknownRun,
 )
-from actors.testing import EventLog
-from protocol import (
+from run_supervisor.actors.testing import EventLog
+from run_supervisor.protocol import (
     CancelRun,
     CloseResult,
     InterruptReason,

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors import Gate, RunContext, Supervisor, SupervisorConfig
-from protocol import CloseResult, Outcome, part_label
+from run_supervisor import CloseResult, Gate, Outcome, RunContext, Supervisor, SupervisorConfig, part_label
 
 
 class ProjectCaches:
