@@ -79,27 +79,27 @@ class RunHandle:
 
     def __init__(self, supervisor: Supervisor, run_id: str) -> None:
         self._supervisor = supervisor
-        self.id = run_id
+        self.run_id = run_id
 
     def wait(self, timeout: float | None = None) -> RunSnapshot:
         """Wait until the run has finished; return what is known of it."""
-        snapshot = self._supervisor._wait(WaitRun, self.id, timeout=timeout)
+        snapshot = self._supervisor._wait(WaitRun, self.run_id, timeout=timeout)
         if snapshot is None:
-            raise SupervisorClosed(f"the supervisor shut down before run {self.id!r} was known to finish")
+            raise SupervisorClosed(f"the supervisor shut down before run {self.run_id!r} was known to finish")
         result: RunSnapshot = snapshot
         return result
 
     def wait_async(self) -> Future[RunSnapshot | None]:
-        return self._supervisor._post(lambda reply: WaitRun(self.id, reply))
+        return self._supervisor._post(lambda reply: WaitRun(self.run_id, reply))
 
     def cancel(self, *, origin: str = "user", timeout: float | None = None) -> None:
-        self._supervisor.cancel(self.id, origin=origin, timeout=timeout)
+        self._supervisor.cancel(self.run_id, origin=origin, timeout=timeout)
 
     def snapshot(self, timeout: float | None = None) -> RunSnapshot | None:
-        return self._supervisor.run(self.id, timeout=timeout)
+        return self._supervisor.run(self.run_id, timeout=timeout)
 
     def __repr__(self) -> str:
-        return f"RunHandle({self.id!r})"
+        return f"RunHandle({self.run_id!r})"
 
 
 class Supervisor:
@@ -227,7 +227,7 @@ class Supervisor:
             return outer
         run = None
         if isinstance(request, StartRun):  # its actor starts here, on the caller's thread, idle
-            run = RunActor.launch(request.run, body, self._ref, self.config.request_timeout_s, self.threads)
+            run = RunActor.launch(request.run_id, body, self._ref, self.config.request_timeout_s, self.threads)
         inner = self._post(lambda reply: Submit(request, reply, run))
 
         def relay(done: Future[Any]) -> None:
@@ -264,12 +264,12 @@ class Supervisor:
         """Start a run (or queue it behind the session's active run). The body runs on its own
         thread with a ``RunContext``; it is pinned to the directory's current instance generation."""
         run_id = run_id or f"run-{next(_run_ids)}"
-        self._request(StartRun(run=run_id, session=session, directory=directory), timeout, body)
+        self._request(StartRun(run_id=run_id, session=session, directory=directory), timeout, body)
         return RunHandle(self, run_id)
 
     def cancel(self, run_id: str, *, origin: str = "user", timeout: float | None = None) -> None:
         """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""
-        self._request(CancelRun(run=run_id, origin=origin), timeout)
+        self._request(CancelRun(run_id=run_id, origin=origin), timeout)
 
     def close_async(
         self,
@@ -311,13 +311,13 @@ class Supervisor:
     def reply_permission(
         self, run_id: str, *, approve: bool, message: str | None = None, timeout: float | None = None
     ) -> None:
-        self._request(ReplyPermission(run=run_id, approve=approve, message=message), timeout)
+        self._request(ReplyPermission(run_id=run_id, approve=approve, message=message), timeout)
 
     def answer_form(self, run_id: str, answer: str, *, timeout: float | None = None) -> None:
-        self._request(AnswerForm(run=run_id, answer=answer), timeout)
+        self._request(AnswerForm(run_id=run_id, answer=answer), timeout)
 
     def dismiss_form(self, run_id: str, *, timeout: float | None = None) -> None:
-        self._request(DismissForm(run=run_id), timeout)
+        self._request(DismissForm(run_id=run_id), timeout)
 
     def load(self, *directories: str, timeout: float | None = None) -> None:
         """Load these directories' instances now (those without a current generation)."""

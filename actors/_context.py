@@ -149,7 +149,7 @@ class ToolCall:
         self._report(PartState.PENDING)
 
     def _report(self, state: PartState, message: str | None = None) -> None:
-        self._ctx._tell(PartReport(run=self._ctx.run_id, tool=self.tool, state=state, message=message))
+        self._ctx._tell(PartReport(run_id=self._ctx.run_id, tool=self.tool, state=state, message=message))
 
     def prepared(self) -> None:
         """The call's input is complete (materialized); the tool has not started."""
@@ -235,10 +235,10 @@ class RunContext:
 
     def step_started(self, step_id: str, kind: StepKind) -> None:
         self.check()
-        self._tell(StepReport(run=self.run_id, step=step_id, kind=kind, finished=False))
+        self._tell(StepReport(run_id=self.run_id, step=step_id, kind=kind, finished=False))
 
     def step_finished(self, step_id: str, kind: StepKind) -> None:
-        self._tell(StepReport(run=self.run_id, step=step_id, kind=kind, finished=True))
+        self._tell(StepReport(run_id=self.run_id, step=step_id, kind=kind, finished=True))
 
     @contextmanager
     def step(self, kind: StepKind | str, step_id: str | None = None) -> Iterator[str]:
@@ -259,7 +259,7 @@ class RunContext:
     def raise_ask(self, *, form: bool) -> None:
         """Tell the supervisor a permission ask (or form) is pending, before waiting for it."""
         self.check()
-        self._tell(WaitingForUser(run=self.run_id, form=form))
+        self._tell(WaitingForUser(run_id=self.run_id, form=form))
 
     def _await_answer(self, form: bool, timeout: float | None, raised: bool) -> DeliverAnswer:
         if not raised:

@@ -102,7 +102,7 @@ class RunActor(pykka.ThreadingActor):
         if isinstance(message, Go) and self.context is None:
             spawn = message.spawn
             self.context = RunContext(
-                run_id=spawn.run,
+                run_id=spawn.run_id,
                 session=spawn.session,
                 directory=spawn.directory,
                 generation=spawn.generation,
@@ -127,7 +127,7 @@ class RunActor(pykka.ThreadingActor):
         except BaseException as exc:  # a body's BaseException stays here: it must not stop pykka
             error = _describe(exc)
         try:
-            self._supervisor.tell(BodyEnded(run=self.run_id, error=error))
+            self._supervisor.tell(BodyEnded(run_id=self.run_id, error=error))
         except pykka.ActorDeadError:
             pass  # abandoned at shutdown: nobody is listening any more
         try:

@@ -252,7 +252,7 @@ def _run_loop(state: _Play, supervisor: Supervisor, inbox: Subscription) -> None
 
 
 def _start(spec: RunSpec) -> StartRun:
-    return StartRun(run=spec.id, session=spec.session, directory=spec.directory)
+    return StartRun(run_id=spec.id, session=spec.session, directory=spec.directory)
 
 
 def _submit(
@@ -288,15 +288,15 @@ def _request_for(state: _Play, spec: ActionSpec) -> Request | None:
     assert spec.run is not None or do == "open_gate"
     run = spec.run or ""
     if do == "cancel":
-        return CancelRun(run=run, origin=spec.origin or "user", tag=spec.id)
+        return CancelRun(run_id=run, origin=spec.origin or "user", tag=spec.id)
     if do == "start_run":
         return _start(state.runs[run].spec)
     if do == "reply_permission":
-        return ReplyPermission(run=run, approve=spec.decision == "approve", message=spec.message, tag=spec.id)
+        return ReplyPermission(run_id=run, approve=spec.decision == "approve", message=spec.message, tag=spec.id)
     if do == "answer_form":
-        return AnswerForm(run=run, answer=spec.answer or "", tag=spec.id)
+        return AnswerForm(run_id=run, answer=spec.answer or "", tag=spec.id)
     if do == "cancel_form":
-        return DismissForm(run=run, tag=spec.id)
+        return DismissForm(run_id=run, tag=spec.id)
     return None  # open_gate: done by the runner itself
 
 
@@ -390,8 +390,13 @@ def _record_event(state: _Play, event: Event) -> list[str]:
     data.pop("seq", None)
     tag = data.pop("tag", None)
     data.pop("parts", None)
+    # The report keeps the contract's names: ``run`` and ``action`` (the library says run_id, action_id).
+    if "run_id" in data:
+        data["run"] = data.pop("run_id")
+    if "action_id" in data:
+        data["action"] = data.pop("action_id")
     if isinstance(event, LifecycleRequested) and tag is not None:
-        state.lifecycle_ids.setdefault(event.action, tag)
+        state.lifecycle_ids.setdefault(event.action_id, tag)
     if "action" in data:
         data["action"] = tag if tag is not None else _file_action(state, data["action"])
     if data.get("superseded_by") is not None:
@@ -400,22 +405,22 @@ def _record_event(state: _Play, event: Event) -> list[str]:
     _append(state, {"type": kind, **data})
     names: list[str] = []
     if isinstance(event, RunStarted):
-        record = state.runs.get(event.run)
+        record = state.runs.get(event.run_id)
         if record is not None:
             record.started, record.queued, record.generation = True, False, event.generation
-        names.append(f"{event.run}.started")
+        names.append(f"{event.run_id}.started")
     elif isinstance(event, RunQueued):
-        if event.run in state.runs:
-            state.runs[event.run].queued = True
+        if event.run_id in state.runs:
+            state.runs[event.run_id].queued = True
     elif isinstance(event, RunFinished):
-        if event.run in state.runs:
-            state.runs[event.run].finished = event
-            state.runs[event.run].queued = False
-        names.append(f"{event.run}.finished")
+        if event.run_id in state.runs:
+            state.runs[event.run_id].finished = event
+            state.runs[event.run_id].queued = False
+        names.append(f"{event.run_id}.finished")
     elif isinstance(event, StepStarted):
-        names.append(f"{event.run}.{event.step}.started")
+        names.append(f"{event.run_id}.{event.step}.started")
     elif isinstance(event, StepFinished):
-        names.append(f"{event.run}.{event.step}.finished")
+        names.append(f"{event.run_id}.{event.step}.finished")
     elif isinstance(event, SessionStatusChanged):
         state.sessions[event.session] = event.status.value
     elif isinstance(event, LifecycleCompleted) and tag is not None and tag in state.actions:
@@ -508,7 +513,7 @@ def _run_report(state: _Play, record: _RunRecord) -> dict[str, Any]:
         "outcome": done.outcome.value if done else None,
         "reason": done.reason.value if done and done.reason else None,
         "origin": done.origin if done else None,
-        "action": _file_action(state, done.action) if done else None,
+        "action": _file_action(state, done.action_id) if done else None,
         "phase": done.phase.value if done and done.phase else None,
         "error": done.error if done else None,
         "tool_parts": [_part_dict(p) for p in done.parts] if done else [],

@@ -168,7 +168,7 @@ class SessionSupervisor(pykka.ThreadingActor):
                 for c in commands
             )
             if accepted:
-                self._runs[request.run] = message.run  # before its SpawnRun (if it starts now) runs
+                self._runs[request.run_id] = message.run  # before its SpawnRun (if it starts now) runs
             else:
                 message.run.ref.stop(block=False)
         self._execute(commands)
@@ -186,7 +186,7 @@ class SessionSupervisor(pykka.ThreadingActor):
             elif isinstance(command, SignalInterrupt | DeliverAnswer | AbandonRun):
                 self._control(command)
             elif isinstance(command, ReleaseRun):
-                self._release(command.run)
+                self._release(command.run_id)
             elif isinstance(command, LoadInstance):
                 instance_ref = InstanceActor.start(
                     command.directory, command.generation, self._hooks, self.actor_ref, self._threads
@@ -202,23 +202,23 @@ class SessionSupervisor(pykka.ThreadingActor):
     def _publish(self, event: Event) -> None:
         self._publisher.publish(event)
         if isinstance(event, RunFinished):
-            waiters = self._waiters.pop(event.run, ())
+            waiters = self._waiters.pop(event.run_id, ())
             if waiters:
-                snapshot = self.core.run_snapshot(event.run)
+                snapshot = self.core.run_snapshot(event.run_id)
                 for waiter in waiters:
                     _settle(waiter, snapshot)
 
     def _spawn(self, command: SpawnRun) -> None:
-        slot = self._runs.get(command.run)
+        slot = self._runs.get(command.run_id)
         if slot is None:  # a raw StartRun that came without a run actor: nothing to run
-            self.actor_ref.tell(BodyEnded(run=command.run, error="no body was given for this run"))
+            self.actor_ref.tell(BodyEnded(run_id=command.run_id, error="no body was given for this run"))
             return
         instance = self._instances.get((command.directory, command.generation))
         slot.ref.tell(Go(spawn=command, instance=instance))
 
     def _control(self, command: SignalInterrupt | DeliverAnswer | AbandonRun) -> None:
         """Reach the body through its token: thread-safe, never blocks, no mailbox hop."""
-        slot = self._runs.get(command.run)
+        slot = self._runs.get(command.run_id)
         if slot is None:
             return
         if isinstance(command, SignalInterrupt):
@@ -270,7 +270,7 @@ class SessionSupervisor(pykka.ThreadingActor):
 
         def expire() -> None:
             try:
-                me.tell(GraceExpired(action=command.action))
+                me.tell(GraceExpired(action_id=command.action_id))
             except pykka.ActorDeadError:
                 pass
 

@@ -37,21 +37,21 @@ class Reply(msgspec.Struct, frozen=True):
 
 
 class SpawnRun(msgspec.Struct, frozen=True):
-    run: str
+    run_id: str
     session: str
     directory: str
     generation: int
 
 
 class SignalInterrupt(msgspec.Struct, frozen=True):
-    run: str
+    run_id: str
     reason: InterruptReason
 
 
 class DeliverAnswer(msgspec.Struct, frozen=True):
     """Wake the body waiting on a permission ask or a form with the user's answer."""
 
-    run: str
+    run_id: str
     approved: bool
     message: str | None = None
     answer: str | None = None
@@ -60,13 +60,13 @@ class DeliverAnswer(msgspec.Struct, frozen=True):
 class AbandonRun(msgspec.Struct, frozen=True):
     """Shutdown's deadline passed: stop waiting for this body (it keeps its thread, if it insists)."""
 
-    run: str
+    run_id: str
 
 
 class ReleaseRun(msgspec.Struct, frozen=True):
     """The run has finished: its actor may stop."""
 
-    run: str
+    run_id: str
 
 
 class LoadInstance(msgspec.Struct, frozen=True):
@@ -85,12 +85,12 @@ class DisposeInstance(msgspec.Struct, frozen=True):
 
 
 class StartGraceTimer(msgspec.Struct, frozen=True):
-    action: str
+    action_id: str
     grace_ms: int
 
 
 class ShutdownComplete(msgspec.Struct, frozen=True):
-    action: str
+    action_id: str
     outcome: CloseOutcome
     """The shutdown's final outcome: what any later shutdown request is answered with."""
 

@@ -333,7 +333,7 @@ class SupervisorCore:
         outcome = _OUTCOMES.get(run.state)
         interrupt = run.interrupt if run.state is RunState.INTERRUPTED else None
         return RunSnapshot(
-            run=run.id,
+            run_id=run.id,
             session=run.session,
             directory=run.directory,
             generation=run.generation,
@@ -341,7 +341,7 @@ class SupervisorCore:
             outcome=outcome,
             reason=interrupt.reason if interrupt else None,
             origin=interrupt.origin if interrupt else None,
-            action=interrupt.action if interrupt else None,
+            action_id=interrupt.action if interrupt else None,
             phase=interrupt.phase if interrupt else None,
             error=run.error,
             abandoned=run.abandoned,
@@ -401,16 +401,16 @@ class SupervisorCore:
     # --- runs --------------------------------------------------------------------------------
 
     def _start_run(self, req: StartRun, reply_to: Any) -> None:
-        for key, value in (("run", req.run), ("session", req.session), ("directory", req.directory)):
+        for key, value in (("run", req.run_id), ("session", req.session), ("directory", req.directory)):
             if not value:
                 self._reject(reply_to, RejectCode.INVALID_REQUEST, f"start_run needs a non-empty {key}")
                 return
-        if req.run in self._runs:
+        if req.run_id in self._runs:
             self._reject(
-                reply_to, RejectCode.RUN_ALREADY_EXISTS, f"run {req.run!r} already exists; run ids are unique"
+                reply_to, RejectCode.RUN_ALREADY_EXISTS, f"run {req.run_id!r} already exists; run ids are unique"
             )
             return
-        run = _Run(id=req.run, session=req.session, directory=req.directory)
+        run = _Run(id=req.run_id, session=req.session, directory=req.directory)
         self._runs[run.id] = run
         self._directory(run.directory)
         session = self._sessions.get(run.session)
@@ -421,7 +421,7 @@ class SupervisorCore:
         else:
             session.queue.append(run.id)
             self._runs_queued += 1
-            self._emit(RunQueued(seq=0, run=run.id, session=run.session))
+            self._emit(RunQueued(seq=0, run_id=run.id, session=run.session))
         self._reply(reply_to, RequestOutcome(result=CloseResult.OK))
 
     def _activate(self, run: _Run, session: _Session) -> None:
@@ -439,18 +439,18 @@ class SupervisorCore:
         self._emit(
             RunStarted(
                 seq=0,
-                run=run.id,
+                run_id=run.id,
                 session=run.session,
                 directory=run.directory,
                 generation=instance.generation,
             )
         )
         self._out.append(
-            SpawnRun(run=run.id, session=run.session, directory=run.directory, generation=instance.generation)
+            SpawnRun(run_id=run.id, session=run.session, directory=run.directory, generation=instance.generation)
         )
 
     def _cancel(self, req: CancelRun, reply_to: Any) -> None:
-        run = self._known_unfinished(req.run, reply_to, "cancel")
+        run = self._known_unfinished(req.run_id, reply_to, "cancel")
         if run is None:
             return
         if run.state is RunState.QUEUED:
@@ -472,32 +472,32 @@ class SupervisorCore:
         self._reply(reply_to, RequestOutcome(result=CloseResult.OK))
 
     def _reply_permission(self, req: ReplyPermission, reply_to: Any) -> None:
-        run = self._waiting_run(req.run, "permission", reply_to)
+        run = self._waiting_run(req.run_id, "permission", reply_to)
         if run is None:
             return
         run.waiting_for = None
         if req.approve:
-            self._out.append(DeliverAnswer(run=run.id, approved=True))
+            self._out.append(DeliverAnswer(run_id=run.id, approved=True))
         elif req.message:
             part = run.open_part()
             if part is not None:
                 part.state = PartState.ERROR
                 part.message = req.message
-            self._out.append(DeliverAnswer(run=run.id, approved=False, message=req.message))
+            self._out.append(DeliverAnswer(run_id=run.id, approved=False, message=req.message))
         else:
             self._interrupt(run, InterruptReason.PERMISSION_REJECTED, "permission", req.tag)
         self._reply(reply_to, RequestOutcome(result=CloseResult.OK))
 
     def _answer_form(self, req: AnswerForm, reply_to: Any) -> None:
-        run = self._waiting_run(req.run, "form", reply_to)
+        run = self._waiting_run(req.run_id, "form", reply_to)
         if run is None:
             return
         run.waiting_for = None
-        self._out.append(DeliverAnswer(run=run.id, approved=True, answer=req.answer))
+        self._out.append(DeliverAnswer(run_id=run.id, approved=True, answer=req.answer))
         self._reply(reply_to, RequestOutcome(result=CloseResult.OK))
 
     def _dismiss_form(self, req: DismissForm, reply_to: Any) -> None:
-        run = self._waiting_run(req.run, "form", reply_to)
+        run = self._waiting_run(req.run_id, "form", reply_to)
         if run is None:
             return
         self._interrupt(run, InterruptReason.FORM_DISMISSED, "form", req.tag)
@@ -538,7 +538,7 @@ class SupervisorCore:
         self._decide_interrupt(run, reason, origin, action)
         run.state = next_run_state(run.state, RunTrigger.INTERRUPT)
         run.waiting_for = None
-        self._out.append(SignalInterrupt(run=run.id, reason=reason))
+        self._out.append(SignalInterrupt(run_id=run.id, reason=reason))
 
     @staticmethod
     def _decide_interrupt(run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None:
@@ -561,13 +561,13 @@ class SupervisorCore:
         return run
 
     def _step(self, report: StepReport) -> None:
-        if self._live_run(report.run) is None:
+        if self._live_run(report.run_id) is None:
             return
         cls = StepFinished if report.finished else StepStarted
-        self._emit(cls(seq=0, run=report.run, step=report.step, kind=report.kind))
+        self._emit(cls(seq=0, run_id=report.run_id, step=report.step, kind=report.kind))
 
     def _part(self, report: PartReport) -> None:
-        run = self._live_run(report.run)
+        run = self._live_run(report.run_id)
         if run is None:
             return
         if report.state is PartState.PENDING:
@@ -586,12 +586,12 @@ class SupervisorCore:
             part.message = report.message
 
     def _waiting(self, report: WaitingForUser) -> None:
-        run = self._live_run(report.run)
+        run = self._live_run(report.run_id)
         if run is not None:
             run.waiting_for = "form" if report.form else "permission"
 
     def _body_ended(self, report: BodyEnded) -> None:
-        run = self._runs.get(report.run)
+        run = self._runs.get(report.run_id)
         if run is None or run.state not in (RunState.ACTIVE, RunState.INTERRUPTING):
             self._reports_ignored += 1  # an abandoned body that finally stopped
             return
@@ -618,11 +618,11 @@ class SupervisorCore:
         self._emit(
             RunFinished(
                 seq=0,
-                run=run.id,
+                run_id=run.id,
                 outcome=_OUTCOMES[run.state],
                 reason=interrupt.reason if interrupt else None,
                 origin=interrupt.origin if interrupt else None,
-                action=interrupt.action if interrupt else None,
+                action_id=interrupt.action if interrupt else None,
                 phase=interrupt.phase if interrupt else None,
                 error=run.error,
                 abandoned=run.abandoned,
@@ -632,7 +632,7 @@ class SupervisorCore:
         )
         self._runs_finished += 1
         self._remember_finished(run.id)
-        self._out.append(ReleaseRun(run=run.id))
+        self._out.append(ReleaseRun(run_id=run.id))
         session = self._sessions[run.session]
         if not was_active:
             return
@@ -834,7 +834,7 @@ class SupervisorCore:
             self._emit(
                 LifecycleDeferred(
                     seq=0,
-                    action=action.id,
+                    action_id=action.id,
                     pending_directories=action.pending_directories,
                     blocking_runs=action.blocking_runs,
                     tag=action.tag,
@@ -842,10 +842,10 @@ class SupervisorCore:
             )
         if not action.awaiting:
             self._complete(action)
-        self._emit(ActionResult(seq=0, action=action.id, result=action.result, tag=action.tag))
+        self._emit(ActionResult(seq=0, action_id=action.id, result=action.result, tag=action.tag))
         self._reply(action.reply_to, self._close_outcome(action))
         for tag, reply_to in action.joiner_answers:  # later shutdowns: never answered before the first
-            self._emit(ActionResult(seq=0, action=action.id, result=action.result, tag=tag))
+            self._emit(ActionResult(seq=0, action_id=action.id, result=action.result, tag=tag))
             self._reply(reply_to, self._close_outcome(action))
         action.joiner_answers.clear()
 
@@ -865,7 +865,7 @@ class SupervisorCore:
         self._emit(
             LifecycleRequested(
                 seq=0,
-                action=action.id,
+                action_id=action.id,
                 do=do,
                 mode=mode,
                 origin=origin,
@@ -878,7 +878,7 @@ class SupervisorCore:
         self._emit(
             LifecycleCompleted(
                 seq=0,
-                action=action.id,
+                action_id=action.id,
                 superseded_by=action.superseded_by,
                 error="; ".join(action.errors) or None,
                 abandoned_runs=tuple(sorted(action.abandoned_runs)),
@@ -941,7 +941,7 @@ class SupervisorCore:
             else:
                 first.joiners.append(req.tag)
             if first.announced:
-                self._emit(ActionResult(seq=0, action=first.id, result=first.result, tag=req.tag))
+                self._emit(ActionResult(seq=0, action_id=first.id, result=first.result, tag=req.tag))
                 self._reply(reply_to, self._close_outcome(first))
             else:
                 first.joiner_answers.append((req.tag, reply_to))
@@ -963,14 +963,14 @@ class SupervisorCore:
                 self._decide_interrupt(run, req.reason, origin, action.id)
                 run.state = next_run_state(run.state, RunTrigger.CANCEL_QUEUED)
                 self._finish(run)
-        self._out.append(StartGraceTimer(action=action.id, grace_ms=req.grace_ms))
+        self._out.append(StartGraceTimer(action_id=action.id, grace_ms=req.grace_ms))
         self._cover(action, names, req.reason)
         if not action.announcing:
             self._announce(action)
 
     def _grace_expired(self, report: GraceExpired) -> None:
         action = self._shutdown
-        if action is None or action.id != report.action or action.completed:
+        if action is None or action.id != report.action_id or action.completed:
             self._reports_ignored += 1
             return
         self._deadline_passed = True
@@ -982,7 +982,7 @@ class SupervisorCore:
             run.state = next_run_state(run.state, RunTrigger.ABANDON)
             run.abandoned = True
             action.abandoned_runs.append(run.id)
-            self._out.append(AbandonRun(run=run.id))
+            self._out.append(AbandonRun(run_id=run.id))
             self._finish(run)
         for directory in sorted(self._dirs.values(), key=lambda d: d.name):
             for instance in sorted(directory.open.values(), key=lambda i: i.generation):
@@ -1022,7 +1022,7 @@ class SupervisorCore:
             # Last of all: the shell stops everything on it, so nothing may follow it.
             self._shutdown_announced = True
             outcome = self._close_outcome(self._shutdown)
-            out.append(ShutdownComplete(action=self._shutdown.id, outcome=outcome))
+            out.append(ShutdownComplete(action_id=self._shutdown.id, outcome=outcome))
         return out
 
 

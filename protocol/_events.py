@@ -1,9 +1,10 @@
 """Events: the ordered stream the supervisor publishes.
 
 Each event is a frozen msgspec Struct tagged by its ``type`` (the wire name from the contract). Every
-event carries ``seq``, strictly increasing per supervisor. Fields that may be absent on the wire
-(``error``, ``superseded_by``...) default to ``None`` and are omitted when encoded; fields the
-contract always shows (``reason``, ``origin``...) have no default, so they are always present.
+event carries ``seq``, strictly increasing per supervisor. One rule for absent values on the wire:
+every field is always present, ``null`` (or ``[]``) when empty, so a client never meets a missing key.
+A run is named by ``run_id`` and a lifecycle action by ``action_id`` everywhere (events, answers,
+snapshots, handles, contexts).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 
-class _Event(msgspec.Struct, frozen=True, tag_field="type", omit_defaults=True, kw_only=True):
+class _Event(msgspec.Struct, frozen=True, tag_field="type", kw_only=True):
     seq: int
 
 
@@ -56,35 +57,35 @@ class InstanceClosed(_Event, frozen=True, tag="instance.closed"):
 
 
 class RunQueued(_Event, frozen=True, tag="run.queued"):
-    run: str
+    run_id: str
     session: str
 
 
 class RunStarted(_Event, frozen=True, tag="run.started"):
-    run: str
+    run_id: str
     session: str
     directory: str
     generation: int
 
 
 class StepStarted(_Event, frozen=True, tag="run.step.started"):
-    run: str
+    run_id: str
     step: str
     kind: StepKind
 
 
 class StepFinished(_Event, frozen=True, tag="run.step.finished"):
-    run: str
+    run_id: str
     step: str
     kind: StepKind
 
 
 class RunFinished(_Event, frozen=True, tag="run.finished"):
-    run: str
+    run_id: str
     outcome: Outcome
     reason: InterruptReason | None
     origin: str | None
-    action: str | None
+    action_id: str | None
     phase: Phase | None
     error: str | None = None
     abandoned: bool = False
@@ -101,7 +102,7 @@ class SessionStatusChanged(_Event, frozen=True, tag="session.status"):
 
 
 class LifecycleRequested(_Event, frozen=True, tag="lifecycle.requested"):
-    action: str
+    action_id: str
     do: CloseAction
     mode: CloseMode
     origin: str
@@ -111,14 +112,14 @@ class LifecycleRequested(_Event, frozen=True, tag="lifecycle.requested"):
 
 
 class LifecycleDeferred(_Event, frozen=True, tag="lifecycle.deferred"):
-    action: str
+    action_id: str
     pending_directories: tuple[str, ...]
     blocking_runs: tuple[str, ...]
     tag: str | None = None
 
 
 class LifecycleCompleted(_Event, frozen=True, tag="lifecycle.completed"):
-    action: str
+    action_id: str
     superseded_by: str | None = None
     error: str | None = None
     abandoned_runs: tuple[str, ...] = ()
@@ -126,7 +127,7 @@ class LifecycleCompleted(_Event, frozen=True, tag="lifecycle.completed"):
 
 
 class ActionResult(_Event, frozen=True, tag="action.result"):
-    action: str
+    action_id: str
     result: CloseResult
     tag: str | None = None
 

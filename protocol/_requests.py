@@ -51,13 +51,13 @@ class _Request(msgspec.Struct, frozen=True, tag_field="type", kw_only=True):
 
 
 class StartRun(_Request, frozen=True, tag="start_run"):
-    run: str
+    run_id: str
     session: str
     directory: str
 
 
 class CancelRun(_Request, frozen=True, tag="cancel"):
-    run: str
+    run_id: str
     origin: str = "user"
 
 
@@ -79,7 +79,7 @@ class Shutdown(_Request, frozen=True, tag="shutdown"):
 
 
 class ReplyPermission(_Request, frozen=True, tag="reply_permission"):
-    run: str
+    run_id: str
     approve: bool
     message: str | None = None
     """With ``approve=False``: a message is model-visible feedback and the run goes on; without one
@@ -87,12 +87,12 @@ class ReplyPermission(_Request, frozen=True, tag="reply_permission"):
 
 
 class AnswerForm(_Request, frozen=True, tag="answer_form"):
-    run: str
+    run_id: str
     answer: str
 
 
-class DismissForm(_Request, frozen=True, tag="cancel_form"):
-    run: str
+class DismissForm(_Request, frozen=True, tag="dismiss_form"):
+    run_id: str
 
 
 Request = StartRun | CancelRun | CloseRequest | Shutdown | ReplyPermission | AnswerForm | DismissForm
@@ -104,7 +104,7 @@ Request = StartRun | CancelRun | CloseRequest | Shutdown | ReplyPermission | Ans
 class StepReport(msgspec.Struct, frozen=True):
     """A body entered (``finished=False``) or left (``finished=True``) a step."""
 
-    run: str
+    run_id: str
     step: str
     kind: StepKind
     finished: bool
@@ -113,7 +113,7 @@ class StepReport(msgspec.Struct, frozen=True):
 class PartReport(msgspec.Struct, frozen=True):
     """A tool part moved: ``state`` is the state it moved to (a new part starts ``pending``)."""
 
-    run: str
+    run_id: str
     tool: str
     state: PartState
     message: str | None = None
@@ -122,14 +122,14 @@ class PartReport(msgspec.Struct, frozen=True):
 class WaitingForUser(msgspec.Struct, frozen=True):
     """The body raised a permission ask (``form=False``) or a form (``form=True``) and waits."""
 
-    run: str
+    run_id: str
     form: bool
 
 
 class BodyEnded(msgspec.Struct, frozen=True):
     """The body's worker returned (``error=None``) or raised (``error`` is its message)."""
 
-    run: str
+    run_id: str
     error: str | None = None
 
 
@@ -140,7 +140,7 @@ class DisposeDone(msgspec.Struct, frozen=True):
 
 
 class GraceExpired(msgspec.Struct, frozen=True):
-    action: str
+    action_id: str
 
 
 # --- Answers -----------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ class CloseOutcome(msgspec.Struct, frozen=True, kw_only=True):
 class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """What the supervisor knows of one run."""
 
-    run: str
+    run_id: str
     session: str
     directory: str
     generation: int | None
@@ -181,7 +181,7 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     outcome: Outcome | None = None
     reason: InterruptReason | None = None
     origin: str | None = None
-    action: str | None = None
+    action_id: str | None = None
     phase: Phase | None = None
     error: str | None = None
     abandoned: bool = False

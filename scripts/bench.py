@@ -371,12 +371,12 @@ def cancel_latency(reps: Reps) -> float:
                     ctx.wait(gate)
 
             run = supervisor.start_run(body, session="s", directory="/bench/c", run_id=f"c{i}")
-            next_event(subscription, StepStarted, run=run.id)
+            next_event(subscription, StepStarted, run_id=run.id)
             arrivals.wait(1)
             time.sleep(0.002)  # let the body block in its wait (the slow path we mean to measure)
             t0 = ns()
             run.cancel()
-            next_event(subscription, RunFinished, run=run.id)
+            next_event(subscription, RunFinished, run_id=run.id)
             if i >= 5:  # the first few warm up
                 samples.append(ns() - t0)
     finally:
@@ -411,7 +411,7 @@ def deferred_close_latency(reps: Reps) -> float:
             if outcome.result is not CloseResult.DEFERRED:
                 raise RuntimeError(f"expected a deferred close, got {outcome.result}")
             gate.open()
-            next_event(subscription, LifecycleCompleted, action=outcome.action_id)
+            next_event(subscription, LifecycleCompleted, action_id=outcome.action_id)
             done = ns()
             if i >= 5:
                 samples.append(done - ended[0])
@@ -434,7 +434,7 @@ def _core_with(live_runs: int, directories: int) -> SupervisorCore:
     for d in range(directories):
         core.preload(_dir(d))
     for i in range(live_runs):
-        core.request(StartRun(run=f"r{i}", session=f"s{i}", directory=_dir(i % directories)), None)
+        core.request(StartRun(run_id=f"r{i}", session=f"s{i}", directory=_dir(i % directories)), None)
     return core
 
 

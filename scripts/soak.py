@@ -388,71 +388,71 @@ class Checker:
             self.violation(f"{key} closed while it was still its directory's live generation")
 
     def _run_queued(self, event: RunQueued) -> None:
-        run = self.runs.get(event.run)
+        run = self.runs.get(event.run_id)
         if run is None or run.state != "submitted":
-            self.violation(f"run {event.run} queued but it was not just submitted")
+            self.violation(f"run {event.run_id} queued but it was not just submitted")
             return
         self.queued += 1
         run.state = "queued"
         self.open_runs[run.id] = run
         if self.sessions.get(event.session) is None:
-            self.violation(f"run {event.run} queued although session {event.session} had no active run")
-        self.session_queue.setdefault(event.session, deque()).append(event.run)
+            self.violation(f"run {event.run_id} queued although session {event.session} had no active run")
+        self.session_queue.setdefault(event.session, deque()).append(event.run_id)
 
     def _run_started(self, event: RunStarted) -> None:
-        run = self.runs.get(event.run)
+        run = self.runs.get(event.run_id)
         if run is None or run.state not in ("submitted", "queued"):
-            self.violation(f"run {event.run} started twice or unannounced")
+            self.violation(f"run {event.run_id} started twice or unannounced")
             return
         if self.shutdown_requested:
-            self.violation(f"run {event.run} started after shutdown was requested")
+            self.violation(f"run {event.run_id} started after shutdown was requested")
         queue = self.session_queue.setdefault(event.session, deque())
         if run.state == "queued":
-            if not queue or queue[0] != event.run:
-                self.violation(f"run {event.run} started out of its session's queue order {list(queue)}")
-            if event.run in queue:
-                queue.remove(event.run)
+            if not queue or queue[0] != event.run_id:
+                self.violation(f"run {event.run_id} started out of its session's queue order {list(queue)}")
+            if event.run_id in queue:
+                queue.remove(event.run_id)
         elif queue:
-            self.violation(f"run {event.run} started at once while session {event.session} had a queue")
+            self.violation(f"run {event.run_id} started at once while session {event.session} had a queue")
         active = self.sessions.get(event.session)
         if active is not None:
-            self.violation(f"session {event.session} runs {event.run} while {active} is still active")
+            self.violation(f"session {event.session} runs {event.run_id} while {active} is still active")
         if self.session_status.get(event.session) is not SessionStatus.BUSY:
-            self.violation(f"run {event.run} started but session {event.session} is not busy")
+            self.violation(f"run {event.run_id} started but session {event.session} is not busy")
         key = (event.directory, event.generation)
         if key in self.retired or key in self.closed_instances:
-            self.violation(f"run {event.run} started on {key}, a generation already retired or closed")
+            self.violation(f"run {event.run_id} started on {key}, a generation already retired or closed")
         if self.live.get(event.directory) != event.generation:
             self.violation(
-                f"run {event.run} started on {key}; the live generation is {self.live.get(event.directory)}"
+                f"run {event.run_id} started on {key}; the live generation is {self.live.get(event.directory)}"
             )
         if (event.session, event.directory) != (run.session, run.directory):
-            self.violation(f"run {event.run} started in the wrong session or directory")
+            self.violation(f"run {event.run_id} started in the wrong session or directory")
         run.state = "active"
         self.open_runs[run.id] = run
         run.generation = event.generation
-        self.sessions[event.session] = event.run
-        self.instance_runs.setdefault(key, set()).add(event.run)
+        self.sessions[event.session] = event.run_id
+        self.instance_runs.setdefault(key, set()).add(event.run_id)
 
     def _step(self, event: StepStarted | StepFinished) -> None:
         if isinstance(event, StepStarted):
-            self.last_step[event.run] = event.step
-        run = self.runs.get(event.run)
+            self.last_step[event.run_id] = event.step
+        run = self.runs.get(event.run_id)
         if run is None or run.state != "active":
-            self.violation(f"step event of run {event.run} while it is not active")
+            self.violation(f"step event of run {event.run_id} while it is not active")
 
     def _run_finished(self, event: RunFinished) -> None:
-        run = self.runs.get(event.run)
+        run = self.runs.get(event.run_id)
         if run is None:
-            self.violation(f"run {event.run} finished but was never submitted")
+            self.violation(f"run {event.run_id} finished but was never submitted")
             return
         run.finish_count += 1
         if run.finish_count > 1:
-            self.violation(f"run {event.run} finished {run.finish_count} times")
+            self.violation(f"run {event.run_id} finished {run.finish_count} times")
             return
         was = run.state
         if was not in ("queued", "active"):
-            self.violation(f"run {event.run} finished from state {was}")
+            self.violation(f"run {event.run_id} finished from state {was}")
         run.state = "finished"
         run.finished = event
         self.open_runs.pop(run.id, None)
@@ -464,41 +464,41 @@ class Checker:
         self._check_outcome(run, event, was)
         if was == "queued":
             queue = self.session_queue.get(run.session, deque())
-            if event.run in queue:
-                queue.remove(event.run)
+            if event.run_id in queue:
+                queue.remove(event.run_id)
             if event.generation is not None:
-                self.violation(f"queued run {event.run} finished with generation {event.generation}")
+                self.violation(f"queued run {event.run_id} finished with generation {event.generation}")
             return
         if event.generation != run.generation:
             self.violation(
-                f"run {event.run} finished on generation {event.generation}, started on {run.generation}"
+                f"run {event.run_id} finished on generation {event.generation}, started on {run.generation}"
             )
-        self.instance_runs.get((run.directory, run.generation or 0), set()).discard(event.run)
-        if self.sessions.get(run.session) == event.run:
+        self.instance_runs.get((run.directory, run.generation or 0), set()).discard(event.run_id)
+        if self.sessions.get(run.session) == event.run_id:
             self.sessions[run.session] = None
         else:
-            self.violation(f"run {event.run} finished but was not its session's active run")
+            self.violation(f"run {event.run_id} finished but was not its session's active run")
 
     def _check_outcome(self, run: RunRecord, event: RunFinished, was: str) -> None:
         expected = run.interrupt
         if expected is None and self.shutdown is not None and event.outcome is Outcome.INTERRUPTED:
             expected = self.shutdown  # shutdown reaches every run no interrupt was decided for
         if expected is not None:
-            got = (event.outcome, event.reason, event.origin, event.action)
+            got = (event.outcome, event.reason, event.origin, event.action_id)
             want = (Outcome.INTERRUPTED, expected.reason, expected.origin, expected.action)
             if got != want:
-                self.violation(f"run {event.run} ended {got}; the interrupt decided for it was {want}")
+                self.violation(f"run {event.run_id} ended {got}; the interrupt decided for it was {want}")
             return
         if event.outcome is Outcome.INTERRUPTED:
             self.violation(
-                f"run {event.run} was interrupted ({event.reason}, {event.origin}) but nothing interrupted it"
+                f"run {event.run_id} was interrupted ({event.reason}, {event.origin}) but nothing interrupted it"
             )
         elif event.outcome is Outcome.FAILED and not (run.plan.raises and "raised" in (event.error or "")):
-            self.violation(f"run {event.run} failed ({event.error!r}) although its body did not raise")
+            self.violation(f"run {event.run_id} failed ({event.error!r}) although its body did not raise")
         elif event.outcome is Outcome.COMPLETED and run.plan.raises:
-            self.violation(f"run {event.run} completed although its body raises")
+            self.violation(f"run {event.run_id} completed although its body raises")
         if event.abandoned:
-            self.violation(f"run {event.run} abandoned without an interrupt")
+            self.violation(f"run {event.run_id} abandoned without an interrupt")
 
     def _session_status(self, event: SessionStatusChanged) -> None:
         before = self.session_status.get(event.session)
@@ -512,10 +512,10 @@ class Checker:
     def _lifecycle_requested(self, event: LifecycleRequested) -> None:
         record = self.lifecycle.get(event.tag or "")
         if record is None:
-            self.violation(f"lifecycle action {event.action} requested without a tag of ours ({event.tag})")
+            self.violation(f"lifecycle action {event.action_id} requested without a tag of ours ({event.tag})")
             return
         record.requested += 1
-        record.action_id = event.action
+        record.action_id = event.action_id
         if record.requested > 1:
             self.violation(f"lifecycle request {record.tag} announced {record.requested} times")
         if event.do.value in ("shutdown", "test_teardown"):
@@ -543,7 +543,7 @@ class Checker:
     def _lifecycle_completed(self, event: LifecycleCompleted) -> None:
         record = self.lifecycle.get(event.tag or "")
         if record is None:
-            self.violation(f"lifecycle action {event.action} completed without a tag of ours ({event.tag})")
+            self.violation(f"lifecycle action {event.action_id} completed without a tag of ours ({event.tag})")
             return
         record.completed += 1
         if record.completed > 1:

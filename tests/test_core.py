@@ -146,11 +146,11 @@ class Shell:
                 self.loaded[command.directory] = command.generation
             elif isinstance(command, SpawnRun):
                 key = (command.directory, command.generation)
-                assert command.run not in self.spawned, f"{command.run} spawned twice"
+                assert command.run_id not in self.spawned, f"{command.run_id} spawned twice"
                 assert command.generation == self.loaded[command.directory], "spawned on an old generation"
                 assert key not in self.disposed, "spawned on an instance being disposed"
-                self.spawned[command.run] = command
-                self.pinned.setdefault(key, set()).add(command.run)
+                self.spawned[command.run_id] = command
+                self.pinned.setdefault(key, set()).add(command.run_id)
             elif isinstance(command, DisposeInstance):
                 key = (command.directory, command.generation)
                 assert key not in self.disposed, f"{key} disposed twice"
@@ -167,8 +167,8 @@ class Shell:
             assert event.seq > self.events[-1].seq, "seq must strictly increase"
         self.events.append(event)
         if isinstance(event, RunFinished) and event.generation is not None:
-            run = self.spawned[event.run]
-            self.pinned[(run.directory, run.generation)].discard(event.run)
+            run = self.spawned[event.run_id]
+            self.pinned[(run.directory, run.generation)].discard(event.run_id)
         elif isinstance(event, InstanceClosed):
             left = self.pinned.get((event.directory, event.generation))
             assert not left, f"instance.closed before run.finished of {left}"
@@ -184,11 +184,11 @@ class Shell:
                 and isinstance(c.answer, CloseOutcome)
                 and c.answer.action_id == answer.action_id
             )
-            assert len(self.of(ActionResult, action=answer.action_id)) >= replies, (
+            assert len(self.of(ActionResult, action_id=answer.action_id)) >= replies, (
                 "reply before action.result"
             )
             if answer.completed:
-                assert self.of(LifecycleCompleted, action=answer.action_id), "completed before it said so"
+                assert self.of(LifecycleCompleted, action_id=answer.action_id), "completed before it said so"
 
     # driving the core
 
@@ -202,7 +202,7 @@ class Shell:
         return self.last
 
     def start(self, run: str, session: str | None = None, directory: str = A) -> Answer | None:
-        return self.request(StartRun(run=run, session=session or f"s-{run}", directory=directory))
+        return self.request(StartRun(run_id=run, session=session or f"s-{run}", directory=directory))
 
     def close(
         self,
@@ -215,7 +215,7 @@ class Shell:
         return self.request(CloseRequest(do=do, mode=mode, origin=origin, directories=directories, tag=tag))
 
     def cancel(self, run: str, origin: str = "user", tag: str | None = None) -> Any:
-        return self.request(CancelRun(run=run, origin=origin, tag=tag))
+        return self.request(CancelRun(run_id=run, origin=origin, tag=tag))
 
     def shutdown(
         self,
@@ -227,18 +227,18 @@ class Shell:
         return self.request(Shutdown(reason=reason, origin=origin, grace_ms=grace_ms, tag=tag))
 
     def finish(self, run: str, error: str | None = None) -> list[Command]:
-        return self.report(BodyEnded(run=run, error=error))
+        return self.report(BodyEnded(run_id=run, error=error))
 
     def tool(self, run: str, tool: str = "bash", upto: PartState = PartState.RUNNING) -> None:
         """The body walks a tool part from ``pending`` up to ``upto``."""
         walk = [PartState.PENDING, PartState.PREPARED, PartState.RUNNING, PartState.COMPLETED]
         for state in walk[: walk.index(upto) + 1]:
-            self.report(PartReport(run=run, tool=tool, state=state))
+            self.report(PartReport(run_id=run, tool=tool, state=state))
 
     def ask(self, run: str, *, form: bool = False) -> None:
         """The body's running tool raises a permission ask (or a form) and waits."""
         self.tool(run, tool="question" if form else "bash")
-        self.report(WaitingForUser(run=run, form=form))
+        self.report(WaitingForUser(run_id=run, form=form))
 
     def release(self, error: str | None = None) -> None:
         """The held dispose hooks return (or raise ``error``), oldest first."""
@@ -249,7 +249,7 @@ class Shell:
     def expire(self) -> list[Command]:
         """Shutdown's grace deadline passes."""
         (timer,) = self.commands(StartGraceTimer)
-        return self.report(GraceExpired(action=timer.action))
+        return self.report(GraceExpired(action_id=timer.action_id))
 
     # reading what happened
 
@@ -270,7 +270,7 @@ class Shell:
         return seq
 
     def finished(self, run: str) -> RunFinished:
-        return self.one(RunFinished, run=run)
+        return self.one(RunFinished, run_id=run)
 
     def commands(self, kind: type[E], within: list[Command] | None = None) -> list[E]:
         return [c for c in (self.log if within is None else within) if isinstance(c, kind)]
@@ -291,8 +291,8 @@ class Shell:
 
     def assert_every_action_completed_once(self) -> None:
         """One ``lifecycle.completed`` per accepted lifecycle request (a second shutdown included)."""
-        requested = Counter(e.action for e in self.of(LifecycleRequested))
-        completed = Counter(e.action for e in self.of(LifecycleCompleted))
+        requested = Counter(e.action_id for e in self.of(LifecycleRequested))
+        completed = Counter(e.action_id for e in self.of(LifecycleCompleted))
         assert completed == requested
 
 
@@ -415,7 +415,7 @@ def test_no_maintenance_close_ever_interrupts_a_run(do: CloseAction) -> None:
     assert out.blocking_runs == (("r1",) if one_directory else ("r1", "r2"))
     assert shell.commands(SignalInterrupt) == []
     for state in (PartState.PREPARED, PartState.RUNNING, PartState.COMPLETED):
-        shell.report(PartReport(run="r1", tool="bash", state=state))
+        shell.report(PartReport(run_id="r1", tool="bash", state=state))
     shell.finish("r1")
     shell.finish("r2")
     assert shell.commands(SignalInterrupt) == []
@@ -433,15 +433,15 @@ def test_a_maintenance_dispose_of_a_busy_directory_is_deferred_and_closes_when_i
     out = shell.close(DISPOSE, A)
     assert out.result is CloseResult.DEFERRED and not out.completed
     assert (out.completed_directories, out.pending_directories, out.blocking_runs) == ((), (A,), ("r1", "r2"))
-    deferred = shell.one(LifecycleDeferred, action=out.action_id)
+    deferred = shell.one(LifecycleDeferred, action_id=out.action_id)
     assert (deferred.pending_directories, deferred.blocking_runs) == ((A,), ("r1", "r2"))
 
     shell.finish("r1")
     assert shell.commands(DisposeInstance) == [] and shell.of(LifecycleCompleted) == []
     shell.finish("r2")
     assert shell.commands(DisposeInstance) == [DisposeInstance(A, 1, budget_ms=1000)]
-    assert shell.seq(RunFinished, run="r2") < shell.seq(InstanceClosed, directory=A)
-    assert shell.seq(InstanceClosed, directory=A) < shell.seq(LifecycleCompleted, action=out.action_id)
+    assert shell.seq(RunFinished, run_id="r2") < shell.seq(InstanceClosed, directory=A)
+    assert shell.seq(InstanceClosed, directory=A) < shell.seq(LifecycleCompleted, action_id=out.action_id)
     shell.assert_every_action_completed_once()
 
 
@@ -471,7 +471,7 @@ def test_each_deferred_directory_closes_as_soon_as_its_own_last_run_ends_not_whe
     assert shell.core.action_snapshot(out.action_id).blocking_runs == ("r2",)
     shell.finish("r2")
     assert [e.directory for e in shell.of(InstanceClosed)] == [A, B]
-    assert shell.seq(RunFinished, run="r2") < shell.seq(LifecycleCompleted, action=out.action_id)
+    assert shell.seq(RunFinished, run_id="r2") < shell.seq(LifecycleCompleted, action_id=out.action_id)
     assert shell.core.action_snapshot(out.action_id) is None
     shell.assert_every_action_completed_once()
 
@@ -482,10 +482,10 @@ def test_an_immediate_close_emits_instance_closed_then_lifecycle_then_action_res
     out = shell.close(DISPOSE_ALL)
     token = shell.last_token
     order = [
-        shell.event_position(LifecycleRequested, action=out.action_id),
+        shell.event_position(LifecycleRequested, action_id=out.action_id),
         shell.event_position(InstanceClosed, directory=A),
-        shell.event_position(LifecycleDeferred, action=out.action_id),
-        shell.event_position(ActionResult, action=out.action_id),
+        shell.event_position(LifecycleDeferred, action_id=out.action_id),
+        shell.event_position(ActionResult, action_id=out.action_id),
         shell.reply_position(token),
     ]
     assert order == sorted(order)
@@ -494,8 +494,8 @@ def test_an_immediate_close_emits_instance_closed_then_lifecycle_then_action_res
     done = closing.close(DISPOSE, A)
     order = [
         closing.event_position(InstanceClosed, directory=A),
-        closing.event_position(LifecycleCompleted, action=done.action_id),
-        closing.event_position(ActionResult, action=done.action_id),
+        closing.event_position(LifecycleCompleted, action_id=done.action_id),
+        closing.event_position(ActionResult, action_id=done.action_id),
         closing.reply_position(closing.last_token),
     ]
     assert order == sorted(order)
@@ -582,13 +582,13 @@ def test_a_run_started_in_a_directory_waiting_to_close_gets_a_fresh_generation_a
         RunStarted,
     }
     assert shell.one(InstanceStarted, generation=2).directory == A
-    assert shell.one(RunStarted, run="r2").generation == 2
+    assert shell.one(RunStarted, run_id="r2").generation == 2
     assert shell.spawned["r2"].generation == 2
     assert shell.core.action_snapshot(out.action_id).blocking_runs == ("r1",)
 
     shell.finish("r1")
     assert shell.one(InstanceClosed).generation == 1
-    assert shell.of(LifecycleCompleted, action=out.action_id)
+    assert shell.of(LifecycleCompleted, action_id=out.action_id)
     assert shell.core.run_snapshot("r2").state == RunState.ACTIVE
     shell.finish("r2")
     assert len(shell.of(InstanceClosed)) == 1
@@ -615,9 +615,9 @@ def test_a_queued_run_that_starts_after_a_close_was_asked_is_pinned_to_a_fresh_g
     assert out.blocking_runs == ("r1",)
     shell.finish("r1")
     assert shell.spawned["r2"].generation == 2
-    assert shell.one(RunStarted, run="r2").generation == 2
+    assert shell.one(RunStarted, run_id="r2").generation == 2
     assert shell.one(InstanceClosed).generation == 1
-    assert shell.of(LifecycleCompleted, action=out.action_id)
+    assert shell.of(LifecycleCompleted, action_id=out.action_id)
 
 
 def test_a_maintenance_reload_of_an_idle_directory_loads_the_next_generation_at_once() -> None:
@@ -643,7 +643,7 @@ def test_a_maintenance_reload_of_a_busy_directory_loads_the_next_generation_whil
     assert len(shell.of(InstanceStarted, directory=A)) == 2
     shell.finish("r1")
     assert shell.one(InstanceClosed).generation == 1
-    assert shell.of(LifecycleCompleted, action=out.action_id)
+    assert shell.of(LifecycleCompleted, action_id=out.action_id)
 
 
 def test_a_reload_of_a_directory_with_nothing_loaded_completes_and_loads_it() -> None:
@@ -701,8 +701,8 @@ def test_a_second_maintenance_close_joins_the_pending_close_and_the_instance_clo
     assert len(shell.of(InstanceClosed)) == 1
     closed = shell.seq(InstanceClosed)
     for out in (first, second):
-        assert shell.one(ActionResult, action=out.action_id).result is CloseResult.DEFERRED
-        assert shell.seq(LifecycleCompleted, action=out.action_id) > closed
+        assert shell.one(ActionResult, action_id=out.action_id).result is CloseResult.DEFERRED
+        assert shell.seq(LifecycleCompleted, action_id=out.action_id) > closed
     shell.assert_every_action_completed_once()
 
 
@@ -729,10 +729,10 @@ def test_a_later_close_covers_the_waiting_and_the_fresh_generation_and_each_clos
     second = shell.close(DISPOSE_ALL)
     assert second.blocking_runs == ("r1", "r2")
     shell.finish("r1")
-    assert shell.of(LifecycleCompleted, action=first.action_id)
-    assert not shell.of(LifecycleCompleted, action=second.action_id)
+    assert shell.of(LifecycleCompleted, action_id=first.action_id)
+    assert not shell.of(LifecycleCompleted, action_id=second.action_id)
     shell.finish("r2")
-    assert shell.of(LifecycleCompleted, action=second.action_id)
+    assert shell.of(LifecycleCompleted, action_id=second.action_id)
     assert [e.generation for e in shell.of(InstanceClosed)] == [1, 2]
 
 
@@ -754,7 +754,7 @@ def test_a_user_confirmed_interrupt_interrupts_every_active_run_with_lifecycle_i
     shell.finish("r1")
     shell.finish("r2")
     r1 = shell.finished("r1")
-    assert (r1.outcome, r1.reason, r1.origin, r1.action, r1.phase, r1.generation) == (
+    assert (r1.outcome, r1.reason, r1.origin, r1.action_id, r1.phase, r1.generation) == (
         Outcome.INTERRUPTED,
         InterruptReason.LIFECYCLE_INTERRUPT,
         "settings.provider.connect.confirmed",
@@ -764,7 +764,7 @@ def test_a_user_confirmed_interrupt_interrupts_every_active_run_with_lifecycle_i
     )
     assert [(p.state, p.tool_started) for p in r1.parts] == [(PartState.INTERRUPTED, False)]
     assert shell.finished("r2").phase is None
-    assert shell.of(LifecycleCompleted, action=out.action_id)
+    assert shell.of(LifecycleCompleted, action_id=out.action_id)
     shell.assert_every_action_completed_once()
 
 
@@ -777,7 +777,7 @@ def test_an_interrupted_runs_run_finished_comes_before_its_instances_instance_cl
     shell.finish("r1")
     assert shell.commands(DisposeInstance, within=shell.last) == [DisposeInstance(A, 1, budget_ms=1000)]
     shell.release()
-    assert shell.seq(RunFinished, run="r1") < shell.seq(InstanceClosed) < shell.seq(LifecycleCompleted)
+    assert shell.seq(RunFinished, run_id="r1") < shell.seq(InstanceClosed) < shell.seq(LifecycleCompleted)
 
 
 def test_a_user_confirmed_interrupt_takes_over_a_pending_maintenance_close() -> None:
@@ -790,16 +790,16 @@ def test_a_user_confirmed_interrupt_takes_over_a_pending_maintenance_close() -> 
     assert shell.commands(SignalInterrupt) == [SignalInterrupt("r1", InterruptReason.LIFECYCLE_INTERRUPT)]
     shell.finish("r1")
     r1 = shell.finished("r1")
-    assert (r1.origin, r1.action, r1.phase) == (
+    assert (r1.origin, r1.action_id, r1.phase) == (
         "project.close.confirmed",
         confirmed.action_id,
         Phase.PREPARED,
     )
     assert len(shell.of(InstanceClosed)) == 1
     for out in (pending, confirmed):
-        assert shell.seq(LifecycleCompleted, action=out.action_id) > r1.seq
-    assert shell.one(ActionResult, action=pending.action_id).result is CloseResult.DEFERRED
-    assert shell.one(LifecycleCompleted, action=pending.action_id).superseded_by is None
+        assert shell.seq(LifecycleCompleted, action_id=out.action_id) > r1.seq
+    assert shell.one(ActionResult, action_id=pending.action_id).result is CloseResult.DEFERRED
+    assert shell.one(LifecycleCompleted, action_id=pending.action_id).superseded_by is None
     shell.assert_every_action_completed_once()
 
 
@@ -818,7 +818,7 @@ def test_a_user_confirmed_interrupt_reaches_the_runs_of_every_generation_of_its_
     shell.start("r2", directory=A)
     out = shell.close(DISPOSE, A, mode=CONFIRMED)
     assert out.interrupted_runs == ("r1", "r2")
-    assert {c.run for c in shell.commands(SignalInterrupt)} == {"r1", "r2"}
+    assert {c.run_id for c in shell.commands(SignalInterrupt)} == {"r1", "r2"}
     shell.finish("r2")
     shell.finish("r1")
     assert shell.core.live_instances() == ()
@@ -847,8 +847,8 @@ def test_a_run_already_being_cancelled_keeps_its_reason_when_a_confirmed_close_c
     assert out.interrupted_runs == () and out.blocking_runs == ("r1",)
     assert len(shell.commands(SignalInterrupt)) == 1
     shell.finish("r1")
-    assert (shell.finished("r1").reason, shell.finished("r1").action) == (InterruptReason.USER_CANCEL, "c1")
-    assert shell.of(LifecycleCompleted, action=out.action_id)
+    assert (shell.finished("r1").reason, shell.finished("r1").action_id) == (InterruptReason.USER_CANCEL, "c1")
+    assert shell.of(LifecycleCompleted, action_id=out.action_id)
 
 
 # --- user cancel -----------------------------------------------------------------------------------
@@ -866,7 +866,7 @@ def test_a_user_cancel_interrupts_the_run_at_once_with_user_cancel() -> None:
     assert shell.core.run_snapshot("r1").state == RunState.INTERRUPTING
     shell.finish("r1")
     r1 = shell.finished("r1")
-    assert (r1.outcome, r1.reason, r1.origin, r1.action, r1.phase) == (
+    assert (r1.outcome, r1.reason, r1.origin, r1.action_id, r1.phase) == (
         Outcome.INTERRUPTED,
         InterruptReason.USER_CANCEL,
         "user",
@@ -886,8 +886,8 @@ def test_a_user_cancel_while_a_close_is_pending_acts_at_once_and_the_close_compl
     assert not shell.of(LifecycleCompleted)
     shell.finish("r1")
     assert shell.finished("r1").phase is Phase.RUNNING
-    assert shell.seq(RunFinished, run="r1") < shell.seq(LifecycleCompleted, action=close.action_id)
-    assert shell.one(ActionResult, action=close.action_id).result is CloseResult.DEFERRED
+    assert shell.seq(RunFinished, run_id="r1") < shell.seq(LifecycleCompleted, action_id=close.action_id)
+    assert shell.one(ActionResult, action_id=close.action_id).result is CloseResult.DEFERRED
 
 
 def test_a_cancel_of_a_finished_run_is_rejected_and_never_reaches_the_next_run_of_its_session() -> None:
@@ -912,7 +912,7 @@ def test_a_cancel_of_a_queued_run_ends_it_interrupted_without_starting_it() -> N
     out = shell.cancel("r2", tag="c1")
     assert out.result is CloseResult.OK
     r2 = shell.finished("r2")
-    assert (r2.outcome, r2.reason, r2.origin, r2.action, r2.generation, r2.phase, r2.parts) == (
+    assert (r2.outcome, r2.reason, r2.origin, r2.action_id, r2.generation, r2.phase, r2.parts) == (
         Outcome.INTERRUPTED,
         InterruptReason.USER_CANCEL,
         "user",
@@ -925,7 +925,7 @@ def test_a_cancel_of_a_queued_run_ends_it_interrupted_without_starting_it() -> N
     assert shell.commands(ReleaseRun) == [ReleaseRun("r2")]  # its idle actor may go
     assert shell.core.session_snapshot("s1").status is SessionStatus.BUSY
     shell.finish("r1")
-    assert "r2" not in shell.spawned and shell.of(RunStarted, run="r2") == []
+    assert "r2" not in shell.spawned and shell.of(RunStarted, run_id="r2") == []
     assert shell.finished("r1").outcome is Outcome.COMPLETED
     assert shell.core.session_snapshot("s1").status is SessionStatus.IDLE
 
@@ -944,12 +944,12 @@ def test_a_second_interrupt_of_the_same_run_keeps_the_first_reason() -> None:
     shell.cancel("r1", tag="c1")
     again = shell.cancel("r1", tag="c2", origin="keyboard")
     assert again.result is CloseResult.REJECTED and again.code is RejectCode.ALREADY_INTERRUPTING
-    late_reply = shell.request(ReplyPermission(run="r1", approve=False, tag="p1"))
+    late_reply = shell.request(ReplyPermission(run_id="r1", approve=False, tag="p1"))
     assert late_reply.code is RejectCode.NOTHING_PENDING
     assert len(shell.commands(SignalInterrupt)) == 1
     shell.finish("r1")
     r1 = shell.finished("r1")
-    assert (r1.reason, r1.origin, r1.action) == (InterruptReason.USER_CANCEL, "user", "c1")
+    assert (r1.reason, r1.origin, r1.action_id) == (InterruptReason.USER_CANCEL, "user", "c1")
 
 
 def test_an_interrupted_run_ends_interrupted_even_when_its_body_raises() -> None:
@@ -969,7 +969,7 @@ def test_a_permission_rejected_without_a_message_interrupts_the_run_with_origin_
     shell = Shell(A)
     shell.start("r1")
     shell.ask("r1")
-    out = shell.request(ReplyPermission(run="r1", approve=False))
+    out = shell.request(ReplyPermission(run_id="r1", approve=False))
     assert out.result is CloseResult.OK
     assert shell.commands(SignalInterrupt) == [SignalInterrupt("r1", InterruptReason.PERMISSION_REJECTED)]
     assert shell.commands(DeliverAnswer) == []
@@ -988,14 +988,14 @@ def test_a_permission_rejected_with_a_message_turns_the_open_part_to_error_and_t
     shell = Shell(A)
     shell.start("r1")
     shell.ask("r1")
-    out = shell.request(ReplyPermission(run="r1", approve=False, message="use rg instead"))
+    out = shell.request(ReplyPermission(run_id="r1", approve=False, message="use rg instead"))
     assert out.result is CloseResult.OK
     assert shell.commands(DeliverAnswer) == [DeliverAnswer("r1", approved=False, message="use rg instead")]
     assert shell.commands(SignalInterrupt) == []
     (part,) = shell.core.run_snapshot("r1").parts
     assert (part.state, part.message) == (PartState.ERROR, "use rg instead")
-    shell.report(PartReport(run="r1", tool="bash", state=PartState.COMPLETED))  # the call ends: stays error
-    shell.report(StepReport(run="r1", step="model", kind=StepKind.MODEL, finished=False))
+    shell.report(PartReport(run_id="r1", tool="bash", state=PartState.COMPLETED))  # the call ends: stays error
+    shell.report(StepReport(run_id="r1", step="model", kind=StepKind.MODEL, finished=False))
     shell.finish("r1")
     r1 = shell.finished("r1")
     assert r1.outcome is Outcome.COMPLETED and r1.reason is None
@@ -1008,9 +1008,9 @@ def test_an_approved_permission_is_delivered_to_the_body_and_the_run_completes()
     shell = Shell(A)
     shell.start("r1")
     shell.ask("r1")
-    assert shell.request(ReplyPermission(run="r1", approve=True)).result is CloseResult.OK
+    assert shell.request(ReplyPermission(run_id="r1", approve=True)).result is CloseResult.OK
     assert shell.commands(DeliverAnswer) == [DeliverAnswer("r1", approved=True)]
-    shell.report(PartReport(run="r1", tool="bash", state=PartState.COMPLETED))
+    shell.report(PartReport(run_id="r1", tool="bash", state=PartState.COMPLETED))
     shell.finish("r1")
     assert shell.finished("r1").outcome is Outcome.COMPLETED
     assert _states(shell, "r1") == [PartState.COMPLETED]
@@ -1019,12 +1019,12 @@ def test_an_approved_permission_is_delivered_to_the_body_and_the_run_completes()
 @pytest.mark.parametrize(
     ("waiting", "req"),
     [
-        (None, ReplyPermission(run="r1", approve=True)),
-        (None, AnswerForm(run="r1", answer="yes")),
-        (None, DismissForm(run="r1")),
-        ("form", ReplyPermission(run="r1", approve=False)),
-        ("permission", AnswerForm(run="r1", answer="yes")),
-        ("permission", DismissForm(run="r1")),
+        (None, ReplyPermission(run_id="r1", approve=True)),
+        (None, AnswerForm(run_id="r1", answer="yes")),
+        (None, DismissForm(run_id="r1")),
+        ("form", ReplyPermission(run_id="r1", approve=False)),
+        ("permission", AnswerForm(run_id="r1", answer="yes")),
+        ("permission", DismissForm(run_id="r1")),
     ],
     ids=[
         "reply-no-ask",
@@ -1051,18 +1051,18 @@ def test_a_second_answer_to_the_same_ask_finds_nothing_pending() -> None:
     shell = Shell(A)
     shell.start("r1")
     shell.ask("r1")
-    shell.request(ReplyPermission(run="r1", approve=True))
-    assert shell.request(ReplyPermission(run="r1", approve=False)).code is RejectCode.NOTHING_PENDING
-    assert shell.request(ReplyPermission(run="ghost", approve=True)).code is RejectCode.UNKNOWN_RUN
+    shell.request(ReplyPermission(run_id="r1", approve=True))
+    assert shell.request(ReplyPermission(run_id="r1", approve=False)).code is RejectCode.NOTHING_PENDING
+    assert shell.request(ReplyPermission(run_id="ghost", approve=True)).code is RejectCode.UNKNOWN_RUN
 
 
 def test_an_answered_form_is_delivered_to_the_body_and_the_run_completes() -> None:
     shell = Shell(A)
     shell.start("r1")
     shell.ask("r1", form=True)
-    assert shell.request(AnswerForm(run="r1", answer="blue")).result is CloseResult.OK
+    assert shell.request(AnswerForm(run_id="r1", answer="blue")).result is CloseResult.OK
     assert shell.commands(DeliverAnswer) == [DeliverAnswer("r1", approved=True, answer="blue")]
-    shell.report(PartReport(run="r1", tool="question", state=PartState.COMPLETED))
+    shell.report(PartReport(run_id="r1", tool="question", state=PartState.COMPLETED))
     shell.finish("r1")
     assert shell.finished("r1").outcome is Outcome.COMPLETED
 
@@ -1071,7 +1071,7 @@ def test_a_dismissed_form_interrupts_the_run_with_form_dismissed_and_origin_form
     shell = Shell(A)
     shell.start("r1")
     shell.ask("r1", form=True)
-    assert shell.request(DismissForm(run="r1")).result is CloseResult.OK
+    assert shell.request(DismissForm(run_id="r1")).result is CloseResult.OK
     assert shell.commands(SignalInterrupt) == [SignalInterrupt("r1", InterruptReason.FORM_DISMISSED)]
     shell.finish("r1")
     r1 = shell.finished("r1")
@@ -1081,9 +1081,9 @@ def test_a_dismissed_form_interrupts_the_run_with_form_dismissed_and_origin_form
 @pytest.mark.parametrize(
     ("form", "req", "reason"),
     [
-        (False, CancelRun(run="r1", tag="ui-42"), InterruptReason.USER_CANCEL),
-        (False, ReplyPermission(run="r1", approve=False, tag="ui-42"), InterruptReason.PERMISSION_REJECTED),
-        (True, DismissForm(run="r1", tag="ui-42"), InterruptReason.FORM_DISMISSED),
+        (False, CancelRun(run_id="r1", tag="ui-42"), InterruptReason.USER_CANCEL),
+        (False, ReplyPermission(run_id="r1", approve=False, tag="ui-42"), InterruptReason.PERMISSION_REJECTED),
+        (True, DismissForm(run_id="r1", tag="ui-42"), InterruptReason.FORM_DISMISSED),
     ],
     ids=["cancel", "reject", "dismiss"],
 )
@@ -1095,7 +1095,7 @@ def test_the_tag_of_a_request_that_interrupts_becomes_the_action_of_run_finished
     shell.ask("r1", form=form)
     shell.request(req)
     shell.finish("r1")
-    assert (shell.finished("r1").reason, shell.finished("r1").action) == (reason, "ui-42")
+    assert (shell.finished("r1").reason, shell.finished("r1").action_id) == (reason, "ui-42")
 
 
 # --- tool parts -------------------------------------------------------------------------------------
@@ -1120,7 +1120,7 @@ def test_the_phase_of_an_interruption_is_that_of_the_open_tool_part(
     if upto is not None:
         shell.tool("r1", upto=upto)
     shell.cancel("r1")
-    shell.report(PartReport(run="r1", tool="bash", state=PartState.COMPLETED))  # too late: ignored
+    shell.report(PartReport(run_id="r1", tool="bash", state=PartState.COMPLETED))  # too late: ignored
     shell.finish("r1")
     assert shell.finished("r1").phase is phase
     if upto not in (None, PartState.COMPLETED):
@@ -1148,7 +1148,7 @@ def test_a_body_failure_ends_the_run_failed_with_its_error_and_unfinished_parts_
     shell.tool("r1", upto=PartState.RUNNING)
     shell.finish("r1", error="disk full")
     r1 = shell.finished("r1")
-    assert (r1.outcome, r1.error, r1.reason, r1.origin, r1.action, r1.phase) == (
+    assert (r1.outcome, r1.error, r1.reason, r1.origin, r1.action_id, r1.phase) == (
         Outcome.FAILED,
         "disk full",
         None,
@@ -1164,7 +1164,7 @@ def test_a_tool_that_fails_on_its_own_leaves_its_part_in_error_and_the_run_may_c
     shell = Shell(A)
     shell.start("r1")
     shell.tool("r1", upto=PartState.RUNNING)
-    shell.report(PartReport(run="r1", tool="bash", state=PartState.ERROR, message="exit status 1"))
+    shell.report(PartReport(run_id="r1", tool="bash", state=PartState.ERROR, message="exit status 1"))
     shell.finish("r1")
     r1 = shell.finished("r1")
     assert r1.outcome is Outcome.COMPLETED
@@ -1178,7 +1178,7 @@ def test_tool_started_is_set_only_once_the_tool_is_running() -> None:
     shell.start("r1")
     shell.tool("r1", upto=PartState.PREPARED)
     assert shell.core.run_snapshot("r1").parts[0].tool_started is False
-    shell.report(PartReport(run="r1", tool="bash", state=PartState.RUNNING))
+    shell.report(PartReport(run_id="r1", tool="bash", state=PartState.RUNNING))
     assert shell.core.run_snapshot("r1").parts[0].tool_started is True
 
 
@@ -1200,10 +1200,10 @@ def test_run_finished_carries_the_generation_and_the_parts_in_order() -> None:
 def test_part_reports_out_of_order_are_ignored_and_counted() -> None:
     shell = Shell(A)
     shell.start("r1")
-    shell.report(PartReport(run="r1", tool="bash", state=PartState.RUNNING))  # no part yet
-    shell.report(PartReport(run="r1", tool="bash", state=PartState.PENDING))
-    shell.report(PartReport(run="r1", tool="bash", state=PartState.RUNNING))  # skipped prepared
-    shell.report(StepReport(run="ghost", step="model", kind=StepKind.MODEL, finished=False))
+    shell.report(PartReport(run_id="r1", tool="bash", state=PartState.RUNNING))  # no part yet
+    shell.report(PartReport(run_id="r1", tool="bash", state=PartState.PENDING))
+    shell.report(PartReport(run_id="r1", tool="bash", state=PartState.RUNNING))  # skipped prepared
+    shell.report(StepReport(run_id="ghost", step="model", kind=StepKind.MODEL, finished=False))
     assert shell.core.statistics().reports_ignored == 3
     assert shell.core.run_snapshot("r1").parts[0].state is PartState.PENDING
 
@@ -1211,11 +1211,11 @@ def test_part_reports_out_of_order_are_ignored_and_counted() -> None:
 def test_step_reports_become_step_events_while_the_run_is_active() -> None:
     shell = Shell(A)
     shell.start("r1")
-    shell.report(StepReport(run="r1", step="gen", kind=StepKind.TOOL_INPUT, finished=False))
-    shell.report(StepReport(run="r1", step="gen", kind=StepKind.TOOL_INPUT, finished=True))
+    shell.report(StepReport(run_id="r1", step="gen", kind=StepKind.TOOL_INPUT, finished=False))
+    shell.report(StepReport(run_id="r1", step="gen", kind=StepKind.TOOL_INPUT, finished=True))
     assert shell.one(StepStarted).step == "gen" and shell.one(StepFinished).kind is StepKind.TOOL_INPUT
     shell.cancel("r1")
-    shell.report(StepReport(run="r1", step="model", kind=StepKind.MODEL, finished=False))
+    shell.report(StepReport(run_id="r1", step="model", kind=StepKind.MODEL, finished=False))
     assert len(shell.of(StepStarted)) == 1
 
 
@@ -1277,16 +1277,16 @@ def test_a_session_has_one_active_run_and_starts_queued_runs_first_in_first_out(
     shell = Shell(A)
     for run in ("r1", "r2", "r3"):
         shell.start(run, session="s1")
-    assert [e.run for e in shell.of(RunQueued, session="s1")] == ["r2", "r3"]
+    assert [e.run_id for e in shell.of(RunQueued, session="s1")] == ["r2", "r3"]
     assert list(shell.spawned) == ["r1"]
     snapshot = shell.core.session_snapshot("s1")
     assert (snapshot.active, snapshot.queued) == ("r1", ("r2", "r3"))
     shell.finish("r1")
     assert list(shell.spawned) == ["r1", "r2"]
-    assert shell.seq(RunFinished, run="r1") < shell.seq(RunStarted, run="r2")
+    assert shell.seq(RunFinished, run_id="r1") < shell.seq(RunStarted, run_id="r2")
     shell.finish("r2")
     shell.finish("r3")
-    assert [e.run for e in shell.of(RunStarted)] == ["r1", "r2", "r3"]
+    assert [e.run_id for e in shell.of(RunStarted)] == ["r1", "r2", "r3"]
 
 
 def test_session_status_is_busy_once_and_idle_only_when_nothing_is_left_to_run() -> None:
@@ -1311,9 +1311,9 @@ def test_a_session_is_idle_after_any_outcome(ending: str) -> None:
     if ending == "cancelled":
         shell.cancel("r1")
     elif ending == "rejected":
-        shell.request(ReplyPermission(run="r1", approve=False))
+        shell.request(ReplyPermission(run_id="r1", approve=False))
     elif ending == "dismissed":
-        shell.request(DismissForm(run="r1"))
+        shell.request(DismissForm(run_id="r1"))
     elif ending == "confirmed":
         shell.close(DISPOSE, A, mode=CONFIRMED)
     shell.finish("r1", error="boom" if ending == "failed" else None)
@@ -1336,10 +1336,10 @@ def test_shutdown_ends_queued_runs_without_starting_them_and_interrupts_the_acti
     out = shell.shutdown(reason=reason, origin="app.quit", grace_ms=500, tag="bye")
     assert out.result is CloseResult.FORCED and out.interrupted_runs == ("r1", "r3")
     assert shell.one(LifecycleRequested).do.value == reason.value
-    assert StartGraceTimer(action=out.action_id, grace_ms=500) in shell.last
+    assert StartGraceTimer(action_id=out.action_id, grace_ms=500) in shell.last
     assert shell.commands(SignalInterrupt) == [SignalInterrupt("r1", reason), SignalInterrupt("r3", reason)]
     r2 = shell.finished("r2")
-    assert (r2.outcome, r2.reason, r2.origin, r2.action, r2.generation) == (
+    assert (r2.outcome, r2.reason, r2.origin, r2.action_id, r2.generation) == (
         Outcome.INTERRUPTED,
         reason,
         "app.quit",
@@ -1352,7 +1352,7 @@ def test_shutdown_ends_queued_runs_without_starting_them_and_interrupts_the_acti
     assert shell.finished("r1").reason is reason and shell.finished("r3").reason is reason
     assert shell.core.closed
     (done,) = shell.commands(ShutdownComplete)
-    assert done.action == out.action_id and done.outcome.completed
+    assert done.action_id == out.action_id and done.outcome.completed
     assert shell.one(LifecycleCompleted).tag == "bye"
     assert shell.core.session_snapshot("s1").status is SessionStatus.IDLE
     shell.assert_every_action_completed_once()
@@ -1371,10 +1371,10 @@ def test_shutdown_completes_pending_closes_as_superseded_by_it() -> None:
     shell.finish("r1")
     shell.finish("r2")
     for close in (pending, confirmed):
-        assert shell.one(LifecycleCompleted, action=close.action_id).superseded_by == out.action_id
-    assert shell.one(ActionResult, action=pending.action_id).result is CloseResult.DEFERRED
+        assert shell.one(LifecycleCompleted, action_id=close.action_id).superseded_by == out.action_id
+    assert shell.one(ActionResult, action_id=pending.action_id).result is CloseResult.DEFERRED
     assert shell.finished("r2").reason is InterruptReason.LIFECYCLE_INTERRUPT
-    assert shell.one(LifecycleCompleted, action=out.action_id).superseded_by is None
+    assert shell.one(LifecycleCompleted, action_id=out.action_id).superseded_by is None
     assert len(shell.commands(ShutdownComplete)) == 1
     shell.assert_every_action_completed_once()
 
@@ -1401,7 +1401,7 @@ def test_at_the_grace_deadline_bodies_that_never_ended_are_abandoned() -> None:
     assert r1.seq < shell.seq(InstanceClosed, directory=A)
     assert DisposeInstance(A, 1, budget_ms=0, report=False) in shell.last
     assert shell.one(InstanceClosed, directory=A).error
-    completed = shell.one(LifecycleCompleted, action=out.action_id)
+    completed = shell.one(LifecycleCompleted, action_id=out.action_id)
     assert completed.abandoned_runs == ("r1",) and completed.tag == "quit"
     (done,) = shell.commands(ShutdownComplete)
     assert done.outcome.abandoned_runs == ("r1",)
@@ -1436,7 +1436,7 @@ def test_a_grace_expired_for_another_action_is_ignored() -> None:
     shell = Shell(A)
     shell.start("r1")
     shell.shutdown()
-    assert shell.report(GraceExpired(action="lc-999")) == []
+    assert shell.report(GraceExpired(action_id="lc-999")) == []
     assert shell.core.run_snapshot("r1").state == RunState.INTERRUPTING
     assert shell.core.statistics().reports_ignored == 1
 
@@ -1449,17 +1449,17 @@ def test_a_run_already_being_cancelled_at_shutdown_keeps_user_cancel() -> None:
     assert out.interrupted_runs == () and len(shell.commands(SignalInterrupt)) == 1
     shell.expire()
     r1 = shell.finished("r1")
-    assert (r1.reason, r1.action, r1.abandoned) == (InterruptReason.USER_CANCEL, "c1", True)
+    assert (r1.reason, r1.action_id, r1.abandoned) == (InterruptReason.USER_CANCEL, "c1", True)
 
 
 REQUESTS_AFTER_SHUTDOWN: list[Request] = [
-    StartRun(run="r9", session="s9", directory=A),
-    CancelRun(run="r1"),
+    StartRun(run_id="r9", session="s9", directory=A),
+    CancelRun(run_id="r1"),
     CloseRequest(do=DISPOSE, mode=MAINTENANCE, origin="x", directories=(A,)),
     CloseRequest(do=DISPOSE_ALL, mode=CONFIRMED, origin="x"),
-    ReplyPermission(run="r1", approve=True),
-    AnswerForm(run="r1", answer="a"),
-    DismissForm(run="r1"),
+    ReplyPermission(run_id="r1", approve=True),
+    AnswerForm(run_id="r1", answer="a"),
+    DismissForm(run_id="r1"),
 ]
 
 
@@ -1487,11 +1487,11 @@ def test_a_second_shutdown_during_the_first_gets_its_result_and_its_own_lifecycl
     first = shell.shutdown(tag="first")
     second = shell.shutdown(reason=InterruptReason.TEST_TEARDOWN, origin="pytest", tag="second")
     assert (second.result, second.action_id) == (first.result, first.action_id)
-    assert [e.tag for e in shell.of(LifecycleRequested, action=first.action_id)] == ["first", "second"]
-    assert [e.tag for e in shell.of(ActionResult, action=first.action_id)] == ["first", "second"]
+    assert [e.tag for e in shell.of(LifecycleRequested, action_id=first.action_id)] == ["first", "second"]
+    assert [e.tag for e in shell.of(ActionResult, action_id=first.action_id)] == ["first", "second"]
     assert len(shell.commands(SignalInterrupt)) == 1 and len(shell.commands(StartGraceTimer)) == 1
     shell.finish("r1")
-    assert [e.tag for e in shell.of(LifecycleCompleted, action=first.action_id)] == ["first", "second"]
+    assert [e.tag for e in shell.of(LifecycleCompleted, action_id=first.action_id)] == ["first", "second"]
     assert len(shell.commands(ShutdownComplete)) == 1
     shell.assert_every_action_completed_once()
 
@@ -1504,7 +1504,7 @@ def test_a_second_shutdown_after_the_first_ended_gets_its_result_and_its_own_lif
     second = shell.shutdown(tag="second")
     assert (second.result, second.action_id, second.completed) == (CloseResult.FORCED, first.action_id, True)
     assert second.abandoned_runs == ("r1",)
-    assert shell.one(LifecycleCompleted, tag="second").action == first.action_id
+    assert shell.one(LifecycleCompleted, tag="second").action_id == first.action_id
     assert shell.one(ActionResult, tag="second").result is CloseResult.FORCED
     assert len(shell.commands(ShutdownComplete)) == 1
     shell.assert_every_action_completed_once()
@@ -1562,8 +1562,8 @@ def test_late_reports_after_shutdown_are_ignored_and_counted() -> None:
     ignored = shell.core.statistics().reports_ignored
     assert shell.finish("r1") == []
     assert shell.report(DisposeDone(A, 1)) == []
-    assert shell.report(StepReport(run="r1", step="model", kind=StepKind.MODEL, finished=True)) == []
-    assert shell.report(GraceExpired(action=shell.commands(StartGraceTimer)[0].action)) == []
+    assert shell.report(StepReport(run_id="r1", step="model", kind=StepKind.MODEL, finished=True)) == []
+    assert shell.report(GraceExpired(action_id=shell.commands(StartGraceTimer)[0].action_id)) == []
     assert shell.core.statistics().reports_ignored == ignored + 4
     assert len(shell.of(RunFinished)) == 1
 
@@ -1574,9 +1574,9 @@ def test_late_reports_after_shutdown_are_ignored_and_counted() -> None:
 @pytest.mark.parametrize(
     "req",
     [
-        StartRun(run="", session="s1", directory=A),
-        StartRun(run="r1", session="", directory=A),
-        StartRun(run="r1", session="s1", directory=""),
+        StartRun(run_id="", session="s1", directory=A),
+        StartRun(run_id="r1", session="", directory=A),
+        StartRun(run_id="r1", session="s1", directory=""),
     ],
     ids=["run", "session", "directory"],
 )
@@ -1655,7 +1655,7 @@ def _busy_story() -> Shell:
     shell.start("r2", session="s1", directory=A)
     shell.start("r3", session="s3", directory=B)
     shell.tool("r1", upto=PartState.PREPARED)
-    shell.report(StepReport(run="r1", step="gen", kind=StepKind.TOOL_INPUT, finished=False))
+    shell.report(StepReport(run_id="r1", step="gen", kind=StepKind.TOOL_INPUT, finished=False))
     shell.close(DISPOSE_ALL, origin="settings.provider.connect", tag="ui-1")
     shell.close(RELOAD, B, mode=CONFIRMED)
     shell.finish("r3")
@@ -1719,14 +1719,14 @@ def test_statistics_match_the_situation() -> None:
 # --- the codec --------------------------------------------------------------------------------------
 
 EVERY_REQUEST: list[Request] = [
-    StartRun(run="r1", session="s1", directory=A, tag="t"),
-    CancelRun(run="r1", origin="keyboard"),
+    StartRun(run_id="r1", session="s1", directory=A, tag="t"),
+    CancelRun(run_id="r1", origin="keyboard"),
     CloseRequest(do=RELOAD, mode=CONFIRMED, origin="project.close", directories=(A,), tag="ui-7"),
     CloseRequest(do=INVALIDATE, mode=MAINTENANCE, origin="config.update"),
     Shutdown(reason=InterruptReason.TEST_TEARDOWN, origin="pytest", grace_ms=250),
-    ReplyPermission(run="r1", approve=False, message="no"),
-    AnswerForm(run="r1", answer="blue"),
-    DismissForm(run="r1", tag="x"),
+    ReplyPermission(run_id="r1", approve=False, message="no"),
+    AnswerForm(run_id="r1", answer="blue"),
+    DismissForm(run_id="r1", tag="x"),
 ]
 
 
@@ -1743,7 +1743,7 @@ def test_the_codec_covers_every_request_type() -> None:
 def test_a_json_request_is_tagged_by_type_and_its_defaults_may_be_left_out() -> None:
     assert b'"type":"close"' in encode(EVERY_REQUEST[2])
     assert decode_request('{"type":"shutdown"}') == Shutdown()
-    assert decode_request(b'{"type":"cancel","run":"r1"}') == CancelRun(run="r1", origin="user")
+    assert decode_request(b'{"type":"cancel","run_id":"r1"}') == CancelRun(run_id="r1", origin="user")
 
 
 @pytest.mark.parametrize("fmt", ["json", "msgpack"])
@@ -1759,11 +1759,11 @@ GARBAGE_JSON = [
     b"[1, 2]",
     b"{}",
     b'{"type": "explode"}',
-    b'{"type": "start_run", "run": "r1"}',
+    b'{"type": "start_run", "run_id": "r1"}',
     b'{"type": "close", "do": "explode", "mode": "maintenance", "origin": "x"}',
     b'{"type": "close", "do": "dispose", "mode": "gently", "origin": "x"}',
     b'{"type": "shutdown", "grace_ms": "soon"}',
-    b'{"type": "reply_permission", "run": "r1", "approve": "yes"}',
+    b'{"type": "reply_permission", "run_id": "r1", "approve": "yes"}',
 ]
 
 
@@ -1828,7 +1828,7 @@ def test_a_maintenance_close_of_one_directory_among_a_thousand_runs_emits_comman
     touched: list[Command] = []
     for run in sorted(mine):
         touched += shell.finish(run)
-    assert {c.run for c in touched if isinstance(c, ReleaseRun)} == mine
+    assert {c.run_id for c in touched if isinstance(c, ReleaseRun)} == mine
     assert {(c.directory, c.generation) for c in shell.commands(DisposeInstance)} == {(target, 1)}
     assert [e.directory for e in shell.of(InstanceClosed)] == [target]
     assert shell.core.statistics().runs_active == 990
@@ -1840,7 +1840,7 @@ def test_a_confirmed_close_of_one_directory_among_a_thousand_runs_interrupts_onl
     out = shell.close(DISPOSE, names[42], mode=CONFIRMED)
     mine = tuple(f"r-042-{k}" for k in range(10))
     assert out.interrupted_runs == mine
-    assert [c.run for c in shell.commands(SignalInterrupt, within=shell.last)] == list(mine)
+    assert [c.run_id for c in shell.commands(SignalInterrupt, within=shell.last)] == list(mine)
     assert len(shell.last) == 10 + 3  # lifecycle.requested, the interrupts, action.result, the reply
     assert shell.core.statistics().runs_active == 1000
     assert all(shell.core.run_snapshot(f"r-041-{k}").state == RunState.ACTIVE for k in range(10))

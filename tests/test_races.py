@@ -70,8 +70,8 @@ def fresh() -> Iterator[Callable[[], tuple[Supervisor, EventLog]]]:
 
 
 def finished_once(events: EventLog, run: str) -> RunFinished:
-    event = events.wait_for("run.finished", run=run, timeout=2)
-    assert len(events.of("run.finished", run=run)) == 1
+    event = events.wait_for("run.finished", run_id=run, timeout=2)
+    assert len(events.of("run.finished", run_id=run)) == 1
     assert isinstance(event, RunFinished)
     return event
 
@@ -86,7 +86,7 @@ def test_a_close_requested_in_the_instant_a_run_starts_never_strands_the_run(
         lambda: sup.start_run(gated(gate), session="s1", directory="/w/a", run_id="r1"),
         lambda: sup.close("dispose", mode="maintenance", origin="config", directory="/w/a"),
     )
-    started = events.wait_for("run.started", run="r1")
+    started = events.wait_for("run.started", run_id="r1")
     if close.blocking_runs == ("r1",):  # the run started first: the close waits for it
         assert close.result is CloseResult.DEFERRED and started.generation == 1  # type: ignore[union-attr]
     else:  # the close came first: the run got a fresh generation and does not delay the close
@@ -94,8 +94,8 @@ def test_a_close_requested_in_the_instant_a_run_starts_never_strands_the_run(
         assert started.generation == 2  # type: ignore[union-attr]
     gate.open()
     assert run.wait(2).outcome is Outcome.COMPLETED
-    events.wait_for("lifecycle.completed", action=close.action_id)
-    assert len(events.of("lifecycle.completed", action=close.action_id)) == 1
+    events.wait_for("lifecycle.completed", action_id=close.action_id)
+    assert len(events.of("lifecycle.completed", action_id=close.action_id)) == 1
 
 
 @pytest.mark.parametrize("attempt", range(REPEATS))
@@ -105,7 +105,7 @@ def test_a_cancel_racing_the_run_s_natural_end_gives_one_consistent_outcome(
     sup, events = fresh()
     gate = Gate()
     run = sup.start_run(gated(gate), session="s1", directory="/w/a", run_id="r1")
-    events.wait_for("run.step.started", run="r1")
+    events.wait_for("run.step.started", run_id="r1")
     cancel, _ = together(lambda: sup.cancel("r1"), gate.open)
     finished = finished_once(events, "r1")
     if isinstance(cancel, RunAlreadyFinished):
@@ -122,7 +122,7 @@ def test_a_cancel_racing_shutdown_gives_exactly_one_reason_and_it_is_the_first(
 ) -> None:
     sup, events = fresh()
     sup.start_run(gated(Gate()), session="s1", directory="/w/a", run_id="r1")
-    events.wait_for("run.step.started", run="r1")
+    events.wait_for("run.step.started", run_id="r1")
     cancel, shutdown = together(lambda: sup.cancel("r1"), lambda: sup.shutdown(grace_ms=1000))
     finished = finished_once(events, "r1")
     assert shutdown.result is CloseResult.FORCED
@@ -141,7 +141,7 @@ def test_two_closes_in_different_modes_racing_interrupt_once_and_both_complete_o
 ) -> None:
     sup, events = fresh()
     sup.start_run(gated(Gate()), session="s1", directory="/w/a", run_id="r1")
-    events.wait_for("run.step.started", run="r1")
+    events.wait_for("run.step.started", run_id="r1")
     maintenance, confirmed = together(
         lambda: sup.close("dispose", mode="maintenance", origin="config", directory="/w/a"),
         lambda: sup.close("dispose", mode="user_confirmed_interrupt", origin="dialog", directory="/w/a"),
@@ -153,8 +153,8 @@ def test_two_closes_in_different_modes_racing_interrupt_once_and_both_complete_o
     assert maintenance.interrupted_runs == ()
     assert confirmed.result is CloseResult.INTERRUPTED and confirmed.interrupted_runs == ("r1",)
     for action in (maintenance.action_id, confirmed.action_id):
-        events.wait_for("lifecycle.completed", action=action)
-        assert len(events.of("lifecycle.completed", action=action)) == 1
+        events.wait_for("lifecycle.completed", action_id=action)
+        assert len(events.of("lifecycle.completed", action_id=action)) == 1
     assert len(events.of("instance.closed", directory="/w/a", generation=1)) == 1
 
 
@@ -182,7 +182,7 @@ def test_a_request_racing_shutdown_is_answered_or_rejected_never_left_hanging(
 ) -> None:
     sup, events = fresh()
     sup.start_run(gated(Gate()), session="s1", directory="/w/a", run_id="r1")
-    events.wait_for("run.step.started", run="r1")
+    events.wait_for("run.step.started", run_id="r1")
     answer, shutdown = together(lambda: REQUESTS[request_kind](sup), lambda: sup.shutdown(grace_ms=1000))
     # A value or a typed rejection came back in time: nothing hung (a hang would be SupervisorTimeout).
     assert shutdown.result is CloseResult.FORCED

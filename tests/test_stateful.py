@@ -297,7 +297,7 @@ class Ending:
             outcome=event.outcome,
             reason=event.reason,
             origin=event.origin,
-            action=event.action,
+            action=event.action_id,
             phase=event.phase,
             error=event.error,
             generation=event.generation,
@@ -471,7 +471,7 @@ class Model:
         else:
             session.queue.append(run.id)
             self.queued_ever.add(run.id)
-            self.expect("run.queued", run=run.id)
+            self.expect("run.queued", run_id=run.id)
         self.settle()
 
     def _activate(self, run: MRun, session: MSession) -> None:
@@ -485,12 +485,12 @@ class Model:
         if not session.busy:
             session.busy = True
             self.statuses[session.id].append(SessionStatus.BUSY)
-        self.expect("run.started", run=run.id)
+        self.expect("run.started", run_id=run.id)
         self._advance(run)
 
     def _advance(self, run: MRun) -> None:
         if run.at < len(run.plan):
-            self.expect("run.step.started", run=run.id, step=step_id(run.at))
+            self.expect("run.step.started", run_id=run.id, step=step_id(run.at))
         elif run.end == "raise":
             self._end(run, Outcome.FAILED, error=end_message(run.id))
         else:
@@ -560,7 +560,7 @@ class Model:
         was_active = run.state == ACTIVE
         run.finished, run.ending = run.ending, None
         run.state = FINISHED
-        self.expect("run.finished", run=run.id)
+        self.expect("run.finished", run_id=run.id)
         if not was_active:
             return
         assert run.generation is not None
@@ -595,7 +595,7 @@ class Model:
 
     def _complete(self, action: MAction) -> None:
         action.completed = True
-        self.expect("lifecycle.completed", action=action.id)
+        self.expect("lifecycle.completed", action_id=action.id)
 
     def closing_directories(self) -> list[str]:
         """Directories with an instance that waits to close (a deferred close waits for its runs)."""
@@ -665,11 +665,11 @@ class Model:
             action.result = CloseResult.INTERRUPTED
         elif pending:
             action.result = CloseResult.DEFERRED
-            self.expect("lifecycle.deferred", action=action_id)
+            self.expect("lifecycle.deferred", action_id=action_id)
         if not action.awaiting:
             self._complete(action)
         completed_now = None if interrupted and disposed_at_once else action.completed
-        self.expect("action.result", action=action_id)
+        self.expect("action.result", action_id=action_id)
         self.settle()
         return Expected(
             result=action.result,
@@ -797,7 +797,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             if run.finished is not None and run.handle is not None and run.id not in self.waited:
                 self.waited.add(run.id)
                 snapshot = run.handle.wait(timeout=WAIT_S)
-                got = (snapshot.outcome, snapshot.reason, snapshot.origin, snapshot.action, snapshot.phase)
+                got = (snapshot.outcome, snapshot.reason, snapshot.origin, snapshot.action_id, snapshot.phase)
                 want = run.finished
                 assert got == (want.outcome, want.reason, want.origin, want.action, want.phase), (got, want)
                 assert (snapshot.error, snapshot.generation) == (want.error, want.generation), snapshot
@@ -983,17 +983,17 @@ class SupervisorMachine(RuleBasedStateMachine):
             run = self._draw_run(data, lambda r: r.state == ACTIVE)
             first: CancelRun | ReplyPermission | DismissForm
             if run.waiting == "permission":
-                first = ReplyPermission(run=run.id, approve=False, tag="first")
+                first = ReplyPermission(run_id=run.id, approve=False, tag="first")
                 interrupt = Interrupt(InterruptReason.PERMISSION_REJECTED, "permission", "first")
             elif run.waiting == "form":
-                first = DismissForm(run=run.id, tag="first")
+                first = DismissForm(run_id=run.id, tag="first")
                 interrupt = Interrupt(InterruptReason.FORM_DISMISSED, "form", "first")
             else:
-                first = CancelRun(run=run.id, tag="first")
+                first = CancelRun(run_id=run.id, tag="first")
                 interrupt = Interrupt(InterruptReason.USER_CANCEL, "user", "first")
             self.requests += 2
             one = self.sup.submit(first)
-            two = self.sup.submit(CancelRun(run=run.id, origin="user.again", tag="second"))
+            two = self.sup.submit(CancelRun(run_id=run.id, origin="user.again", tag="second"))
             answers = (one.result(timeout=WAIT_S), two.result(timeout=WAIT_S))
             self.answers += 2
             assert answers[0].result is CloseResult.OK, answers[0]
@@ -1097,10 +1097,10 @@ class SupervisorMachine(RuleBasedStateMachine):
     def every_request_is_answered_once(self) -> None:
         with self._checked():
             assert self.answers == self.requests
-            results = Counter(e.action for e in self.log.of("action.result"))
+            results = Counter(e.action_id for e in self.log.of("action.result"))
             for action_id, outcome in self.outcomes.items():
                 assert results[action_id] == 1, f"{action_id}: {results[action_id]} action.result events"
-                [event] = self.log.of("action.result", action=action_id)
+                [event] = self.log.of("action.result", action_id=action_id)
                 assert isinstance(event, ActionResult) and event.result is outcome.result
 
     @invariant()
@@ -1109,28 +1109,28 @@ class SupervisorMachine(RuleBasedStateMachine):
             events = self.log.collect()
             seqs = [e.seq for e in events]
             assert all(a < b for a, b in itertools.pairwise(seqs)), "seq not strictly increasing"
-            started = Counter(e.run for e in events if isinstance(e, RunStarted))
-            finished = Counter(e.run for e in events if isinstance(e, RunFinished))
+            started = Counter(e.run_id for e in events if isinstance(e, RunStarted))
+            finished = Counter(e.run_id for e in events if isinstance(e, RunFinished))
             assert all(n == 1 for n in started.values()), f"a run started twice: {started}"
             assert all(n == 1 for n in finished.values()), f"a run finished twice: {finished}"
             runs = self.model.runs.values()
             assert set(started) == {r.id for r in runs if r.generation is not None}
             assert set(finished) == {r.id for r in runs if r.state == FINISHED}
             assert set(started) - set(finished) == {r.id for r in runs if r.state == ACTIVE}
-            assert {e.run for e in events if isinstance(e, RunQueued)} == self.model.queued_ever
+            assert {e.run_id for e in events if isinstance(e, RunQueued)} == self.model.queued_ever
             for event in events:
                 if isinstance(event, RunStarted):
-                    run = self.model.runs[event.run]
+                    run = self.model.runs[event.run_id]
                     assert (event.session, event.directory, event.generation) == (
                         run.session,
                         run.directory,
                         run.generation,
                     ), (event, run)
                 elif isinstance(event, RunFinished):
-                    expected = self.model.runs[event.run].finished
+                    expected = self.model.runs[event.run_id].finished
                     assert not event.abandoned, event
                     assert Ending.of(event) == expected, (
-                        f"{event.run} ended {Ending.of(event)}, not {expected}"
+                        f"{event.run_id} ended {Ending.of(event)}, not {expected}"
                     )
 
     @invariant()
@@ -1138,23 +1138,23 @@ class SupervisorMachine(RuleBasedStateMachine):
         """A run is interrupted only by the user's cancel or decision on it, a confirmed close of its
         directory, or shutdown -- with that reason. Maintenance never interrupts."""
         with self._checked():
-            requested = {e.action: e for e in self.log.of("lifecycle.requested")}
+            requested = {e.action_id: e for e in self.log.of("lifecycle.requested")}
             for event in self.log.of("run.finished"):
                 assert isinstance(event, RunFinished)
                 if event.outcome is not Outcome.INTERRUPTED:
-                    assert event.reason is None and event.action is None, event
+                    assert event.reason is None and event.action_id is None, event
                     continue
                 assert event.reason in ALLOWED_REASONS, event
-                run = self.model.runs[event.run]
+                run = self.model.runs[event.run_id]
                 if event.reason is InterruptReason.LIFECYCLE_INTERRUPT:
-                    cause = requested[event.action]  # type: ignore[index]
+                    cause = requested[event.action_id]  # type: ignore[index]
                     assert isinstance(cause, LifecycleRequested)
                     assert cause.mode is CloseMode.USER_CONFIRMED_INTERRUPT, (event, cause)
                     assert run.directory in cause.directories, (event, cause)
                     assert event.origin == cause.origin, (event, cause)
                 elif event.reason in (InterruptReason.SHUTDOWN, InterruptReason.TEST_TEARDOWN):
-                    assert event.action == self.model.shutdown_id, event
-                    cause = requested[event.action]  # type: ignore[index]
+                    assert event.action_id == self.model.shutdown_id, event
+                    cause = requested[event.action_id]  # type: ignore[index]
                     assert cause.mode.value == event.reason.value, (event, cause)
                 else:
                     origin = {
@@ -1163,9 +1163,9 @@ class SupervisorMachine(RuleBasedStateMachine):
                         InterruptReason.FORM_DISMISSED: "form",
                     }[event.reason]
                     assert event.origin == origin, event
-                    assert event.action in (None, "first"), event
+                    assert event.action_id in (None, "first"), event
             maintenance = {a for a, e in requested.items() if e.mode is CloseMode.MAINTENANCE}
-            assert not [e for e in self.log.of("run.finished") if e.action in maintenance]  # type: ignore[union-attr]
+            assert not [e for e in self.log.of("run.finished") if e.action_id in maintenance]  # type: ignore[union-attr]
 
     @invariant()
     def runs_start_only_on_the_current_live_generation(self) -> None:
@@ -1193,11 +1193,11 @@ class SupervisorMachine(RuleBasedStateMachine):
                     assert event.generation == generation, f"{event} is not on the newest generation"
                     assert (event.directory, generation) not in closed, f"{event} on a closed instance"
                     assert retired_at.get(event.directory, -1) < loaded_at, f"{event} on a retired instance"
-            finished_at = {e.run: i for i, e in enumerate(events) if isinstance(e, RunFinished)}
+            finished_at = {e.run_id: i for i, e in enumerate(events) if isinstance(e, RunFinished)}
             for event in events:
                 if isinstance(event, RunStarted) and (event.directory, event.generation) in closed:
                     assert (
-                        finished_at.get(event.run, len(events)) < closed[(event.directory, event.generation)]
+                        finished_at.get(event.run_id, len(events)) < closed[(event.directory, event.generation)]
                     )
             assert sorted(self.model.started_instances) == sorted(
                 (e.directory, e.generation) for e in events if isinstance(e, InstanceStarted)
@@ -1212,18 +1212,18 @@ class SupervisorMachine(RuleBasedStateMachine):
         the runs it waited for finished, and never waiting for a run that started after it."""
         with self._checked():
             events = self.log.collect()
-            completed = Counter(e.action for e in events if isinstance(e, LifecycleCompleted))
+            completed = Counter(e.action_id for e in events if isinstance(e, LifecycleCompleted))
             assert all(n == 1 for n in completed.values()), completed
             assert set(completed) == {a.id for a in self.model.actions.values() if a.completed}
-            deferred = {e.action for e in events if isinstance(e, LifecycleDeferred)}
+            deferred = {e.action_id for e in events if isinstance(e, LifecycleDeferred)}
             model_deferred = {a.id for a in self.model.actions.values() if a.result is CloseResult.DEFERRED}
             assert deferred == model_deferred
             index_of = {id(e): i for i, e in enumerate(events)}
-            finished_at = {e.run: index_of[id(e)] for e in events if isinstance(e, RunFinished)}
+            finished_at = {e.run_id: index_of[id(e)] for e in events if isinstance(e, RunFinished)}
             for event in events:
                 if not isinstance(event, LifecycleCompleted):
                     continue
-                action = self.model.actions[event.action]
+                action = self.model.actions[event.action_id]
                 assert event.superseded_by == action.superseded_by, (event, action)
                 assert event.error is None and event.abandoned_runs == (), event
                 for run_id in action.blocking_at_request:
@@ -1254,10 +1254,10 @@ class SupervisorMachine(RuleBasedStateMachine):
             for event in events:
                 if isinstance(event, RunStarted):
                     assert active.get(event.session) is None, f"{event} while {active[event.session]} runs"
-                    active[event.session] = event.run
+                    active[event.session] = event.run_id
                 elif isinstance(event, RunFinished) and event.generation is not None:
-                    session = self.model.runs[event.run].session
-                    assert active.get(session) == event.run, event
+                    session = self.model.runs[event.run_id].session
+                    assert active.get(session) == event.run_id, event
                     active[session] = None
             for session in SESSIONS:
                 statuses = [
@@ -1351,7 +1351,7 @@ class SupervisorMachine(RuleBasedStateMachine):
         for call in rejected:
             with pytest.raises(SupervisorClosed):
                 call()
-        raw = self.sup.submit(StartRun(run="late", session="s1", directory="/w/a")).result(timeout=WAIT_S)
+        raw = self.sup.submit(StartRun(run_id="late", session="s1", directory="/w/a")).result(timeout=WAIT_S)
         assert isinstance(raw, RequestOutcome) and raw.code is RejectCode.SUPERVISOR_CLOSED
         raw = self.sup.submit(
             CloseRequest(do=CloseAction.DISPOSE_ALL, mode=CloseMode.MAINTENANCE, origin="x")
@@ -1394,4 +1394,4 @@ def test_a_shutdown_with_no_active_run_publishes_its_action_result(directories: 
     assert outcome.result is CloseResult.FORCED and outcome.completed
     types = log.types()
     assert types[-2:] == ["lifecycle.completed", "action.result"], types
-    assert log.of("action.result", action=outcome.action_id, result=CloseResult.FORCED)
+    assert log.of("action.result", action_id=outcome.action_id, result=CloseResult.FORCED)

@@ -71,7 +71,7 @@ def held_at(
 
 
 def reached(events: EventLog, run: str, step: str = "tool_input") -> None:
-    events.wait_for("run.step.started", run=run, step=step, timeout=2)
+    events.wait_for("run.step.started", run_id=run, step=step, timeout=2)
 
 
 # --- the seed's acceptance criteria -----------------------------------------------------------
@@ -93,9 +93,9 @@ def test_provider_connect_dispose_all_does_not_interrupt_an_active_run(
     finished = run.wait(timeout=2)
     assert finished.outcome is Outcome.COMPLETED
     assert [p.state for p in finished.parts] == [PartState.COMPLETED]
-    completed = events.wait_for("lifecycle.completed", action=result.action_id)
+    completed = events.wait_for("lifecycle.completed", action_id=result.action_id)
     assert events.collect().index(completed) > events.collect().index(
-        events.wait_for("run.finished", run="r1")
+        events.wait_for("run.finished", run_id="r1")
     )
 
 
@@ -118,11 +118,11 @@ def test_dispose_all_with_active_runs_in_two_directories_interrupts_neither(
     # /w/a closes as soon as its own run ends, while /w/b still waits.
     events.wait_for("instance.closed", directory="/w/a", generation=1)
     assert not events.of("instance.closed", directory="/w/b")
-    assert not events.of("lifecycle.completed", action=result.action_id)
+    assert not events.of("lifecycle.completed", action_id=result.action_id)
     gate_b.open()
     assert run_b.wait(timeout=2).outcome is Outcome.COMPLETED
-    events.wait_for("lifecycle.completed", action=result.action_id)
-    assert len(events.of("lifecycle.completed", action=result.action_id)) == 1
+    events.wait_for("lifecycle.completed", action_id=result.action_id)
+    assert len(events.of("lifecycle.completed", action_id=result.action_id)) == 1
 
 
 def test_a_reload_while_a_run_is_active_leaves_it_alone_and_new_runs_get_the_next_generation(
@@ -136,12 +136,12 @@ def test_a_reload_while_a_run_is_active_leaves_it_alone_and_new_runs_get_the_nex
     assert result.result is CloseResult.DEFERRED
     events.wait_for("instance.started", directory="/w/a", generation=2)
     later = supervisor.start_run(held_at(Gate("open")), session="s2", directory="/w/a", run_id="r2")
-    events.wait_for("run.started", run="r2", generation=2)
+    events.wait_for("run.started", run_id="r2", generation=2)
     later.cancel()
     gate.open()
     assert run.wait(timeout=2).generation == 1
     assert run.wait(timeout=2).outcome is Outcome.COMPLETED
-    events.wait_for("lifecycle.completed", action=result.action_id)
+    events.wait_for("lifecycle.completed", action_id=result.action_id)
     assert [e.generation for e in events.of("instance.closed", directory="/w/a")] == [1]
 
 
@@ -157,7 +157,7 @@ def test_config_invalidation_while_a_run_is_active_does_not_interrupt_it(
     assert result.completed_directories == ("/w/a",)
     gate.open()
     assert run.wait(timeout=2).outcome is Outcome.COMPLETED
-    events.wait_for("lifecycle.completed", action=result.action_id)
+    events.wait_for("lifecycle.completed", action_id=result.action_id)
     assert not [e for e in events.of("run.finished") if e.reason is not None]
 
 
@@ -174,7 +174,7 @@ def test_directory_a_busy_while_b_is_loaded_closes_b_at_once(
     assert not events.of("instance.closed", directory="/w/a")
     assert result.completed_directories == ("/w/b",)
     gate.open()
-    events.wait_for("lifecycle.completed", action=result.action_id)
+    events.wait_for("lifecycle.completed", action_id=result.action_id)
 
 
 def test_an_explicit_user_cancel_still_cancels_at_once_even_while_a_close_is_pending(
@@ -194,7 +194,7 @@ def test_an_explicit_user_cancel_still_cancels_at_once_even_while_a_close_is_pen
     assert finished.phase is Phase.GENERATING
     assert [p.state for p in finished.parts] == [PartState.INTERRUPTED]
     assert finished.parts[0].tool_started is False
-    events.wait_for("lifecycle.completed", action=close.action_id)
+    events.wait_for("lifecycle.completed", action_id=close.action_id)
 
 
 class RecordingHooks:
@@ -224,7 +224,7 @@ def test_shutdown_and_test_teardown_still_dispose_every_instance_and_stop_every_
     assert outcome.result is CloseResult.FORCED
     assert outcome.completed
     assert sorted(hooks.disposed) == [("/w/a", 1), ("/w/b", 1)]
-    finished = events.wait_for("run.finished", run="r1")
+    finished = events.wait_for("run.finished", run_id="r1")
     assert isinstance(finished, RunFinished)
     assert finished.reason is InterruptReason.TEST_TEARDOWN
     assert sup.threads.alive() == []
@@ -239,7 +239,7 @@ def test_session_status_returns_to_idle_after_the_run_completes_naturally(
     run.wait(timeout=2)
     second = supervisor.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r2")
     assert second.wait(timeout=2).outcome is Outcome.COMPLETED
-    events.wait_for("run.finished", run="r2")
+    events.wait_for("run.finished", run_id="r2")
     statuses = [e.status for e in events.of("session.status", session="s1")]
     assert statuses == [SessionStatus.BUSY, SessionStatus.IDLE, SessionStatus.BUSY, SessionStatus.IDLE]
     snapshot = supervisor.session("s1")
@@ -262,12 +262,12 @@ def test_a_user_confirmed_close_interrupts_with_lifecycle_interrupt_and_names_it
     assert result.result is CloseResult.INTERRUPTED
     assert result.interrupted_runs == ("r1",)
     finished = run.wait(timeout=2)
-    assert (finished.reason, finished.origin, finished.action) == (
+    assert (finished.reason, finished.origin, finished.action_id) == (
         InterruptReason.LIFECYCLE_INTERRUPT,
         "dialog.reload",
         result.action_id,
     )
-    events.wait_for("lifecycle.completed", action=result.action_id)
+    events.wait_for("lifecycle.completed", action_id=result.action_id)
     types = events.types()
     assert types.index("run.finished") < types.index("instance.closed")
 
@@ -347,11 +347,11 @@ def test_a_second_run_in_a_busy_session_queues_and_starts_when_the_first_ends(
 ) -> None:
     first = supervisor.start_run(held_at(gate), session="s1", directory="/w/a", run_id="r1")
     second = supervisor.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r2")
-    events.wait_for("run.queued", run="r2", session="s1")
+    events.wait_for("run.queued", run_id="r2", session="s1")
     gate.open()
     assert first.wait(2).outcome is Outcome.COMPLETED
     assert second.wait(2).outcome is Outcome.COMPLETED
-    types = [(type(e).__name__, getattr(e, "run", None)) for e in events.collect()]
+    types = [(type(e).__name__, getattr(e, "run_id", None)) for e in events.collect()]
     assert types.index(("RunFinished", "r1")) < types.index(("RunStarted", "r2"))
 
 
@@ -410,14 +410,14 @@ def test_a_body_that_ignores_cancellation_is_abandoned_at_the_grace_deadline() -
     sup = Supervisor.start(SupervisorConfig(shutdown_at_exit=False), directories=["/w/a"])
     events = EventLog(sup)
     sup.start_run(stubborn, session="s1", directory="/w/a", run_id="r1")
-    events.wait_for("run.step.started", run="r1")
+    events.wait_for("run.step.started", run_id="r1")
     try:
         outcome = sup.shutdown(grace_ms=200)
         assert outcome.abandoned_runs == ("r1",)
-        finished = events.wait_for("run.finished", run="r1")
+        finished = events.wait_for("run.finished", run_id="r1")
         assert isinstance(finished, RunFinished)
         assert finished.abandoned and finished.reason is InterruptReason.SHUTDOWN
-        completed = events.wait_for("lifecycle.completed", action=outcome.action_id)
+        completed = events.wait_for("lifecycle.completed", action_id=outcome.action_id)
         assert completed.abandoned_runs == ("r1",)  # type: ignore[union-attr]
     finally:
         release.set()
@@ -462,7 +462,7 @@ def test_a_failing_dispose_hook_still_completes_the_close_and_reports_the_error(
         assert result.result is CloseResult.COMPLETED and result.completed
         closed = events.wait_for("instance.closed", directory="/w/a")
         assert error in (closed.error or "")  # type: ignore[union-attr]
-        completed = events.wait_for("lifecycle.completed", action=result.action_id)
+        completed = events.wait_for("lifecycle.completed", action_id=result.action_id)
         assert error in (completed.error or "")  # type: ignore[union-attr]
         release.set()
 
@@ -502,7 +502,7 @@ def test_every_request_after_shutdown_is_rejected_and_a_second_shutdown_gets_the
         sup.close("dispose_all", mode="maintenance", origin="x")
     with pytest.raises(SupervisorClosed):
         sup.cancel("r1")
-    raw = sup.submit(CancelRun(run="r1")).result(timeout=2)  # the raw API answers with a value
+    raw = sup.submit(CancelRun(run_id="r1")).result(timeout=2)  # the raw API answers with a value
     assert raw.result is CloseResult.REJECTED and raw.error
     second = sup.shutdown(grace_ms=100, reason="test_teardown")
     assert second.action_id == first.action_id and second.result is CloseResult.FORCED
@@ -536,7 +536,7 @@ def test_a_slow_subscriber_blocks_neither_the_supervisor_nor_other_subscribers(
         supervisor.start_run(
             lambda ctx: None, session=f"s{index}", directory="/w/a", run_id=f"r{index}"
         ).wait(2)
-    log.wait_for("run.finished", run="r4")
+    log.wait_for("run.finished", run_id="r4")
     assert bounded.dropped > 0 and len(bounded.drain()) == 2  # the newest two are kept
     assert calls and len(calls) < len(log.collect())  # the slow one lags, nobody waited for it
     held.set()
@@ -592,7 +592,7 @@ def test_a_supervisor_bug_is_contained_answered_as_an_error_and_the_supervisor_k
     real = SupervisorCore.request
 
     def broken(self: SupervisorCore, request: Any, reply_to: Any) -> Any:
-        if getattr(request, "run", None) == "boom":
+        if getattr(request, "run_id", None) == "boom":
             raise KeyError("a bug in the core")
         return real(self, request, reply_to)
 
