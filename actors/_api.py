@@ -227,7 +227,9 @@ class Supervisor:
             return outer
         run = None
         if isinstance(request, StartRun):  # its actor starts here, on the caller's thread, idle
-            run = RunActor.launch(request.run_id, body, self._ref, self.config.request_timeout_s, self.threads)
+            run = RunActor.launch(
+                request.run_id, body, self._ref, self.config.request_timeout_s, self.threads
+            )
         inner = self._post(lambda reply: Submit(request, reply, run))
 
         def relay(done: Future[Any]) -> None:

@@ -292,7 +292,9 @@ def _request_for(state: _Play, spec: ActionSpec) -> Request | None:
     if do == "start_run":
         return _start(state.runs[run].spec)
     if do == "reply_permission":
-        return ReplyPermission(run_id=run, approve=spec.decision == "approve", message=spec.message, tag=spec.id)
+        return ReplyPermission(
+            run_id=run, approve=spec.decision == "approve", message=spec.message, tag=spec.id
+        )
     if do == "answer_form":
         return AnswerForm(run_id=run, answer=spec.answer or "", tag=spec.id)
     if do == "cancel_form":

@@ -407,7 +407,9 @@ class SupervisorCore:
                 return
         if req.run_id in self._runs:
             self._reject(
-                reply_to, RejectCode.RUN_ALREADY_EXISTS, f"run {req.run_id!r} already exists; run ids are unique"
+                reply_to,
+                RejectCode.RUN_ALREADY_EXISTS,
+                f"run {req.run_id!r} already exists; run ids are unique",
             )
             return
         run = _Run(id=req.run_id, session=req.session, directory=req.directory)
@@ -446,7 +448,9 @@ class SupervisorCore:
             )
         )
         self._out.append(
-            SpawnRun(run_id=run.id, session=run.session, directory=run.directory, generation=instance.generation)
+            SpawnRun(
+                run_id=run.id, session=run.session, directory=run.directory, generation=instance.generation
+            )
         )
 
     def _cancel(self, req: CancelRun, reply_to: Any) -> None:

@@ -424,7 +424,8 @@ class Checker:
             self.violation(f"run {event.run_id} started on {key}, a generation already retired or closed")
         if self.live.get(event.directory) != event.generation:
             self.violation(
-                f"run {event.run_id} started on {key}; the live generation is {self.live.get(event.directory)}"
+                f"run {event.run_id} started on {key}; "
+                f"the live generation is {self.live.get(event.directory)}"
             )
         if (event.session, event.directory) != (run.session, run.directory):
             self.violation(f"run {event.run_id} started in the wrong session or directory")
@@ -491,7 +492,8 @@ class Checker:
             return
         if event.outcome is Outcome.INTERRUPTED:
             self.violation(
-                f"run {event.run_id} was interrupted ({event.reason}, {event.origin}) but nothing interrupted it"
+                f"run {event.run_id} was interrupted ({event.reason}, {event.origin}) "
+                "but nothing interrupted it"
             )
         elif event.outcome is Outcome.FAILED and not (run.plan.raises and "raised" in (event.error or "")):
             self.violation(f"run {event.run_id} failed ({event.error!r}) although its body did not raise")
@@ -512,7 +514,9 @@ class Checker:
     def _lifecycle_requested(self, event: LifecycleRequested) -> None:
         record = self.lifecycle.get(event.tag or "")
         if record is None:
-            self.violation(f"lifecycle action {event.action_id} requested without a tag of ours ({event.tag})")
+            self.violation(
+                f"lifecycle action {event.action_id} requested without a tag of ours ({event.tag})"
+            )
             return
         record.requested += 1
         record.action_id = event.action_id
@@ -543,7 +547,9 @@ class Checker:
     def _lifecycle_completed(self, event: LifecycleCompleted) -> None:
         record = self.lifecycle.get(event.tag or "")
         if record is None:
-            self.violation(f"lifecycle action {event.action_id} completed without a tag of ours ({event.tag})")
+            self.violation(
+                f"lifecycle action {event.action_id} completed without a tag of ours ({event.tag})"
+            )
             return
         record.completed += 1
         if record.completed > 1:

@@ -847,7 +847,10 @@ def test_a_run_already_being_cancelled_keeps_its_reason_when_a_confirmed_close_c
     assert out.interrupted_runs == () and out.blocking_runs == ("r1",)
     assert len(shell.commands(SignalInterrupt)) == 1
     shell.finish("r1")
-    assert (shell.finished("r1").reason, shell.finished("r1").action_id) == (InterruptReason.USER_CANCEL, "c1")
+    assert (shell.finished("r1").reason, shell.finished("r1").action_id) == (
+        InterruptReason.USER_CANCEL,
+        "c1",
+    )
     assert shell.of(LifecycleCompleted, action_id=out.action_id)
 
 
@@ -994,7 +997,9 @@ def test_a_permission_rejected_with_a_message_turns_the_open_part_to_error_and_t
     assert shell.commands(SignalInterrupt) == []
     (part,) = shell.core.run_snapshot("r1").parts
     assert (part.state, part.message) == (PartState.ERROR, "use rg instead")
-    shell.report(PartReport(run_id="r1", tool="bash", state=PartState.COMPLETED))  # the call ends: stays error
+    shell.report(
+        PartReport(run_id="r1", tool="bash", state=PartState.COMPLETED)
+    )  # the call ends: stays error
     shell.report(StepReport(run_id="r1", step="model", kind=StepKind.MODEL, finished=False))
     shell.finish("r1")
     r1 = shell.finished("r1")
@@ -1082,7 +1087,11 @@ def test_a_dismissed_form_interrupts_the_run_with_form_dismissed_and_origin_form
     ("form", "req", "reason"),
     [
         (False, CancelRun(run_id="r1", tag="ui-42"), InterruptReason.USER_CANCEL),
-        (False, ReplyPermission(run_id="r1", approve=False, tag="ui-42"), InterruptReason.PERMISSION_REJECTED),
+        (
+            False,
+            ReplyPermission(run_id="r1", approve=False, tag="ui-42"),
+            InterruptReason.PERMISSION_REJECTED,
+        ),
         (True, DismissForm(run_id="r1", tag="ui-42"), InterruptReason.FORM_DISMISSED),
     ],
     ids=["cancel", "reject", "dismiss"],

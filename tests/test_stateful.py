@@ -1197,7 +1197,8 @@ class SupervisorMachine(RuleBasedStateMachine):
             for event in events:
                 if isinstance(event, RunStarted) and (event.directory, event.generation) in closed:
                     assert (
-                        finished_at.get(event.run_id, len(events)) < closed[(event.directory, event.generation)]
+                        finished_at.get(event.run_id, len(events))
+                        < closed[(event.directory, event.generation)]
                     )
             assert sorted(self.model.started_instances) == sorted(
                 (e.directory, e.generation) for e in events if isinstance(e, InstanceStarted)
