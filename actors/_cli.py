@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from run_supervisor.actors._scenario_file import ScenarioFileError, load_scenario, scenario_files
-from run_supervisor.actors._scenario_runner import play
+from run_supervisor.actors.scenarios import ScenarioFileError, load_scenario, play, scenario_files
 
 __all__ = ["main"]
 

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from run_supervisor.actors._cli import main
-from run_supervisor.actors._scenario_file import Scenario, ScenarioFileError, parse_scenario
+from run_supervisor.actors.scenarios import Scenario, ScenarioFileError, parse_scenario
 from run_supervisor.protocol import Event, ProtocolDecodeError, Request, decode_event, decode_request
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

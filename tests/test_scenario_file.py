@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from run_supervisor.actors._scenario_file import (
+from run_supervisor.actors.scenarios import (
     ActionSpec,
     Expectation,
     InstanceFaultSpec,

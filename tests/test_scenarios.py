@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from run_supervisor.actors._scenario_file import load_scenario, scenario_files
-from run_supervisor.actors._scenario_runner import play
+from run_supervisor.actors.scenarios import load_scenario, play, scenario_files
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "docs" / "scenarios"

@@ -19,7 +19,8 @@ import msgspec
 from run_supervisor.actors._api import Supervisor, SupervisorConfig
 from run_supervisor.actors._context import Gate, RunContext, ToolCall
 from run_supervisor.actors._errors import SupervisorTimeout
-from run_supervisor.actors._scenario_file import (
+from run_supervisor.actors._subscription import Subscription
+from run_supervisor.actors.scenarios._format import (
     ActionSpec,
     Expectation,
     PartExpectation,
@@ -28,7 +29,6 @@ from run_supervisor.actors._scenario_file import (
     StepSpec,
     When,
 )
-from run_supervisor.actors._subscription import Subscription
 from run_supervisor.protocol import (
     ActionResult,
     AnswerForm,
