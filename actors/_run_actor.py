@@ -1,17 +1,24 @@
-"""RunActor: one per run. Owns the run's worker thread and its cancellation token.
+"""RunActor: one per run. Its own thread runs the body; control reaches the body through its token.
 
 The actor is started by the host's call (``Supervisor.start_run``), on the caller's thread, so the
-supervisor never pays for a thread start. It waits, idle, until the supervisor tells it ``Go`` (the
-run may first be queued behind its session's active run), then starts the body on its own worker
-thread. Its mailbox never blocks. Control reaches the body through the ``CancelToken``, which is
-thread-safe: the supervisor cancels, answers and abandons through it directly, without a hop. When
-the body ends, the worker reports ``BodyEnded`` to the supervisor and stops this actor.
+supervisor never pays for a thread start, and a run costs exactly one actor (one OS thread). It
+waits, idle, until the supervisor tells it ``Go`` (the run may first be queued behind its
+session's active run), then runs the body *in that message's handler*, on the actor's own thread.
+
+While the body runs, the actor's mailbox is frozen -- by design nothing needs it then: the
+supervisor cancels, answers and abandons the body through the ``CancelToken``, which is
+thread-safe and needs no hop; a stop sent at shutdown simply waits behind the body. When the body
+ends, the actor reports ``BodyEnded`` to the supervisor and stops itself. A body abandoned at
+shutdown's deadline keeps its thread until it returns; nobody joins it (``ThreadBook`` skips a
+thread whose token is abandoned).
+
+``RunActor._run`` is the one place where "run the body" happens: a subclass may run it elsewhere
+(a task on an event loop, say) as long as it calls ``_ended`` exactly once when the body is done.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -37,24 +44,14 @@ class Go:
     instance: pykka.ActorRef[Any] | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunSlot:
-    """What the supervisor holds of a run it has accepted: its actor, its token, its worker."""
+    """What the supervisor holds of a run it has accepted: its actor and its token."""
 
     ref: pykka.ActorRef[RunActor]
     token: CancelToken
-    worker: threading.Thread
-
-
-class _Worker(threading.Thread):
-    """The body's thread; made before its actor, so the supervisor can hold it from the start."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name=name, daemon=True)
-        self.job: Callable[[], None] = lambda: None
-
-    def run(self) -> None:
-        self.job()
+    started: bool = False
+    """The supervisor has told it ``Go``: from then on the actor stops itself when the body ends."""
 
 
 class RunActor(pykka.ThreadingActor):
@@ -68,7 +65,6 @@ class RunActor(pykka.ThreadingActor):
         ask_timeout: float,
         threads: ThreadBook,
         token: CancelToken,
-        worker: _Worker,
     ) -> None:
         super().__init__()
         self.run_id = run_id
@@ -78,8 +74,6 @@ class RunActor(pykka.ThreadingActor):
         self._ask_timeout = ask_timeout
         self._threads = threads
         self.context: RunContext | None = None
-        self.worker = worker
-        worker.job = self._work
 
     @classmethod
     def launch(
@@ -91,12 +85,14 @@ class RunActor(pykka.ThreadingActor):
         threads: ThreadBook,
     ) -> RunSlot:
         """Start the actor (idle until ``Go``) and return what the supervisor keeps of it."""
-        token, worker = CancelToken(), _Worker(f"run-supervisor-run-{run_id}")
-        ref = cls.start(run_id, body, supervisor, ask_timeout, threads, token, worker)
-        return RunSlot(ref=ref, token=token, worker=worker)
+        token = CancelToken()
+        ref = cls.start(run_id, body, supervisor, ask_timeout, threads, token)
+        return RunSlot(ref=ref, token=token)
 
     def on_start(self) -> None:
-        self._threads.add(threading.current_thread())
+        thread = threading.current_thread()
+        thread.name = f"run-supervisor-run-{self.run_id}"  # leak reports and py-spy name the run
+        self._threads.add(thread, token=self.token)  # joined at shutdown unless abandoned
 
     def on_receive(self, message: Any) -> None:
         if isinstance(message, Go) and self.context is None:
@@ -111,35 +107,31 @@ class RunActor(pykka.ThreadingActor):
                 instance=message.instance,
                 ask_timeout=self._ask_timeout,
             )
-            self._threads.add(self.worker)
-            self.worker.start()
+            self._run(self.context)
 
-    def _work(self) -> None:
-        assert self.context is not None
+    # --- the seam: where the body runs ---------------------------------------------------------
+
+    def _run(self, context: RunContext) -> None:
+        """Run the body to its end, here, on this actor's thread; then ``_ended``."""
         error: str | None = None
         try:
             if self._body is None:
                 error = "no body was given for this run"
             else:
-                self._body(self.context)
+                self._body(context)
         except RunInterrupted:
             pass
         except BaseException as exc:  # a body's BaseException stays here: it must not stop pykka
             error = _describe(exc)
+        self._ended(error)
+
+    def _ended(self, error: str | None) -> None:
+        """The body is done: report it, then stop this actor (a plain tell: no future to make)."""
         try:
             self._supervisor.tell(BodyEnded(run_id=self.run_id, error=error))
         except pykka.ActorDeadError:
             pass  # abandoned at shutdown: nobody is listening any more
         try:
-            self.stop()  # the run's actor goes with its body (a plain tell: no future to make)
+            self.stop()
         except pykka.ActorDeadError:
-            pass  # already stopped at shutdown
-
-    def on_stop(self) -> None:
-        # Stopped by its own worker (which is returning), or at shutdown; an abandoned one is left be.
-        if (
-            self.worker.is_alive()
-            and not self.token.abandoned
-            and self.worker is not threading.current_thread()
-        ):
-            self.worker.join(timeout=1.0)
+            pass  # cannot happen on its own thread; kept so a subclass calling from elsewhere is safe

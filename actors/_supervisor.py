@@ -214,6 +214,7 @@ class SessionSupervisor(pykka.ThreadingActor):
             self.actor_ref.tell(BodyEnded(run_id=command.run_id, error="no body was given for this run"))
             return
         instance = self._instances.get((command.directory, command.generation))
+        slot.started = True
         slot.ref.tell(Go(spawn=command, instance=instance))
 
     def _control(self, command: SignalInterrupt | DeliverAnswer | AbandonRun) -> None:
@@ -226,13 +227,12 @@ class SessionSupervisor(pykka.ThreadingActor):
         elif isinstance(command, DeliverAnswer):
             slot.token.deliver(command)
         else:
-            self._threads.abandoned.add(slot.worker)  # before shutdown completes: never joined
-            slot.token.abandon()
+            slot.token.abandon()  # O(1); from now on the thread book never joins its thread
 
     def _release(self, run: str) -> None:
         slot = self._runs.pop(run, None)
-        if slot is not None and (slot.worker.ident is None or slot.token.abandoned):
-            # Never started (cancelled in its queue), or abandoned: its worker will not stop it.
+        if slot is not None and (not slot.started or slot.token.abandoned):
+            # Never started (cancelled in its queue), or abandoned: its body will not stop it soon.
             slot.ref.stop(block=False)
 
     def _dispose(self, command: DisposeInstance) -> None:

@@ -4,25 +4,40 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Protocol
 
 __all__ = ["ThreadBook"]
 
 
+class _Abandonable(Protocol):
+    @property
+    def abandoned(self) -> bool: ...
+
+
 class ThreadBook:
-    """Every thread the supervisor started, so shutdown can join them and tests can find leaks."""
+    """Every thread the supervisor started, so shutdown can join them and tests can find leaks.
+
+    A thread added with a ``token`` (a run's thread, with its ``CancelToken``) is never joined once
+    that token is abandoned: abandoning a body is one flag on its token, O(1), nothing here.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._threads: set[threading.Thread] = set()
+        self._threads: dict[threading.Thread, _Abandonable | None] = {}
         self.abandoned: set[threading.Thread] = set()
+        """Threads never to join, besides those whose token is abandoned."""
         self._prune_at = 64
 
-    def add(self, thread: threading.Thread) -> None:
+    def add(self, thread: threading.Thread, *, token: _Abandonable | None = None) -> None:
         with self._lock:
             if len(self._threads) >= self._prune_at:  # amortised: forget ended threads now and then
-                self._threads = {t for t in self._threads if t.is_alive() or not t.ident}
+                self._threads = {t: k for t, k in self._threads.items() if t.is_alive() or not t.ident}
                 self._prune_at = max(64, 2 * len(self._threads))
-            self._threads.add(thread)
+            self._threads[thread] = token
+
+    def _given_up(self, thread: threading.Thread) -> bool:
+        token = self._threads.get(thread)
+        return thread in self.abandoned or (token is not None and token.abandoned)
 
     def alive(self) -> list[threading.Thread]:
         with self._lock:
@@ -31,7 +46,7 @@ class ThreadBook:
     def join(self, deadline: float) -> list[threading.Thread]:
         """Join every live thread but the abandoned ones until ``deadline``; return the stragglers."""
         for thread in self.alive():
-            if thread in self.abandoned or thread is threading.current_thread():
+            if self._given_up(thread) or thread is threading.current_thread():
                 continue
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        return [t for t in self.alive() if t not in self.abandoned]
+        return [t for t in self.alive() if not self._given_up(t)]
