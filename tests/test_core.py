@@ -4,9 +4,6 @@ and timers would, and checks the commands and the event stream against the publi
 
 from __future__ import annotations
 
-import itertools
-from collections import Counter
-from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import msgspec
@@ -21,7 +18,6 @@ from run_supervisor.protocol import (
     AbandonRun,
     ActionResult,
     AnswerForm,
-    BodyEnded,
     CancelRun,
     CloseAction,
     CloseMode,
@@ -34,7 +30,6 @@ from run_supervisor.protocol import (
     DisposeDone,
     DisposeInstance,
     Emit,
-    Event,
     GraceExpired,
     IllegalTransitionError,
     InstanceClosed,
@@ -68,21 +63,19 @@ from run_supervisor.protocol import (
     Shutdown,
     ShutdownComplete,
     SignalInterrupt,
-    SpawnRun,
     StartGraceTimer,
     StartRun,
     StepFinished,
     StepKind,
     StepReport,
     StepStarted,
-    SupervisorCore,
-    WaitingForUser,
     decode_event,
     decode_request,
     encode,
     part_label,
 )
 from run_supervisor.protocol._rules import next_instance_state, next_part_state, next_run_state
+from run_supervisor.protocol.testing import CoreShell
 
 A, B, C = "/w/a", "/w/b", "/w/c"
 MAINTENANCE = CloseMode.MAINTENANCE
@@ -94,206 +87,11 @@ E = TypeVar("E")
 Answer = CloseOutcome | RequestOutcome
 
 
-# --- the harness: a synchronous shell around the core -----------------------------------------
+# --- the harness: the one synchronous shell, whose checker checks every batch --------------------
 
-
-class Shell:
-    """Carries out a SupervisorCore's commands the way the actor shell does, synchronously.
-
-    Every command is logged in order and every event recorded. A ``DisposeInstance`` is
-    acknowledged with ``DisposeDone`` once the batch that asked for it has been carried out (the
-    instance actor answers with a later message), unless ``hold_disposes``: then it waits in
-    ``held`` until ``release``. Replies are filed by their token in ``answers``.
-
-    Invariants every test gets for free: ``seq`` strictly increases; a request is answered at
-    most once; generations count 1, 2, 3... per directory; a run is spawned only on the newest
-    generation of its directory, never on one being disposed; an instance is disposed once and
-    closes only after every run pinned to it has finished; a close's reply comes after its
-    ``action.result`` (and after its ``lifecycle.completed`` when it says ``completed``).
-    """
-
-    def __init__(self, *directories: str, hold_disposes: bool = False, declare: Iterable[str] = ()) -> None:
-        self.core = SupervisorCore()
-        self.log: list[Command] = []
-        self.events: list[Event] = []
-        self.answers: dict[str, Answer] = {}
-        self.last: list[Command] = []
-        self.last_token = ""
-        self.hold_disposes = hold_disposes
-        self.held: list[DisposeInstance] = []
-        self.loaded: dict[str, int] = {}
-        self.disposed: set[tuple[str, int]] = set()
-        self.pinned: dict[tuple[str, int], set[str]] = {}
-        self.spawned: dict[str, SpawnRun] = {}
-        self._tokens = itertools.count(1)
-        for directory in declare:
-            self.core.declare(directory)
-        for directory in directories:
-            self._carry_out(self.core.preload(directory))
-
-    # carrying commands out
-
-    def _carry_out(self, commands: list[Command]) -> list[Command]:
-        acks: list[DisposeInstance] = []
-        for command in commands:
-            self.log.append(command)
-            if isinstance(command, Emit):
-                self._record(command.event)
-            elif isinstance(command, Reply):
-                self._file_reply(command.reply_to, command.answer)
-            elif isinstance(command, LoadInstance):
-                assert command.generation == self.loaded.get(command.directory, 0) + 1
-                self.loaded[command.directory] = command.generation
-            elif isinstance(command, SpawnRun):
-                key = (command.directory, command.generation)
-                assert command.run_id not in self.spawned, f"{command.run_id} spawned twice"
-                assert command.generation == self.loaded[command.directory], "spawned on an old generation"
-                assert key not in self.disposed, "spawned on an instance being disposed"
-                self.spawned[command.run_id] = command
-                self.pinned.setdefault(key, set()).add(command.run_id)
-            elif isinstance(command, DisposeInstance):
-                key = (command.directory, command.generation)
-                assert key not in self.disposed, f"{key} disposed twice"
-                assert not self.pinned.get(key), f"{key} disposed while {self.pinned[key]} still run on it"
-                self.disposed.add(key)
-                if command.report:
-                    (self.held if self.hold_disposes else acks).append(command)
-        for command in acks:
-            self._carry_out(self.core.report(DisposeDone(command.directory, command.generation)))
-        return commands
-
-    def _record(self, event: Event) -> None:
-        if self.events:
-            assert event.seq > self.events[-1].seq, "seq must strictly increase"
-        self.events.append(event)
-        if isinstance(event, RunFinished) and event.generation is not None:
-            run = self.spawned[event.run_id]
-            self.pinned[(run.directory, run.generation)].discard(event.run_id)
-        elif isinstance(event, InstanceClosed):
-            left = self.pinned.get((event.directory, event.generation))
-            assert not left, f"instance.closed before run.finished of {left}"
-
-    def _file_reply(self, token: str, answer: Answer) -> None:
-        assert token not in self.answers, f"{token} answered twice"
-        self.answers[token] = answer
-        if isinstance(answer, CloseOutcome) and answer.action_id is not None:
-            replies = sum(
-                1
-                for c in self.log
-                if isinstance(c, Reply)
-                and isinstance(c.answer, CloseOutcome)
-                and c.answer.action_id == answer.action_id
-            )
-            assert len(self.of(ActionResult, action_id=answer.action_id)) >= replies, (
-                "reply before action.result"
-            )
-            if answer.completed:
-                assert self.of(LifecycleCompleted, action_id=answer.action_id), "completed before it said so"
-
-    # driving the core
-
-    def request(self, request: Request) -> Answer | None:
-        self.last_token = token = f"t{next(self._tokens)}"
-        self.last = self._carry_out(self.core.request(request, token))
-        return self.answers.get(token)
-
-    def report(self, report: Any) -> list[Command]:
-        self.last = self._carry_out(self.core.report(report))
-        return self.last
-
-    def start(self, run: str, session: str | None = None, directory: str = A) -> Answer | None:
-        return self.request(StartRun(run_id=run, session=session or f"s-{run}", directory=directory))
-
-    def close(
-        self,
-        do: CloseAction,
-        *directories: str,
-        mode: CloseMode = MAINTENANCE,
-        origin: str = "config.update",
-        tag: str | None = None,
-    ) -> Any:
-        return self.request(CloseRequest(do=do, mode=mode, origin=origin, directories=directories, tag=tag))
-
-    def cancel(self, run: str, origin: str = "user", tag: str | None = None) -> Any:
-        return self.request(CancelRun(run_id=run, origin=origin, tag=tag))
-
-    def shutdown(
-        self,
-        reason: InterruptReason = InterruptReason.SHUTDOWN,
-        origin: str = "shutdown",
-        grace_ms: int = 1000,
-        tag: str | None = None,
-    ) -> Any:
-        return self.request(Shutdown(reason=reason, origin=origin, grace_ms=grace_ms, tag=tag))
-
-    def finish(self, run: str, error: str | None = None) -> list[Command]:
-        return self.report(BodyEnded(run_id=run, error=error))
-
-    def tool(self, run: str, tool: str = "bash", upto: PartState = PartState.RUNNING) -> None:
-        """The body walks a tool part from ``pending`` up to ``upto``."""
-        walk = [PartState.PENDING, PartState.PREPARED, PartState.RUNNING, PartState.COMPLETED]
-        for state in walk[: walk.index(upto) + 1]:
-            self.report(PartReport(run_id=run, tool=tool, state=state))
-
-    def ask(self, run: str, *, form: bool = False) -> None:
-        """The body's running tool raises a permission ask (or a form) and waits."""
-        self.tool(run, tool="question" if form else "bash")
-        self.report(WaitingForUser(run_id=run, form=form))
-
-    def release(self, error: str | None = None) -> None:
-        """The held dispose hooks return (or raise ``error``), oldest first."""
-        held, self.held = self.held, []
-        for command in held:
-            self.report(DisposeDone(command.directory, command.generation, error=error))
-
-    def expire(self) -> list[Command]:
-        """Shutdown's grace deadline passes."""
-        (timer,) = self.commands(StartGraceTimer)
-        return self.report(GraceExpired(action_id=timer.action_id))
-
-    # reading what happened
-
-    def of(self, kind: type[E], **fields: Any) -> list[E]:
-        return [
-            e
-            for e in self.events
-            if isinstance(e, kind) and all(getattr(e, k) == v for k, v in fields.items())
-        ]
-
-    def one(self, kind: type[E], **fields: Any) -> E:
-        found = self.of(kind, **fields)
-        assert len(found) == 1, f"expected one {kind.__name__} {fields}, got {found}"
-        return found[0]
-
-    def seq(self, kind: type[Any], **fields: Any) -> int:
-        seq: int = self.one(kind, **fields).seq
-        return seq
-
-    def finished(self, run: str) -> RunFinished:
-        return self.one(RunFinished, run_id=run)
-
-    def commands(self, kind: type[E], within: list[Command] | None = None) -> list[E]:
-        return [c for c in (self.log if within is None else within) if isinstance(c, kind)]
-
-    def events_in(self, commands: list[Command]) -> list[Event]:
-        return [c.event for c in commands if isinstance(c, Emit)]
-
-    def position(self, predicate: Callable[[Command], bool]) -> int:
-        (index,) = [i for i, c in enumerate(self.log) if predicate(c)]
-        return index
-
-    def event_position(self, kind: type[Any], **fields: Any) -> int:
-        event = self.one(kind, **fields)
-        return self.position(lambda c: isinstance(c, Emit) and c.event is event)
-
-    def reply_position(self, token: str) -> int:
-        return self.position(lambda c: isinstance(c, Reply) and c.reply_to == token)
-
-    def assert_every_action_completed_once(self) -> None:
-        """One ``lifecycle.completed`` per accepted lifecycle request (a second shutdown included)."""
-        requested = Counter(e.action_id for e in self.of(LifecycleRequested))
-        completed = Counter(e.action_id for e in self.of(LifecycleCompleted))
-        assert completed == requested
+Shell = CoreShell
+"""Carries out the core's commands synchronously; its ``InvariantChecker`` raises at the first
+broken invariant (see ``run_supervisor.protocol.testing``)."""
 
 
 def _states(shell: Shell, run: str) -> list[PartState]:

@@ -1,0 +1,1057 @@
+"""One oracle for the decision core: a synchronous shell and an invariant checker.
+
+``InvariantChecker`` consumes what a supervisor publishes -- its events, and optionally the
+requests a host made and the answers it got, or a core's whole command batches -- and checks the
+invariants every supervisor must keep, whatever drives it: the core alone (``CoreShell``), the
+real actor shell (``run_supervisor.actors``), the soak script, the scenario player, the model
+checker. It never predicts a particular outcome; it checks what must hold of any outcome:
+
+* ``seq`` strictly increases (by one, on a complete stream);
+* generations count 1, 2, 3... per directory; each instance closes once, only once a close or the
+  shutdown covered it and after every run pinned to it finished; nothing loads after shutdown;
+* a run is queued only behind an active run of its session, starts once, first in first out, on
+  its directory's live generation (never on a retired or closed one), never after shutdown, and
+  finishes once, on the generation it started on; a session runs one run at a time and says
+  ``busy``/``idle`` only on change, ``idle`` only with nothing active or queued;
+* every interrupt carries a reason, and a run that was not interrupted carries none; an interrupt
+  names a cause that may interrupt: a ``lifecycle_interrupt`` comes from a
+  ``user_confirmed_interrupt`` close of the run's directory, a shutdown reason from the shutdown; a
+  maintenance close never interrupts a run;
+* exactly one ``lifecycle.completed`` per accepted lifecycle request (a joined shutdown has its own);
+  a close never completes while a run that existed at its request in its directories is active, nor
+  while an instance it covered is open; an action pending when shutdown came is completed as
+  ``superseded_by`` it; no lifecycle action starts after shutdown except shutdowns joining it;
+* shutdown ends everything: when it completes no run is active or queued, no instance is open and
+  every other action has completed;
+* with requests: every request is answered exactly once, with an answer of its kind (``rejected``
+  with a code, else no code); a close's answer agrees with its mode (maintenance never
+  ``interrupted``, ``deferred`` names what it waits for, a shutdown is ``forced`` and a second one
+  joins the first); after shutdown every other request is rejected; each accepted interrupting
+  request (a cancel, a rejected permission, a dismissed form, a confirmed close, the shutdown) is
+  the one the run's ``run.finished`` names;
+* with command batches: a reply comes after its ``action.result`` (and after its
+  ``lifecycle.completed`` when it says ``completed``); a run is spawned once, on the instance it
+  started on; an instance is disposed once, with no run on it; a run is signalled once (the first
+  reason wins), abandoned only after it was signalled; ``ShutdownComplete`` ends its batch.
+
+``CoreShell`` drives a ``SupervisorCore`` synchronously -- requests, body reports, dispose
+completions, the grace deadline -- records every command and event and feeds them to a checker::
+
+    shell = CoreShell("/w/a")
+    shell.start("r1", session="s1", directory="/w/a")
+    shell.close(CloseAction.DISPOSE, "/w/a", mode=CloseMode.MAINTENANCE)
+    shell.finish("r1")
+    shell.shutdown()
+    shell.checker.finish()  # raises AssertionError naming every broken invariant
+
+Pure: no threads, no clocks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, deque
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from run_supervisor.protocol._commands import (
+    AbandonRun,
+    Command,
+    DeliverAnswer,
+    DisposeInstance,
+    Emit,
+    LoadInstance,
+    ReleaseRun,
+    Reply,
+    ShutdownComplete,
+    SignalInterrupt,
+    SpawnRun,
+    StartGraceTimer,
+)
+from run_supervisor.protocol._core import Report, SupervisorCore
+from run_supervisor.protocol._enums import (
+    CloseAction,
+    CloseMode,
+    CloseResult,
+    InterruptReason,
+    Outcome,
+    PartState,
+    SessionStatus,
+)
+from run_supervisor.protocol._events import (
+    ActionResult,
+    Event,
+    InstanceClosed,
+    InstanceStarted,
+    LifecycleCompleted,
+    LifecycleDeferred,
+    LifecycleRequested,
+    RunFinished,
+    RunQueued,
+    RunStarted,
+    SessionStatusChanged,
+    StepFinished,
+    StepStarted,
+)
+from run_supervisor.protocol._requests import (
+    AnswerForm,
+    BodyEnded,
+    CancelRun,
+    CloseOutcome,
+    CloseRequest,
+    DismissForm,
+    DisposeDone,
+    GraceExpired,
+    PartReport,
+    ReplyPermission,
+    Request,
+    RequestOutcome,
+    Shutdown,
+    StartRun,
+    WaitingForUser,
+)
+from run_supervisor.protocol._rules import CLOSE_RULES
+
+__all__ = ["CoreShell", "InvariantChecker", "InvariantViolation"]
+
+Answer = CloseOutcome | RequestOutcome
+E = TypeVar("E")
+
+_SHUTDOWN_ACTIONS = frozenset({CloseAction.SHUTDOWN, CloseAction.TEST_TEARDOWN})
+_SHUTDOWN_REASONS = frozenset(
+    {InterruptReason.SHUTDOWN, InterruptReason.TEST_TEARDOWN, InterruptReason.TIMEOUT}
+)
+_ONE_DIRECTORY = frozenset({CloseAction.DISPOSE, CloseAction.RELOAD})
+_CLOSE_RESULTS = {
+    CloseMode.MAINTENANCE: frozenset({CloseResult.COMPLETED, CloseResult.DEFERRED}),
+    CloseMode.USER_CONFIRMED_INTERRUPT: frozenset(
+        {CloseResult.COMPLETED, CloseResult.DEFERRED, CloseResult.INTERRUPTED}
+    ),
+    CloseMode.SHUTDOWN: frozenset({CloseResult.FORCED}),
+    CloseMode.TEST_TEARDOWN: frozenset({CloseResult.FORCED}),
+}
+"""What an accepted lifecycle action may be answered with, by mode."""
+_REASONS_OF = {
+    CloseMode.SHUTDOWN: frozenset({InterruptReason.SHUTDOWN, InterruptReason.TIMEOUT}),
+    CloseMode.TEST_TEARDOWN: frozenset({InterruptReason.TEST_TEARDOWN}),
+}
+_USER_ORIGINS = {InterruptReason.PERMISSION_REJECTED: "permission", InterruptReason.FORM_DISMISSED: "form"}
+
+
+class InvariantViolation(AssertionError):
+    """An invariant did not hold; the message names every violation found."""
+
+
+@dataclass(slots=True)
+class _Run:
+    id: str
+    session: str
+    directory: str
+    state: str = "queued"  # queued -> active -> finished, or active -> finished
+    generation: int | None = None
+    signalled: InterruptReason | None = None
+    abandoned: bool = False
+    released: bool = False
+    finished: RunFinished | None = None
+
+
+@dataclass(slots=True)
+class _Session:
+    active: str | None = None
+    queue: deque[str] = field(default_factory=deque)
+    status: SessionStatus | None = None
+
+
+@dataclass(slots=True)
+class _Instance:
+    state: str = "live"  # live -> retired -> disposing -> closed
+    runs: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Action:
+    id: str
+    do: CloseAction
+    mode: CloseMode
+    origin: str
+    directories: tuple[str, ...]
+    covered: frozenset[tuple[str, int]]
+    blocking: frozenset[str]
+    """The runs active in its directories when it was requested: it may not complete before them."""
+    requested: int = 1
+    completed: int = 0
+    results: list[CloseResult] = field(default_factory=list)
+    supersede: str | None = None
+    """The shutdown that came while it was pending: its completion must say so."""
+
+
+@dataclass(slots=True)
+class _Asked:
+    request: Request
+    after_shutdown: bool
+    answers: int = 0
+    answer: Answer | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Decision:
+    """An interrupt a request was accepted for: what the run's ``run.finished`` must say."""
+
+    reason: InterruptReason
+    origin: str | None
+    action: str | None
+    by: str
+
+
+class InvariantChecker:
+    """Checks a supervisor's published behaviour against the invariants of the protocol.
+
+    Feed it in the order things happened: ``event`` for each event (or ``commands`` for a whole
+    batch of a ``SupervisorCore``, which also checks the commands), ``request``/``answer`` for the
+    requests and their answers when the driver knows them. Call ``finish`` once the supervisor has
+    shut down and every event was fed: it checks that everything ended. Violations are collected in
+    ``violations``; with ``raise_at_once`` the first one raises ``InvariantViolation`` right away
+    (what a unit test wants), and ``finish``/``assert_ok`` raise one naming all of them.
+
+    ``gapless``: the stream is complete from the first event, so ``seq`` grows by exactly one.
+    """
+
+    def __init__(self, *, gapless: bool = True, raise_at_once: bool = False) -> None:
+        self.gapless = gapless
+        self.raise_at_once = raise_at_once
+        self.violations: list[str] = []
+        self.events = 0
+        self.last_seq = 0
+        self.runs: dict[str, _Run] = {}
+        self.sessions: dict[str, _Session] = {}
+        self.instances: dict[tuple[str, int], _Instance] = {}
+        self.newest: dict[str, int] = {}
+        self.actions: dict[str, _Action] = {}
+        self.shutdown_id: str | None = None
+        self.shutdown_reasons: frozenset[InterruptReason] = frozenset()
+        """What the shutdown's interrupts may say (a ``shutdown`` may be a watchdog's ``timeout``)."""
+        self.shutdown_done = False
+        self.shutdown_queued: set[str] = set()
+        self.asked: dict[Hashable, _Asked] = {}
+        self.start_requests: dict[str, StartRun] = {}
+        self.grace_expired = False
+        self.commands_seen = False
+        self.shutdown_complete_sent = False
+
+    # --- reporting ---------------------------------------------------------------------------
+
+    def violation(self, text: str) -> None:
+        self.violations.append(text)
+        if self.raise_at_once:
+            raise InvariantViolation(text)
+
+    def assert_ok(self) -> None:
+        """Raise ``InvariantViolation`` naming every violation found so far."""
+        if self.violations:
+            shown = "\n  ".join(self.violations[:20])
+            more = f"\n  ... and {len(self.violations) - 20} more" if len(self.violations) > 20 else ""
+            raise InvariantViolation(f"{len(self.violations)} invariant violation(s):\n  {shown}{more}")
+
+    # --- inputs ------------------------------------------------------------------------------
+
+    def request(self, token: Hashable, request: Request) -> None:
+        """A host made ``request``; its answer will be filed under ``token``."""
+        if token in self.asked:
+            self.violation(f"request token {token!r} used twice")
+            return
+        self.asked[token] = _Asked(request, after_shutdown=self.shutdown_id is not None)
+        if isinstance(request, StartRun) and request.run_id not in self.start_requests:
+            self.start_requests[request.run_id] = request
+
+    def answer(self, token: Hashable, answer: Answer) -> None:
+        """The request made under ``token`` was answered."""
+        asked = self.asked.get(token)
+        if asked is None:
+            if self.asked:  # the driver tells its requests: this one is not among them
+                self.violation(f"an answer to {token!r}, which was never asked: {answer}")
+            return
+        asked.answers += 1
+        if asked.answers > 1:
+            self.violation(f"{token!r} answered {asked.answers} times: {asked.answer} then {answer}")
+            return
+        asked.answer = answer
+        self._check_answer(token, asked.request, answer, asked.after_shutdown)
+
+    def commands(self, batch: Sequence[Command]) -> None:
+        """A core's command batch, in order: its events, its replies and what it asks the shell."""
+        self.commands_seen = True
+        for index, command in enumerate(batch):
+            if isinstance(command, ShutdownComplete) and index != len(batch) - 1:
+                self.violation("ShutdownComplete is not the last command of its batch")
+            self.command(command)
+
+    def command(self, command: Command) -> None:
+        """One command of a core (``commands`` is the usual entry: it also checks batch order)."""
+        self.commands_seen = True
+        if isinstance(command, Emit):
+            self.event(command.event)
+        elif isinstance(command, Reply):
+            self._reply_order(command.answer)
+            if command.reply_to is not None:
+                self.answer(command.reply_to, command.answer)
+        elif isinstance(command, SpawnRun):
+            self._spawn(command)
+        elif isinstance(command, DisposeInstance):
+            self._dispose(command)
+        elif isinstance(command, LoadInstance):
+            if self.newest.get(command.directory) != command.generation:
+                self.violation(
+                    f"LoadInstance {command.directory} {command.generation} without its instance.started"
+                )
+        elif isinstance(command, SignalInterrupt):
+            self._signal(command)
+        elif isinstance(command, AbandonRun):
+            run = self.runs.get(command.run_id)
+            if run is None or run.signalled is None or not self.grace_expired:
+                self.violation(f"{command.run_id} abandoned without an interrupt and an expired grace")
+            elif run.finished is not None:
+                self.violation(f"{command.run_id} abandoned after it finished")
+            else:
+                run.abandoned = True
+        elif isinstance(command, ReleaseRun):
+            run = self.runs.get(command.run_id)
+            if run is None or run.finished is None:
+                self.violation(f"{command.run_id} released before it finished")
+            elif run.released:
+                self.violation(f"{command.run_id} released twice")
+            else:
+                run.released = True
+        elif isinstance(command, DeliverAnswer):
+            run = self.runs.get(command.run_id)
+            if run is None or run.state != "active" or run.signalled is not None:
+                self.violation(f"an answer delivered to {command.run_id}, which is not running undisturbed")
+        elif isinstance(command, StartGraceTimer):
+            if command.action_id != self.shutdown_id:
+                self.violation(f"a grace timer for {command.action_id}, which is not the shutdown")
+        elif isinstance(command, ShutdownComplete):
+            if self.shutdown_complete_sent:
+                self.violation("ShutdownComplete sent twice")
+            self.shutdown_complete_sent = True
+            if command.action_id != self.shutdown_id or not self.shutdown_done:
+                self.violation(f"ShutdownComplete for {command.action_id} before the shutdown completed")
+
+    def grace_passed(self) -> None:
+        """Shutdown's grace deadline passed (the driver delivered ``GraceExpired``)."""
+        self.grace_expired = True
+
+    def event(self, event: Event) -> None:
+        """One published event, in ``seq`` order."""
+        self.events += 1
+        if event.seq <= self.last_seq or (self.gapless and event.seq != self.last_seq + 1):
+            rule = "by one" if self.gapless else "strictly"
+            self.violation(f"seq {event.seq} after {self.last_seq}: seq must increase {rule}")
+        self.last_seq = max(self.last_seq, event.seq)
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def events_of(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.event(event)
+
+    # --- events ------------------------------------------------------------------------------
+
+    def _instance_started(self, event: InstanceStarted) -> None:
+        key = (event.directory, event.generation)
+        expected = self.newest.get(event.directory, 0) + 1
+        if event.generation != expected:
+            self.violation(f"{event.directory} started generation {event.generation}, expected {expected}")
+        if self.shutdown_id is not None:
+            self.violation(f"{key} started after shutdown was requested")
+        self.newest[event.directory] = event.generation
+        self.instances[key] = _Instance()
+
+    def _instance_closed(self, event: InstanceClosed) -> None:
+        key = (event.directory, event.generation)
+        instance = self.instances.get(key)
+        if instance is None:
+            self.violation(f"{key} closed but never started")
+            return
+        if instance.state == "closed":
+            self.violation(f"{key} closed twice")
+            return
+        if instance.state == "live":
+            self.violation(f"{key} closed while no close or shutdown covered it")
+        if self.commands_seen and instance.state != "disposing" and not self.grace_expired:
+            self.violation(f"{key} closed without being disposed")
+        if instance.runs:
+            self.violation(f"{key} closed while {sorted(instance.runs)} still ran on it")
+        instance.state = "closed"
+
+    def _session(self, name: str) -> _Session:
+        session = self.sessions.get(name)
+        if session is None:
+            session = self.sessions[name] = _Session()
+        return session
+
+    def _new_run(self, run_id: str, session: str, directory: str, seq: int) -> _Run | None:
+        if run_id in self.runs and self.runs[run_id].finished is None:
+            self.violation(f"run {run_id} announced twice (seq {seq})")
+            return None
+        if self.shutdown_id is not None:
+            self.violation(f"run {run_id} started or queued after shutdown was requested (seq {seq})")
+        run = self.runs[run_id] = _Run(run_id, session, directory)
+        return run
+
+    def _run_queued(self, event: RunQueued) -> None:
+        asked = self._start_request(event.run_id)
+        directory = asked.directory if asked else ""
+        run = self._new_run(event.run_id, event.session, directory, event.seq)
+        if run is None:
+            return
+        session = self._session(event.session)
+        if session.active is None:
+            self.violation(f"{event.run_id} queued although session {event.session} had no active run")
+        session.queue.append(run.id)
+
+    def _start_request(self, run_id: str) -> StartRun | None:
+        return self.start_requests.get(run_id)
+
+    def _run_started(self, event: RunStarted) -> None:
+        run = self.runs.get(event.run_id)
+        session = self._session(event.session)
+        if run is not None and run.state == "queued" and run.finished is None:
+            if not session.queue or session.queue[0] != run.id:
+                self.violation(f"{run.id} started out of its session's queue order {list(session.queue)}")
+            if run.id in session.queue:
+                session.queue.remove(run.id)
+            if run.session != event.session:
+                self.violation(f"{run.id} queued in {run.session} but started in {event.session}")
+            run.directory = event.directory
+        else:
+            new = self._new_run(event.run_id, event.session, event.directory, event.seq)
+            if new is None:
+                return
+            run = new
+            if session.queue:
+                self.violation(f"{run.id} started at once although {event.session} had {list(session.queue)}")
+        asked = self._start_request(run.id)
+        if asked is not None and (asked.session, asked.directory) != (event.session, event.directory):
+            self.violation(f"{run.id} started in {event.session}/{event.directory}, asked for {asked}")
+        if session.active is not None:
+            self.violation(f"session {event.session} starts {run.id} while {session.active} is active")
+        if session.status is not SessionStatus.BUSY:
+            self.violation(f"{run.id} started but session {event.session} did not say busy")
+        key = (event.directory, event.generation)
+        instance = self.instances.get(key)
+        if (
+            instance is None
+            or instance.state != "live"
+            or self.newest.get(event.directory) != event.generation
+        ):
+            state = "never started" if instance is None else instance.state
+            self.violation(
+                f"{run.id} started on {key}, which is not its directory's live generation ({state})"
+            )
+        if instance is not None:
+            instance.runs.add(run.id)
+        run.state = "active"
+        run.generation = event.generation
+        session.active = run.id
+
+    def _step(self, event: StepStarted | StepFinished) -> None:
+        run = self.runs.get(event.run_id)
+        if run is None or run.state != "active":
+            self.violation(f"a step of {event.run_id} while it is not active (seq {event.seq})")
+
+    def _run_finished(self, event: RunFinished) -> None:
+        run = self.runs.get(event.run_id)
+        if run is None:
+            self.violation(f"{event.run_id} finished but never started nor queued")
+            return
+        if run.finished is not None:
+            self.violation(f"{event.run_id} finished twice")
+            return
+        run.finished = event
+        was = run.state
+        run.state = "finished"
+        self._check_ending(run, event, was)
+        session = self._session(run.session)
+        if was == "queued":
+            if run.id in session.queue:
+                session.queue.remove(run.id)
+            if event.generation is not None:
+                self.violation(f"{run.id} finished unstarted with generation {event.generation}")
+            return
+        if event.generation != run.generation:
+            self.violation(f"{run.id} finished on generation {event.generation}, started on {run.generation}")
+        instance = self.instances.get((run.directory, run.generation or 0))
+        if instance is not None:
+            instance.runs.discard(run.id)
+        if session.active == run.id:
+            session.active = None
+        else:
+            self.violation(f"{run.id} finished but was not its session's active run")
+
+    def _check_ending(self, run: _Run, event: RunFinished, was: str) -> None:
+        interrupted = event.outcome is Outcome.INTERRUPTED
+        if not interrupted:
+            if (event.reason, event.origin, event.action_id, event.phase) != (None, None, None, None):
+                self.violation(f"{run.id} ended {event.outcome.value} but names an interrupt: {event}")
+            if event.abandoned:
+                self.violation(f"{run.id} abandoned although it was not interrupted")
+            if run.signalled is not None:
+                self.violation(
+                    f"{run.id} was signalled ({run.signalled.value}) but ended {event.outcome.value}"
+                )
+            if (event.outcome is Outcome.FAILED) != (event.error is not None):
+                self.violation(f"{run.id} ended {event.outcome.value} with error {event.error!r}")
+            return
+        if event.reason is None:
+            self.violation(f"{run.id} was interrupted without a reason")
+            return
+        if self.commands_seen and was == "active" and run.signalled is not event.reason:
+            self.violation(
+                f"{run.id} ended interrupted ({event.reason.value}) but was signalled {run.signalled}"
+            )
+        if self.commands_seen and event.abandoned != run.abandoned:
+            self.violation(f"{run.id} abandoned={event.abandoned} but the shell was told {run.abandoned}")
+        if event.abandoned and was != "active":
+            self.violation(f"{run.id} abandoned although it never started")
+        action = self.actions.get(event.action_id or "")
+        if event.reason is InterruptReason.LIFECYCLE_INTERRUPT:
+            if action is None or CLOSE_RULES[action.mode].interrupts_with is not event.reason:
+                self.violation(
+                    f"{run.id} interrupted ({event.reason.value}) by {event.action_id}, not a confirmed close"
+                )
+            elif run.directory not in action.directories or event.origin != action.origin:
+                self.violation(
+                    f"{run.id} in {run.directory} interrupted by {action.id} of {action.directories}"
+                )
+            elif run.id not in action.blocking:
+                self.violation(f"{run.id} interrupted by {action.id}, which came before it started")
+        elif event.reason in _SHUTDOWN_REASONS:
+            if event.action_id is None or event.action_id != self.shutdown_id:
+                self.violation(
+                    f"{run.id} interrupted ({event.reason.value}) by {event.action_id}, not the shutdown"
+                )
+            elif event.reason not in self.shutdown_reasons:
+                self.violation(
+                    f"{run.id} interrupted ({event.reason.value}) by a shutdown that may not say so"
+                )
+            else:
+                self.shutdown_reasons = frozenset({event.reason})  # every run names the same one
+        elif event.reason in _USER_ORIGINS and event.origin != _USER_ORIGINS[event.reason]:
+            self.violation(f"{run.id} interrupted ({event.reason.value}) with origin {event.origin!r}")
+        if action is not None and action.mode is CloseMode.MAINTENANCE:
+            self.violation(f"{run.id} interrupted by the maintenance close {action.id}")
+
+    def _session_status(self, event: SessionStatusChanged) -> None:
+        session = self._session(event.session)
+        if session.status is event.status:
+            self.violation(f"session {event.session} said {event.status.value} twice in a row")
+        if event.status is SessionStatus.IDLE and (session.active is not None or session.queue):
+            self.violation(
+                f"session {event.session} idle with {session.active} active, {list(session.queue)} queued"
+            )
+        session.status = event.status
+
+    def _open_keys(self, directories: Iterable[str]) -> frozenset[tuple[str, int]]:
+        names = set(directories)
+        return frozenset(k for k, i in self.instances.items() if k[0] in names and i.state != "closed")
+
+    def _active_in(self, directories: Iterable[str]) -> frozenset[str]:
+        names = set(directories)
+        return frozenset(r.id for r in self.runs.values() if r.state == "active" and r.directory in names)
+
+    def _loaded(self) -> tuple[str, ...]:
+        return tuple(sorted({k[0] for k, i in self.instances.items() if i.state != "closed"}))
+
+    def _lifecycle_requested(self, event: LifecycleRequested) -> None:
+        known = self.actions.get(event.action_id)
+        shutdown_like = event.do in _SHUTDOWN_ACTIONS
+        if known is not None:
+            if not shutdown_like or known.id != self.shutdown_id:
+                self.violation(f"{event.action_id} requested twice, and not as a shutdown joining the first")
+            known.requested += 1
+            return
+        if self.shutdown_id is not None:
+            self.violation(f"lifecycle action {event.action_id} ({event.do.value}) after the shutdown")
+        if shutdown_like != CLOSE_RULES[event.mode].covers_everything:
+            self.violation(f"{event.action_id}: {event.do.value} in mode {event.mode.value}")
+        loaded = self._loaded()
+        if shutdown_like or event.do not in _ONE_DIRECTORY:
+            if event.directories != loaded:
+                self.violation(
+                    f"{event.action_id} ({event.do.value}) covers {event.directories}, loaded: {loaded}"
+                )
+        elif len(event.directories) != 1:
+            self.violation(f"{event.action_id} ({event.do.value}) names {event.directories}")
+        covered = self._open_keys(event.directories)
+        action = self.actions[event.action_id] = _Action(
+            id=event.action_id,
+            do=event.do,
+            mode=event.mode,
+            origin=event.origin,
+            directories=event.directories,
+            covered=covered,
+            blocking=self._active_in(event.directories),
+        )
+        for key in covered:
+            if self.instances[key].state == "live":
+                self.instances[key].state = "retired"
+        if shutdown_like:
+            self.shutdown_id = action.id
+            self.shutdown_reasons = _REASONS_OF.get(event.mode, frozenset())
+            self.shutdown_queued = {r.id for r in self.runs.values() if r.state == "queued"}
+            for other in self.actions.values():
+                if other is not action and other.completed < other.requested:
+                    other.supersede = action.id
+
+    def _lifecycle_deferred(self, event: LifecycleDeferred) -> None:
+        action = self.actions.get(event.action_id)
+        if action is None or action.completed:
+            self.violation(f"{event.action_id} deferred but it is not pending")
+            return
+        if not event.pending_directories or not event.blocking_runs:
+            self.violation(f"{event.action_id} deferred without pending directories or blocking runs")
+        if not set(event.pending_directories) <= set(action.directories):
+            self.violation(
+                f"{event.action_id} waits for {event.pending_directories} outside {action.directories}"
+            )
+        if not set(event.blocking_runs) <= action.blocking:
+            self.violation(f"{event.action_id} waits for {event.blocking_runs}, not all there at its request")
+
+    def _lifecycle_completed(self, event: LifecycleCompleted) -> None:
+        action = self.actions.get(event.action_id)
+        if action is None:
+            self.violation(f"{event.action_id} completed but was never requested")
+            return
+        action.completed += 1
+        if action.completed > action.requested:
+            self.violation(
+                f"{event.action_id} completed {action.completed} times, requested {action.requested}"
+            )
+            return
+        still_active = sorted(r for r in action.blocking if self.runs[r].finished is None)
+        if still_active:
+            self.violation(
+                f"{event.action_id} completed while {still_active}, there at its request, are active"
+            )
+        still_open = sorted(k for k in action.covered if self.instances[k].state != "closed")
+        if still_open:
+            self.violation(f"{event.action_id} completed while {still_open} it covered are open")
+        if event.superseded_by != action.supersede:
+            self.violation(
+                f"{event.action_id} completed superseded_by {event.superseded_by}, not {action.supersede}"
+            )
+        if action.id == self.shutdown_id and not self.shutdown_done:
+            self.shutdown_done = True
+            self._everything_ended(f"the shutdown {action.id} completed")
+
+    def _everything_ended(self, when: str) -> None:
+        running = sorted(r.id for r in self.runs.values() if r.finished is None)
+        if running:
+            self.violation(f"{when} while {running} had not finished")
+        open_instances = sorted(k for k, i in self.instances.items() if i.state != "closed")
+        if open_instances:
+            self.violation(f"{when} while {open_instances} were open")
+        pending = sorted(a.id for a in self.actions.values() if a.id != self.shutdown_id and not a.completed)
+        if pending:
+            self.violation(f"{when} while {pending} had not completed")
+
+    def _action_result(self, event: ActionResult) -> None:
+        action = self.actions.get(event.action_id)
+        if action is None:
+            self.violation(f"action.result of {event.action_id}, which was never requested")
+            return
+        action.results.append(event.result)
+        if len(action.results) > action.requested:
+            self.violation(
+                f"{event.action_id}: {len(action.results)} action.result for {action.requested} requests"
+            )
+        if event.result not in _CLOSE_RESULTS[action.mode] or event.result is not action.results[0]:
+            self.violation(f"{event.action_id} ({action.mode.value}) resulted {event.result.value}")
+
+    # --- commands ----------------------------------------------------------------------------
+
+    def _reply_order(self, answer: Answer) -> None:
+        if not isinstance(answer, CloseOutcome) or answer.action_id is None:
+            return
+        action = self.actions.get(answer.action_id)
+        if action is None:
+            self.violation(f"a reply names {answer.action_id}, which was never requested")
+            return
+        replied = sum(
+            1
+            for asked in self.asked.values()
+            if isinstance(asked.answer, CloseOutcome) and asked.answer.action_id == answer.action_id
+        )
+        if len(action.results) <= replied:
+            self.violation(f"a reply about {answer.action_id} before its action.result")
+        if answer.completed and not action.completed:
+            self.violation(f"a reply says {answer.action_id} completed before its lifecycle.completed")
+
+    def _spawn(self, command: SpawnRun) -> None:
+        run = self.runs.get(command.run_id)
+        if run is None or run.state != "active" or run.generation != command.generation:
+            self.violation(f"{command.run_id} spawned without starting on generation {command.generation}")
+            return
+        key = (command.directory, command.generation)
+        if self.instances[key].state != "live":
+            self.violation(f"{command.run_id} spawned on {key}, which is {self.instances[key].state}")
+
+    def _dispose(self, command: DisposeInstance) -> None:
+        key = (command.directory, command.generation)
+        instance = self.instances.get(key)
+        if instance is None or instance.state in ("live", "disposing", "closed"):
+            state = "never started" if instance is None else instance.state
+            self.violation(f"{key} disposed while {state}")
+            return
+        if instance.runs:
+            self.violation(f"{key} disposed while {sorted(instance.runs)} still run on it")
+        if command.report == self.grace_expired:
+            self.violation(
+                f"{key} disposed with report={command.report} (grace expired: {self.grace_expired})"
+            )
+        instance.state = "disposing"
+
+    def _signal(self, command: SignalInterrupt) -> None:
+        run = self.runs.get(command.run_id)
+        if run is None or run.state != "active":
+            self.violation(f"{command.run_id} signalled while it is not active")
+        elif run.signalled is not None:
+            self.violation(
+                f"{command.run_id} signalled twice ({run.signalled.value}, then {command.reason.value})"
+            )
+        else:
+            run.signalled = command.reason
+
+    # --- answers -----------------------------------------------------------------------------
+
+    def _check_answer(self, token: Hashable, request: Request, answer: Answer, after_shutdown: bool) -> None:
+        closing = isinstance(request, CloseRequest | Shutdown)
+        if closing != isinstance(answer, CloseOutcome):
+            self.violation(f"{token!r}: {type(request).__name__} answered with {type(answer).__name__}")
+        if answer.result is CloseResult.REJECTED:
+            if answer.code is None or not answer.error:
+                self.violation(f"{token!r} rejected without a code and a message: {answer}")
+            return
+        if answer.code is not None or answer.error is not None:
+            self.violation(f"{token!r} accepted ({answer.result.value}) with an error: {answer}")
+        if after_shutdown and not isinstance(request, Shutdown):
+            self.violation(f"{token!r}: {type(request).__name__} accepted after the shutdown")
+        if not isinstance(answer, CloseOutcome):
+            if answer.result is not CloseResult.OK:
+                self.violation(f"{token!r} answered {answer.result.value}")
+            return
+        if isinstance(request, Shutdown):
+            if answer.result is not CloseResult.FORCED:
+                self.violation(f"{token!r}: the shutdown answered {answer.result.value}")
+            if self.shutdown_id is not None and answer.action_id != self.shutdown_id:
+                self.violation(
+                    f"{token!r}: a shutdown answered as {answer.action_id}, not {self.shutdown_id}"
+                )
+            return
+        assert isinstance(request, CloseRequest)
+        if answer.result not in _CLOSE_RESULTS[request.mode]:
+            self.violation(
+                f"{token!r}: a {request.mode.value} {request.do.value} answered {answer.result.value}"
+            )
+        if (answer.result is CloseResult.INTERRUPTED) != bool(answer.interrupted_runs):
+            self.violation(
+                f"{token!r} answered {answer.result.value} with interrupted {answer.interrupted_runs}"
+            )
+        if answer.result is CloseResult.DEFERRED and not (
+            answer.pending_directories and answer.blocking_runs
+        ):
+            self.violation(f"{token!r} deferred without pending directories or blocking runs")
+        if answer.result is CloseResult.COMPLETED and (answer.pending_directories or answer.blocking_runs):
+            self.violation(f"{token!r} completed but waits for {answer.blocking_runs}")
+
+    def _decisions(self) -> dict[str, list[_Decision]]:
+        """The interrupts requests were accepted for, by run."""
+        decided: dict[str, list[_Decision]] = {}
+
+        def add(run_id: str, decision: _Decision) -> None:
+            decided.setdefault(run_id, []).append(decision)
+
+        for token, asked in self.asked.items():
+            request, answer = asked.request, asked.answer
+            if answer is None or answer.result is CloseResult.REJECTED:
+                continue
+            by = f"{type(request).__name__} {token!r}"
+            if isinstance(request, CancelRun):
+                add(request.run_id, _Decision(InterruptReason.USER_CANCEL, request.origin, request.tag, by))
+            elif isinstance(request, ReplyPermission) and not request.approve and not request.message:
+                add(
+                    request.run_id,
+                    _Decision(InterruptReason.PERMISSION_REJECTED, "permission", request.tag, by),
+                )
+            elif isinstance(request, DismissForm):
+                add(request.run_id, _Decision(InterruptReason.FORM_DISMISSED, "form", request.tag, by))
+            elif isinstance(request, CloseRequest) and isinstance(answer, CloseOutcome):
+                reason = CLOSE_RULES[request.mode].interrupts_with
+                for run_id in answer.interrupted_runs:
+                    if reason is None:
+                        self.violation(f"{by}: a {request.mode.value} close interrupted {run_id}")
+                    else:
+                        add(run_id, _Decision(reason, request.origin, answer.action_id, by))
+        shutdown = next(
+            (
+                a
+                for a in self.asked.values()
+                if isinstance(a.request, Shutdown)
+                and isinstance(a.answer, CloseOutcome)
+                and a.answer.result is CloseResult.FORCED
+            ),
+            None,
+        )
+        if shutdown is not None and isinstance(shutdown.answer, CloseOutcome):
+            assert isinstance(shutdown.request, Shutdown)
+            reason = shutdown.request.reason
+            for run_id in shutdown.answer.interrupted_runs:
+                add(run_id, _Decision(reason, None, self.shutdown_id, "the shutdown"))
+        return decided
+
+    def _check_decisions(self) -> None:
+        decided = self._decisions()
+        for run_id, decisions in sorted(decided.items()):
+            if len(decisions) > 1:
+                self.violation(f"{run_id}: more than one interrupt accepted: {[d.by for d in decisions]}")
+            run = self.runs.get(run_id)
+            event = run.finished if run else None
+            if event is None:
+                continue
+            want = decisions[0]
+            got = (event.outcome, event.reason, event.action_id)
+            if got != (Outcome.INTERRUPTED, want.reason, want.action) or (
+                want.origin is not None and event.origin != want.origin
+            ):
+                self.violation(f"{run_id} ended {got} origin {event.origin!r}; {want.by} decided {want}")
+        for run in self.runs.values():
+            event = run.finished
+            if event is None or event.outcome is not Outcome.INTERRUPTED or run.id in decided:
+                continue
+            if run.id in self.shutdown_queued and event.reason in _SHUTDOWN_REASONS:
+                continue
+            self.violation(f"{run.id} ended interrupted ({event.reason}) but no accepted request decided it")
+
+    # --- the end -----------------------------------------------------------------------------
+
+    def finish(self, *, require_shutdown: bool = True) -> None:
+        """The stream has ended (the supervisor shut down and every event was fed): check that
+        everything ended and every request was answered once, then raise if anything was violated."""
+        if require_shutdown and not self.shutdown_done:
+            self.violation("the stream ended before a shutdown completed")
+        self._everything_ended("the stream ended")
+        for action in self.actions.values():
+            if action.completed != action.requested:
+                self.violation(
+                    f"{action.id}: {action.completed} lifecycle.completed for {action.requested} requests"
+                )
+        for name, session in sorted(self.sessions.items()):
+            if session.status is SessionStatus.BUSY:
+                self.violation(f"session {name} ended busy")
+        unanswered = [token for token, asked in self.asked.items() if asked.answers == 0]
+        if unanswered:
+            self.violation(f"requests never answered: {unanswered[:10]}")
+        if self.asked:
+            self._check_decisions()
+        self.assert_ok()
+
+
+_HANDLERS: dict[type, Callable[[InvariantChecker, Any], None]] = {
+    InstanceStarted: InvariantChecker._instance_started,
+    InstanceClosed: InvariantChecker._instance_closed,
+    RunQueued: InvariantChecker._run_queued,
+    RunStarted: InvariantChecker._run_started,
+    StepStarted: InvariantChecker._step,
+    StepFinished: InvariantChecker._step,
+    RunFinished: InvariantChecker._run_finished,
+    SessionStatusChanged: InvariantChecker._session_status,
+    LifecycleRequested: InvariantChecker._lifecycle_requested,
+    LifecycleDeferred: InvariantChecker._lifecycle_deferred,
+    LifecycleCompleted: InvariantChecker._lifecycle_completed,
+    ActionResult: InvariantChecker._action_result,
+}
+
+
+# --- the synchronous shell -------------------------------------------------------------------------
+
+
+class CoreShell:
+    """Carries out a ``SupervisorCore``'s commands the way the actor shell does, synchronously, and
+    checks every batch with an ``InvariantChecker`` (``checker``; violations raise at once).
+
+    Every command is logged in order (``log``; the latest batch is ``last``) and every event kept
+    (``events``). Answers are filed by request token in ``answers``. A ``DisposeInstance`` is
+    acknowledged with ``DisposeDone`` once the batch that asked for it has been carried out (the
+    instance actor answers with a later message), unless ``hold_disposes``: then it waits in
+    ``held`` until ``release``. Bodies never move by themselves: ``finish``, ``tool``, ``ask`` and
+    ``report`` say what they do; ``expire`` passes shutdown's grace deadline.
+    """
+
+    def __init__(
+        self,
+        *directories: str,
+        hold_disposes: bool = False,
+        declare: Iterable[str] = (),
+        core: SupervisorCore | None = None,
+        checker: InvariantChecker | None = None,
+    ) -> None:
+        self.core = core or SupervisorCore()
+        self.checker = checker or InvariantChecker(raise_at_once=True)
+        self.log: list[Command] = []
+        self.events: list[Event] = []
+        self.answers: dict[str, Answer] = {}
+        self.last: list[Command] = []
+        self.last_token = ""
+        self.hold_disposes = hold_disposes
+        self.held: list[DisposeInstance] = []
+        self.spawned: dict[str, SpawnRun] = {}
+        self._tokens = itertools.count(1)
+        for directory in declare:
+            self.core.declare(directory)
+        for directory in directories:
+            self.carry_out(self.core.preload(directory))
+
+    # carrying commands out
+
+    def carry_out(self, commands: list[Command]) -> list[Command]:
+        """Check and carry out one batch of commands; acknowledge the disposes it asks for."""
+        self.checker.commands(commands)
+        acks: list[DisposeInstance] = []
+        for command in commands:
+            self.log.append(command)
+            if isinstance(command, Emit):
+                self.events.append(command.event)
+            elif isinstance(command, Reply):
+                self.answers[command.reply_to] = command.answer
+            elif isinstance(command, SpawnRun):
+                self.spawned[command.run_id] = command
+            elif isinstance(command, DisposeInstance) and command.report:
+                (self.held if self.hold_disposes else acks).append(command)
+        for command in acks:
+            self.carry_out(self.core.report(DisposeDone(command.directory, command.generation)))
+        return commands
+
+    # driving the core
+
+    def request(self, request: Request) -> Answer | None:
+        """Send a request; its answer, or None while it is not answered yet."""
+        self.last_token = token = f"t{next(self._tokens)}"
+        self.checker.request(token, request)
+        self.last = self.carry_out(self.core.request(request, token))
+        return self.answers.get(token)
+
+    def report(self, report: Report) -> list[Command]:
+        if isinstance(report, GraceExpired):
+            self.checker.grace_passed()
+        self.last = self.carry_out(self.core.report(report))
+        return self.last
+
+    def start(self, run: str, session: str | None = None, directory: str = "/w/a") -> Answer | None:
+        return self.request(StartRun(run_id=run, session=session or f"s-{run}", directory=directory))
+
+    def close(
+        self,
+        do: CloseAction,
+        *directories: str,
+        mode: CloseMode = CloseMode.MAINTENANCE,
+        origin: str = "config.update",
+        tag: str | None = None,
+    ) -> Any:
+        return self.request(CloseRequest(do=do, mode=mode, origin=origin, directories=directories, tag=tag))
+
+    def cancel(self, run: str, origin: str = "user", tag: str | None = None) -> Any:
+        return self.request(CancelRun(run_id=run, origin=origin, tag=tag))
+
+    def shutdown(
+        self,
+        reason: InterruptReason = InterruptReason.SHUTDOWN,
+        origin: str = "shutdown",
+        grace_ms: int = 1000,
+        tag: str | None = None,
+    ) -> Any:
+        return self.request(Shutdown(reason=reason, origin=origin, grace_ms=grace_ms, tag=tag))
+
+    def reply(self, run: str, *, approve: bool, message: str | None = None, tag: str | None = None) -> Any:
+        return self.request(ReplyPermission(run_id=run, approve=approve, message=message, tag=tag))
+
+    def answer_form(self, run: str, answer: str = "yes", tag: str | None = None) -> Any:
+        return self.request(AnswerForm(run_id=run, answer=answer, tag=tag))
+
+    def dismiss_form(self, run: str, tag: str | None = None) -> Any:
+        return self.request(DismissForm(run_id=run, tag=tag))
+
+    def finish(self, run: str, error: str | None = None) -> list[Command]:
+        """The run's body returns (or raises ``error``)."""
+        return self.report(BodyEnded(run_id=run, error=error))
+
+    def tool(self, run: str, tool: str = "bash", upto: PartState = PartState.RUNNING) -> None:
+        """The body walks a tool part from ``pending`` up to ``upto``."""
+        walk = [PartState.PENDING, PartState.PREPARED, PartState.RUNNING, PartState.COMPLETED]
+        for state in walk[: walk.index(upto) + 1]:
+            self.report(PartReport(run_id=run, tool=tool, state=state))
+
+    def ask(self, run: str, *, form: bool = False) -> None:
+        """The body's running tool raises a permission ask (or a form) and waits."""
+        self.tool(run, tool="question" if form else "bash")
+        self.report(WaitingForUser(run_id=run, form=form))
+
+    def release(self, error: str | None = None) -> None:
+        """The held dispose hooks return (or raise ``error``), oldest first."""
+        held, self.held = self.held, []
+        for command in held:
+            self.report(DisposeDone(command.directory, command.generation, error=error))
+
+    def release_one(self, index: int = 0, error: str | None = None) -> list[Command]:
+        """One held dispose hook returns (or raises ``error``)."""
+        command = self.held.pop(index)
+        return self.report(DisposeDone(command.directory, command.generation, error=error))
+
+    def expire(self) -> list[Command]:
+        """Shutdown's grace deadline passes."""
+        (timer,) = self.commands(StartGraceTimer)
+        return self.report(GraceExpired(action_id=timer.action_id))
+
+    # reading what happened
+
+    def of(self, kind: type[E], **fields: Any) -> list[E]:
+        return [
+            e
+            for e in self.events
+            if isinstance(e, kind) and all(getattr(e, k) == v for k, v in fields.items())
+        ]
+
+    def one(self, kind: type[E], **fields: Any) -> E:
+        found = self.of(kind, **fields)
+        assert len(found) == 1, f"expected one {kind.__name__} {fields}, got {found}"
+        return found[0]
+
+    def seq(self, kind: type[Any], **fields: Any) -> int:
+        seq: int = self.one(kind, **fields).seq
+        return seq
+
+    def finished(self, run: str) -> RunFinished:
+        return self.one(RunFinished, run_id=run)
+
+    def commands(self, kind: type[E], within: list[Command] | None = None) -> list[E]:
+        return [c for c in (self.log if within is None else within) if isinstance(c, kind)]
+
+    def events_in(self, commands: list[Command]) -> list[Event]:
+        return [c.event for c in commands if isinstance(c, Emit)]
+
+    def position(self, predicate: Callable[[Command], bool]) -> int:
+        (index,) = [i for i, c in enumerate(self.log) if predicate(c)]
+        return index
+
+    def event_position(self, kind: type[Any], **fields: Any) -> int:
+        event = self.one(kind, **fields)
+        return self.position(lambda c: isinstance(c, Emit) and c.event is event)
+
+    def reply_position(self, token: str) -> int:
+        return self.position(lambda c: isinstance(c, Reply) and c.reply_to == token)
+
+    def assert_every_action_completed_once(self) -> None:
+        """One ``lifecycle.completed`` per accepted lifecycle request (a second shutdown included)."""
+        requested = Counter(e.action_id for e in self.of(LifecycleRequested))
+        completed = Counter(e.action_id for e in self.of(LifecycleCompleted))
+        assert completed == requested, f"completed {dict(completed)}, requested {dict(requested)}"
