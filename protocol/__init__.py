@@ -18,8 +18,10 @@ from run_supervisor.protocol._commands import (
     SpawnRun,
     StartGraceTimer,
 )
-from run_supervisor.protocol._core import ActionSnapshot, CoreStatistics, Report, SupervisorCore
+from run_supervisor.protocol._core import CoreStatistics, Report, SupervisorCore
 from run_supervisor.protocol._enums import (
+    ActionState,
+    AskKind,
     CloseAction,
     CloseMode,
     CloseResult,
@@ -48,6 +50,7 @@ from run_supervisor.protocol._events import (
     StepFinished,
     StepStarted,
 )
+from run_supervisor.protocol._lifecycle import ActionSnapshot
 from run_supervisor.protocol._parts import PartSnapshot, part_label
 from run_supervisor.protocol._requests import (
     AnswerForm,
@@ -70,11 +73,13 @@ from run_supervisor.protocol._requests import (
     WaitingForUser,
 )
 from run_supervisor.protocol._rules import (
+    ACTION_TRANSITIONS,
     CLOSE_RULES,
     INSTANCE_TRANSITIONS,
     PART_PHASE,
     PART_TRANSITIONS,
     RUN_TRANSITIONS,
+    ActionTrigger,
     ClosePolicy,
     IllegalTransitionError,
     InstanceTrigger,
@@ -82,6 +87,7 @@ from run_supervisor.protocol._rules import (
 )
 
 __all__ = [
+    "ACTION_TRANSITIONS",
     "CLOSE_RULES",
     "INSTANCE_TRANSITIONS",
     "PART_PHASE",
@@ -90,7 +96,10 @@ __all__ = [
     "AbandonRun",
     "ActionResult",
     "ActionSnapshot",
+    "ActionState",
+    "ActionTrigger",
     "AnswerForm",
+    "AskKind",
     "BodyEnded",
     "CancelRun",
     "CloseAction",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 __all__ = [
+    "ActionState",
+    "AskKind",
     "CloseAction",
     "CloseMode",
     "CloseResult",
@@ -46,6 +48,19 @@ class CloseAction(StrEnum):
     INVALIDATE_CONFIG = "invalidate_config"
     SHUTDOWN = "shutdown"
     TEST_TEARDOWN = "test_teardown"
+
+
+class ActionState(StrEnum):
+    """Where a lifecycle action (a close or a shutdown) is in its life (``protocol.ACTION_TRANSITIONS``)."""
+
+    REQUESTED = "requested"
+    """Being decided: its instances are retired, its runs interrupted if its mode says so."""
+    ANNOUNCING = "announcing"
+    """Instances it covers are disposing at once: the answer waits until they have closed."""
+    PENDING = "pending"
+    """Answered; some instance it covers still waits for its runs (``lifecycle.deferred``)."""
+    COMPLETED = "completed"
+    """Every instance it covers has closed (``lifecycle.completed``)."""
 
 
 class InterruptReason(StrEnum):
@@ -109,6 +124,13 @@ class StepKind(StrEnum):
     MODEL = "model"
     TOOL_INPUT = "tool_input"
     TOOL_EXEC = "tool_exec"
+    PERMISSION = "permission"
+    FORM = "form"
+
+
+class AskKind(StrEnum):
+    """What a run waits on the user for."""
+
     PERMISSION = "permission"
     FORM = "form"
 

@@ -1,4 +1,5 @@
-"""Every rule that moves a run, a tool part or an instance, and what each close mode may do.
+"""Every rule that moves a run, a tool part, an instance or a lifecycle action, and what each close
+mode may do.
 
 This file is the whole state machine, as data (h11's ``_state.py`` is the model). The core
 (``protocol._core``) only looks rules up here; the docs' state tables are generated from these
@@ -13,6 +14,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from run_supervisor.protocol._enums import (
+    ActionState,
     CloseMode,
     InstanceState,
     InterruptReason,
@@ -22,15 +24,18 @@ from run_supervisor.protocol._enums import (
 )
 
 __all__ = [
+    "ACTION_TRANSITIONS",
     "CLOSE_RULES",
     "INSTANCE_TRANSITIONS",
     "PART_PHASE",
     "PART_TRANSITIONS",
     "RUN_TRANSITIONS",
+    "ActionTrigger",
     "ClosePolicy",
     "IllegalTransitionError",
     "InstanceTrigger",
     "RunTrigger",
+    "next_action_state",
     "next_instance_state",
     "next_part_state",
     "next_run_state",
@@ -140,6 +145,57 @@ def next_instance_state(state: InstanceState, trigger: InstanceTrigger) -> Insta
         return INSTANCE_TRANSITIONS[state][trigger]
     except KeyError:
         raise IllegalTransitionError(f"instance: {trigger.value} in state {state.value}") from None
+
+
+class ActionTrigger(StrEnum):
+    HOLD_ANSWER = "hold_answer"
+    """An instance it covers is disposing at once: the requester is answered once it has closed."""
+    ANSWER = "answer"
+    """The requester is answered (``action.result``); some instance still waits for its runs."""
+    INSTANCE_CLOSED = "instance_closed"
+    """One of its instances closed; others are still awaited."""
+    COMPLETE = "complete"
+    """The last instance it covers closed (``lifecycle.completed``; answered now if not yet)."""
+    JOIN = "join"
+    """A later shutdown joins this one: answered with its result, completed with it."""
+    SUPERSEDE = "supersede"
+    """A shutdown takes over: it still completes when its instances have closed."""
+
+
+ACTION_TRANSITIONS: Mapping[ActionState, Mapping[ActionTrigger, ActionState]] = MappingProxyType(
+    {
+        ActionState.REQUESTED: {
+            ActionTrigger.HOLD_ANSWER: ActionState.ANNOUNCING,
+            ActionTrigger.ANSWER: ActionState.PENDING,
+            ActionTrigger.COMPLETE: ActionState.COMPLETED,
+        },
+        ActionState.ANNOUNCING: {
+            ActionTrigger.INSTANCE_CLOSED: ActionState.ANNOUNCING,
+            ActionTrigger.ANSWER: ActionState.PENDING,
+            ActionTrigger.COMPLETE: ActionState.COMPLETED,
+            ActionTrigger.JOIN: ActionState.ANNOUNCING,
+            ActionTrigger.SUPERSEDE: ActionState.ANNOUNCING,
+        },
+        ActionState.PENDING: {
+            ActionTrigger.INSTANCE_CLOSED: ActionState.PENDING,
+            ActionTrigger.COMPLETE: ActionState.COMPLETED,
+            ActionTrigger.JOIN: ActionState.PENDING,
+            ActionTrigger.SUPERSEDE: ActionState.PENDING,
+        },
+        # A shutdown stays joinable once completed: a later one is answered with its outcome.
+        ActionState.COMPLETED: {ActionTrigger.JOIN: ActionState.COMPLETED},
+    }
+)
+"""A lifecycle action is answered on leaving ``requested``/``announcing`` and completes exactly once."""
+
+ANSWERED_ACTION_STATES = frozenset({ActionState.PENDING, ActionState.COMPLETED})
+
+
+def next_action_state(state: ActionState, trigger: ActionTrigger) -> ActionState:
+    try:
+        return ACTION_TRANSITIONS[state][trigger]
+    except KeyError:
+        raise IllegalTransitionError(f"lifecycle action: {trigger.value} in state {state.value}") from None
 
 
 @dataclass(frozen=True, slots=True)

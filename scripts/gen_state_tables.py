@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from run_supervisor.protocol import (
+    ACTION_TRANSITIONS,
     CLOSE_RULES,
     INSTANCE_TRANSITIONS,
     PART_PHASE,
@@ -66,6 +67,14 @@ def tables() -> str:
         "| --- | --- | --- |",
     ]
     lines += _transition_rows(INSTANCE_TRANSITIONS)
+    lines += [
+        "",
+        "**Lifecycle actions** (`ACTION_TRANSITIONS`): a close or a shutdown, from request to completion",
+        "",
+        "| state | trigger | next state |",
+        "| --- | --- | --- |",
+    ]
+    lines += _transition_rows(ACTION_TRANSITIONS)
     lines += [
         "",
         "**Close modes** (`CLOSE_RULES`)",

@@ -37,10 +37,14 @@ ACTORS = [
 ]
 
 PROTOCOL = [
+    "ACTION_TRANSITIONS",
     "AbandonRun",
     "ActionResult",
     "ActionSnapshot",
+    "ActionState",
+    "ActionTrigger",
     "AnswerForm",
+    "AskKind",
     "BodyEnded",
     "CLOSE_RULES",
     "CancelRun",

@@ -1,0 +1,482 @@
+"""The close-action half of the decision core: closes and shutdowns, from request to completion.
+
+A lifecycle action moves through ``protocol._rules.ACTION_TRANSITIONS``: it is ``requested`` while
+its instances are retired (and its runs interrupted, if its mode says so); ``announcing`` while
+instances it covers dispose at once (the requester is answered when they have closed); ``pending``
+once answered while instances still wait for their runs; ``completed`` when the last one closed.
+A second shutdown *joins* the first; a shutdown *supersedes* every pending close.
+
+``LifecycleMixin`` is one part of ``SupervisorCore`` (it shares the core's tables); it decides the
+actions, and the core calls ``_closed_instance`` whenever an instance closes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from run_supervisor.protocol._commands import AbandonRun, Command, DisposeInstance, StartGraceTimer
+from run_supervisor.protocol._enums import (
+    ActionState,
+    CloseAction,
+    CloseMode,
+    CloseResult,
+    InstanceState,
+    InterruptReason,
+    RejectCode,
+    RunState,
+)
+from run_supervisor.protocol._events import (
+    ActionResult,
+    Event,
+    InstanceClosed,
+    LifecycleCompleted,
+    LifecycleDeferred,
+    LifecycleRequested,
+)
+from run_supervisor.protocol._records import _Directory, _Instance, _Run, _Session
+from run_supervisor.protocol._requests import CloseOutcome, CloseRequest, GraceExpired, Shutdown
+from run_supervisor.protocol._rules import (
+    ANSWERED_ACTION_STATES,
+    CLOSE_RULES,
+    ActionTrigger,
+    InstanceTrigger,
+    RunTrigger,
+    next_action_state,
+)
+
+__all__ = ["ActionSnapshot", "LifecycleMixin"]
+
+_LIFECYCLE_CLOSES = frozenset(
+    {CloseAction.DISPOSE, CloseAction.DISPOSE_ALL, CloseAction.RELOAD, CloseAction.INVALIDATE_CONFIG}
+)
+_ONE_DIRECTORY = frozenset({CloseAction.DISPOSE, CloseAction.RELOAD})
+_SHUTDOWN_MODES = {
+    InterruptReason.SHUTDOWN: (CloseAction.SHUTDOWN, CloseMode.SHUTDOWN),
+    InterruptReason.TEST_TEARDOWN: (CloseAction.TEST_TEARDOWN, CloseMode.TEST_TEARDOWN),
+    # A watchdog (the scenario runner's --timeout) tearing down what hung: a shutdown that says why.
+    InterruptReason.TIMEOUT: (CloseAction.SHUTDOWN, CloseMode.SHUTDOWN),
+}
+
+
+class ActionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A lifecycle action that has not completed yet."""
+
+    action_id: str
+    do: CloseAction
+    mode: CloseMode
+    origin: str
+    result: CloseResult
+    pending_directories: tuple[str, ...]
+    blocking_runs: tuple[str, ...]
+    """The runs it still waits for, now."""
+    tag: str | None = None
+
+
+@dataclass(slots=True)
+class _Action:
+    id: str
+    do: CloseAction
+    mode: CloseMode
+    origin: str
+    directories: tuple[str, ...]
+    tag: str | None
+    reply_to: Any
+    state: ActionState = ActionState.REQUESTED
+    result: CloseResult = CloseResult.COMPLETED
+    completed_directories: tuple[str, ...] = ()
+    pending_directories: tuple[str, ...] = ()
+    blocking_runs: tuple[str, ...] = ()
+    interrupted_runs: tuple[str, ...] = ()
+    awaiting: set[tuple[str, int]] = field(default_factory=set)  # instances that must close first
+    at_once: set[tuple[str, int]] = field(default_factory=set)  # disposing at once: answer after them
+    superseded_by: str | None = None
+    errors: list[str] = field(default_factory=list)
+    abandoned_runs: list[str] = field(default_factory=list)
+    joiners: list[str | None] = field(default_factory=list)  # tags of later shutdowns that joined
+    joiner_answers: list[tuple[str | None, Any]] = field(default_factory=list)  # answered after ours
+
+    @property
+    def answered(self) -> bool:
+        return self.state in ANSWERED_ACTION_STATES
+
+    @property
+    def completed(self) -> bool:
+        return self.state is ActionState.COMPLETED
+
+
+class LifecycleMixin:
+    """Closes and shutdowns: cover, answer, join, complete. Mixed into ``SupervisorCore``."""
+
+    if TYPE_CHECKING:  # what the lifecycle uses of the rest of the core (``protocol._core``)
+        _out: list[Command]
+        _runs: dict[str, _Run]
+        _sessions: dict[str, _Session]
+        _dirs: dict[str, _Directory]
+        _actions: dict[str, _Action]
+        _action_count: int
+        _shutdown: _Action | None
+        _deadline_passed: bool
+        _closed: bool
+
+        def _next_seq(self) -> int: ...
+        def _emit(self, event: Event) -> None: ...
+        def _reply(self, reply_to: Any, answer: CloseOutcome) -> None: ...
+        def _reject(self, reply_to: Any, code: RejectCode, error: str, *, close: bool = False) -> None: ...
+        def _ignore(self) -> None: ...
+        def _move_run(self, run: _Run, trigger: RunTrigger) -> RunState: ...
+        def _move_instance(self, instance: _Instance, trigger: InstanceTrigger) -> None: ...
+        def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
+        def _decide_interrupt(
+            self, run: _Run, reason: InterruptReason, origin: str, action: str | None
+        ) -> None: ...
+        def _finish(self, run: _Run) -> None: ...
+        def _load(self, name: str) -> _Instance: ...
+        def _retire(self, instance: _Instance) -> None: ...
+        def _dispose(self, instance: _Instance) -> None: ...
+        def _directory_closed(self, directory: _Directory) -> None: ...
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def _close(self, req: CloseRequest, reply_to: Any) -> None:
+        if req.do not in _LIFECYCLE_CLOSES or CLOSE_RULES[req.mode].covers_everything:
+            self._reject(
+                reply_to,
+                RejectCode.INVALID_REQUEST,
+                f"a close is {', '.join(sorted(_LIFECYCLE_CLOSES))} in mode maintenance or "
+                f"user_confirmed_interrupt (got {req.do.value} / {req.mode.value}); shut down with Shutdown",
+                close=True,
+            )
+            return
+        if req.do in _ONE_DIRECTORY:
+            if len(req.directories) != 1:
+                self._reject(
+                    reply_to,
+                    RejectCode.INVALID_REQUEST,
+                    f"{req.do.value} names exactly one directory",
+                    close=True,
+                )
+                return
+            if req.directories[0] not in self._dirs:
+                self._reject(
+                    reply_to,
+                    RejectCode.UNKNOWN_DIRECTORY,
+                    f"directory {req.directories[0]!r} is unknown: "
+                    "no instance was ever loaded or declared for it",
+                    close=True,
+                )
+                return
+            names: list[str] = list(req.directories)
+        else:
+            names = sorted(d.name for d in self._dirs.values() if d.open)
+        action = self._new_action(
+            do=req.do, mode=req.mode, origin=req.origin, directories=names, tag=req.tag, reply_to=reply_to
+        )
+        self._cover(action, names, CLOSE_RULES[req.mode].interrupts_with)
+        if req.do is CloseAction.RELOAD:
+            self._load(names[0])
+        if action.interrupted_runs:
+            action.result = CloseResult.INTERRUPTED
+        elif action.pending_directories:
+            action.result = CloseResult.DEFERRED
+        self._answer_or_hold(action)
+
+    def _shutdown_request(self, req: Shutdown, reply_to: Any) -> None:
+        if req.reason not in _SHUTDOWN_MODES:
+            self._reject(
+                reply_to,
+                RejectCode.INVALID_REQUEST,
+                f"a shutdown's reason is shutdown, test_teardown or timeout, not {req.reason.value}",
+                close=True,
+            )
+            return
+        if req.grace_ms < 0:
+            self._reject(reply_to, RejectCode.INVALID_REQUEST, "grace_ms cannot be negative", close=True)
+            return
+        do, mode = _SHUTDOWN_MODES[req.reason]
+        origin = req.origin or req.reason.value
+        first = self._shutdown
+        if first is not None:
+            self._join(first, do=do, mode=mode, origin=origin, tag=req.tag, reply_to=reply_to)
+            return
+        names = sorted(d.name for d in self._dirs.values() if d.open)
+        action = self._new_action(
+            do=do, mode=mode, origin=origin, directories=names, tag=req.tag, reply_to=reply_to
+        )
+        for other in self._actions.values():
+            if other is not action:
+                self._move_action(other, ActionTrigger.SUPERSEDE)
+                other.superseded_by = action.id
+        self._shutdown = action
+        action.result = CloseResult.FORCED
+        # Queued runs end without starting; then every active run is interrupted.
+        for session in self._sessions.values():
+            while session.queue:
+                run = self._runs[session.queue.popleft()]
+                self._decide_interrupt(run, req.reason, origin, action.id)
+                self._move_run(run, RunTrigger.CANCEL_QUEUED)
+                self._finish(run)
+        self._out.append(StartGraceTimer(action_id=action.id, grace_ms=req.grace_ms))
+        self._cover(action, names, req.reason)
+        self._answer_or_hold(action)
+
+    def _join(
+        self,
+        first: _Action,
+        *,
+        do: CloseAction,
+        mode: CloseMode,
+        origin: str,
+        tag: str | None,
+        reply_to: Any,
+    ) -> None:
+        """A second shutdown is never rejected: it joins the first, and is answered and completed
+        with it (never answered before the first)."""
+        self._move_action(first, ActionTrigger.JOIN)
+        self._emit_requested(first, do=do, mode=mode, origin=origin, tag=tag)
+        if first.completed:
+            self._emit_completed(first, tag)
+        else:
+            first.joiners.append(tag)
+        if first.answered:
+            self._emit(ActionResult(seq=self._next_seq(), action_id=first.id, result=first.result, tag=tag))
+            self._reply(reply_to, self._close_outcome(first))
+        else:
+            first.joiner_answers.append((tag, reply_to))
+
+    def _grace_expired(self, report: GraceExpired) -> None:
+        action = self._shutdown
+        if action is None or action.id != report.action_id or action.completed:
+            self._ignore()
+            return
+        self._deadline_passed = True
+        stuck = sorted(
+            (run for run in self._runs.values() if run.state is RunState.INTERRUPTING),
+            key=lambda r: r.id,
+        )
+        for run in stuck:
+            self._move_run(run, RunTrigger.ABANDON)
+            run.abandoned = True
+            action.abandoned_runs.append(run.id)
+            self._out.append(AbandonRun(run_id=run.id))
+            self._finish(run)
+        for directory in sorted(self._dirs.values(), key=lambda d: d.name):
+            for instance in sorted(directory.open.values(), key=lambda i: i.generation):
+                if instance.state is InstanceState.RETIRING:
+                    # Its runs were abandoned just now: its hook never ran. Run it, unwatched.
+                    self._move_instance(instance, InstanceTrigger.DISPOSE)
+                    self._out.append(
+                        DisposeInstance(
+                            directory=instance.directory,
+                            generation=instance.generation,
+                            budget_ms=0,
+                            report=False,
+                        )
+                    )
+                self._closed_instance(instance, "the dispose did not finish before the shutdown deadline")
+
+    # --- the action's life -------------------------------------------------------------------
+
+    def _new_action(
+        self,
+        *,
+        do: CloseAction,
+        mode: CloseMode,
+        origin: str,
+        directories: Iterable[str],
+        tag: str | None,
+        reply_to: Any,
+    ) -> _Action:
+        self._action_count += 1
+        action = _Action(
+            id=f"lc-{self._action_count}",
+            do=do,
+            mode=mode,
+            origin=origin,
+            directories=tuple(sorted(directories)),
+            tag=tag,
+            reply_to=reply_to,
+        )
+        self._actions[action.id] = action
+        self._emit_requested(action, do=do, mode=mode, origin=origin, tag=tag)
+        return action
+
+    def _move_action(self, action: _Action, trigger: ActionTrigger) -> None:
+        action.state = next_action_state(action.state, trigger)
+
+    def _cover(self, action: _Action, names: Iterable[str], interrupt: InterruptReason | None) -> None:
+        """Retire every open instance of these directories for ``action``; interrupt their active
+        runs when the mode says so; dispose at once the instances no run holds."""
+        done: list[str] = []
+        pending: list[str] = []
+        blocking: set[str] = set()
+        interrupted: set[str] = set()
+        for name in names:
+            directory = self._dirs[name]
+            instances = sorted(directory.open.values(), key=lambda i: i.generation)
+            if interrupt is not None:
+                for instance in instances:
+                    for run_id in sorted(instance.runs):
+                        run = self._runs[run_id]
+                        if run.state is RunState.ACTIVE:
+                            self._interrupt(run, interrupt, action.origin, action.id)
+                            interrupted.add(run_id)
+            waits = False
+            for instance in instances:
+                if instance.state is InstanceState.LIVE:
+                    self._retire(instance)
+                if instance.state is InstanceState.RETIRING:
+                    if instance.runs:
+                        waits = True
+                        blocking.update(instance.runs)
+                    else:
+                        self._dispose(instance)
+                if instance.state is InstanceState.DISPOSING:
+                    action.at_once.add(instance.key)
+                instance.closers.append(action.id)
+                action.awaiting.add(instance.key)
+            (pending if waits else done).append(name)
+        action.completed_directories = tuple(sorted(done))
+        action.pending_directories = tuple(sorted(pending))
+        action.blocking_runs = tuple(sorted(blocking))
+        action.interrupted_runs = tuple(sorted(interrupted))
+
+    def _answer_or_hold(self, action: _Action) -> None:
+        if action.at_once:
+            self._move_action(action, ActionTrigger.HOLD_ANSWER)
+        else:
+            self._answer(action)
+
+    def _answer(self, action: _Action) -> None:
+        """Everything closing at once has closed: tell the requester (and any shutdown that joined)."""
+        if action.result is CloseResult.DEFERRED:
+            self._emit(
+                LifecycleDeferred(
+                    seq=self._next_seq(),
+                    action_id=action.id,
+                    pending_directories=action.pending_directories,
+                    blocking_runs=action.blocking_runs,
+                    tag=action.tag,
+                )
+            )
+        if action.awaiting:
+            self._move_action(action, ActionTrigger.ANSWER)
+        else:
+            self._complete(action)
+        self._emit(
+            ActionResult(seq=self._next_seq(), action_id=action.id, result=action.result, tag=action.tag)
+        )
+        self._reply(action.reply_to, self._close_outcome(action))
+        for tag, reply_to in action.joiner_answers:  # later shutdowns: never answered before the first
+            self._emit(ActionResult(seq=self._next_seq(), action_id=action.id, result=action.result, tag=tag))
+            self._reply(reply_to, self._close_outcome(action))
+        action.joiner_answers.clear()
+
+    def _complete(self, action: _Action) -> None:
+        self._move_action(action, ActionTrigger.COMPLETE)
+        del self._actions[action.id]
+        for tag in (action.tag, *action.joiners):
+            self._emit_completed(action, tag)
+        if action is self._shutdown:
+            self._closed = True  # ShutdownComplete goes out last in this batch (see _flush)
+
+    def _closed_instance(self, instance: _Instance, error: str | None) -> None:
+        """The instance has closed (its hook returned, raised or overran, or shutdown's deadline
+        passed): tell, and move every action that waited for it."""
+        self._move_instance(instance, InstanceTrigger.DISPOSED)
+        directory = self._dirs[instance.directory]
+        del directory.open[instance.generation]
+        self._emit(
+            InstanceClosed(
+                seq=self._next_seq(),
+                directory=instance.directory,
+                generation=instance.generation,
+                error=error,
+            )
+        )
+        for action_id in instance.closers:
+            action = self._actions.get(action_id)
+            if action is None:
+                continue
+            action.awaiting.discard(instance.key)
+            action.at_once.discard(instance.key)
+            if error is not None:
+                action.errors.append(f"{instance.directory} (generation {instance.generation}): {error}")
+            if action.state is ActionState.ANNOUNCING and not action.at_once:
+                self._answer(action)
+            elif action.state is ActionState.PENDING and not action.awaiting:
+                self._complete(action)
+            else:
+                self._move_action(action, ActionTrigger.INSTANCE_CLOSED)
+        self._directory_closed(directory)
+
+    # --- what it says ------------------------------------------------------------------------
+
+    def _emit_requested(
+        self,
+        action: _Action,
+        *,
+        do: CloseAction,
+        mode: CloseMode,
+        origin: str,
+        tag: str | None,
+    ) -> None:
+        """``do``, ``mode``, ``origin`` and ``tag`` are the request's own: a second shutdown joining
+        the first names itself, with the first one's action id."""
+        self._emit(
+            LifecycleRequested(
+                seq=self._next_seq(),
+                action_id=action.id,
+                do=do,
+                mode=mode,
+                origin=origin,
+                directories=action.directories,
+                tag=tag,
+            )
+        )
+
+    def _emit_completed(self, action: _Action, tag: str | None) -> None:
+        self._emit(
+            LifecycleCompleted(
+                seq=self._next_seq(),
+                action_id=action.id,
+                superseded_by=action.superseded_by,
+                error="; ".join(action.errors) or None,
+                abandoned_runs=tuple(sorted(action.abandoned_runs)),
+                tag=tag,
+            )
+        )
+
+    @staticmethod
+    def _close_outcome(action: _Action) -> CloseOutcome:
+        return CloseOutcome(
+            result=action.result,
+            action_id=action.id,
+            completed=action.completed,
+            completed_directories=action.completed_directories,
+            pending_directories=action.pending_directories,
+            blocking_runs=action.blocking_runs,
+            interrupted_runs=action.interrupted_runs,
+            abandoned_runs=tuple(sorted(action.abandoned_runs)),
+        )
+
+    def _action_snapshot(self, action: _Action) -> ActionSnapshot:
+        blocking = sorted(
+            run_id
+            for directory, generation in action.awaiting
+            if (instance := self._dirs[directory].open.get(generation)) is not None
+            for run_id in instance.runs
+        )
+        return ActionSnapshot(
+            action_id=action.id,
+            do=action.do,
+            mode=action.mode,
+            origin=action.origin,
+            result=action.result,
+            pending_directories=tuple(sorted({directory for directory, _ in action.awaiting})),
+            blocking_runs=tuple(blocking),
+            tag=action.tag,
+        )
