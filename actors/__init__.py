@@ -14,6 +14,7 @@ Logging is off by default; turn it on with ``loguru.logger.enable("run_superviso
 
 from run_supervisor.actors import _logging  # noqa: F401 -- silences the library before anything logs
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
+from run_supervisor.actors._async_api import AsyncRunHandle, AsyncSubscription, AsyncSupervisor
 from run_supervisor.actors._context import CancelToken, Gate, PermissionReply, RunBody, RunContext, ToolCall
 from run_supervisor.actors._errors import (
     AlreadyInterrupting,
@@ -35,6 +36,9 @@ from run_supervisor.actors._supervisor import SessionSupervisor
 
 __all__ = [
     "AlreadyInterrupting",
+    "AsyncRunHandle",
+    "AsyncSubscription",
+    "AsyncSupervisor",
     "CancelToken",
     "Gate",
     "InstanceActor",

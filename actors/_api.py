@@ -62,16 +62,24 @@ class SupervisorConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    request_timeout_s: float = Field(5.0, gt=0, description="How long a blocking call waits for an answer.")
-    dispose_budget_ms: int = Field(1000, ge=0, description="How long a dispose hook may take.")
-    default_grace_ms: int = Field(1000, ge=0, description="Shutdown's grace deadline when none is given.")
+    # Defaults are keyword arguments (``default=``) so a host's type checker sees them through
+    # pydantic's dataclass_transform, without pydantic's own mypy plugin.
+    request_timeout_s: float = Field(
+        default=5.0, gt=0, description="How long a blocking call waits for an answer."
+    )
+    dispose_budget_ms: int = Field(default=1000, ge=0, description="How long a dispose hook may take.")
+    default_grace_ms: int = Field(
+        default=1000, ge=0, description="Shutdown's grace deadline when none is given."
+    )
     retain_finished_runs: int = Field(
-        10_000, ge=0, description="Finished runs kept queryable (and guarded against id reuse)."
+        default=10_000, ge=0, description="Finished runs kept queryable (and guarded against id reuse)."
     )
     stop_timeout_s: float = Field(
-        5.0, gt=0, description="After shutdown completes: how long to wait for our threads to end."
+        default=5.0, gt=0, description="After shutdown completes: how long to wait for our threads to end."
     )
-    shutdown_at_exit: bool = Field(True, description="Shut down at interpreter exit if the host did not.")
+    shutdown_at_exit: bool = Field(
+        default=True, description="Shut down at interpreter exit if the host did not."
+    )
 
 
 class RunHandle:
@@ -213,6 +221,42 @@ class Supervisor:
             "the supervisor has shut down; no request is accepted any more",
         )
 
+    # --- requests as values: both facades (this one and AsyncSupervisor) build them here ------
+
+    def _start_run_request(self, *, session: str, directory: str, run_id: str | None) -> StartRun:
+        return StartRun(run_id=run_id or f"run-{next(_run_ids)}", session=session, directory=directory)
+
+    def _close_request(
+        self,
+        do: CloseAction | str,
+        *,
+        mode: CloseMode | str,
+        origin: str,
+        directory: str | None,
+        tag: str | None,
+    ) -> CloseRequest:
+        return CloseRequest(
+            do=CloseAction(do),
+            mode=CloseMode(mode),
+            origin=origin,
+            directories=(directory,) if directory is not None else (),
+            tag=tag,
+        )
+
+    def _shutdown_request(
+        self, *, grace_ms: int | None, reason: InterruptReason | str, origin: str | None, tag: str | None
+    ) -> Shutdown:
+        reason = InterruptReason(reason)
+        return Shutdown(
+            reason=reason,
+            origin=origin or reason.value,
+            grace_ms=self.config.default_grace_ms if grace_ms is None else grace_ms,
+            tag=tag,
+        )
+
+    def _preload_future(self, directories: tuple[str, ...], *, load: bool) -> Future[None]:
+        return self._post(lambda reply: Preload(directories, load, reply))
+
     # --- requests ----------------------------------------------------------------------------
 
     def submit(
@@ -265,9 +309,9 @@ class Supervisor:
     ) -> RunHandle:
         """Start a run (or queue it behind the session's active run). The body runs on its own
         thread with a ``RunContext``; it is pinned to the directory's current instance generation."""
-        run_id = run_id or f"run-{next(_run_ids)}"
-        self._request(StartRun(run_id=run_id, session=session, directory=directory), timeout, body)
-        return RunHandle(self, run_id)
+        request = self._start_run_request(session=session, directory=directory, run_id=run_id)
+        self._request(request, timeout, body)
+        return RunHandle(self, request.run_id)
 
     def cancel(self, run_id: str, *, origin: str = "user", timeout: float | None = None) -> None:
         """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""
@@ -282,14 +326,7 @@ class Supervisor:
         directory: str | None = None,
         tag: str | None = None,
     ) -> Future[CloseOutcome | RequestOutcome]:
-        request = CloseRequest(
-            do=CloseAction(do),
-            mode=CloseMode(mode),
-            origin=origin,
-            directories=(directory,) if directory is not None else (),
-            tag=tag,
-        )
-        return self.submit(request)
+        return self.submit(self._close_request(do, mode=mode, origin=origin, directory=directory, tag=tag))
 
     def close(
         self,
@@ -323,11 +360,11 @@ class Supervisor:
 
     def load(self, *directories: str, timeout: float | None = None) -> None:
         """Load these directories' instances now (those without a current generation)."""
-        self._get(self._post(lambda reply: Preload(directories, True, reply)), timeout)
+        self._get(self._preload_future(directories, load=True), timeout)
 
     def declare(self, *directories: str, timeout: float | None = None) -> None:
         """Make directories known without loading them, so closes may name them."""
-        self._get(self._post(lambda reply: Preload(directories, False, reply)), timeout)
+        self._get(self._preload_future(directories, load=False), timeout)
 
     # --- shutdown ----------------------------------------------------------------------------
 
@@ -339,14 +376,33 @@ class Supervisor:
         origin: str | None = None,
         tag: str | None = None,
     ) -> Future[CloseOutcome | RequestOutcome]:
-        reason = InterruptReason(reason)
-        request = Shutdown(
-            reason=reason,
-            origin=origin or reason.value,
-            grace_ms=self.config.default_grace_ms if grace_ms is None else grace_ms,
-            tag=tag,
+        """Start a shutdown (see ``shutdown``). The future resolves when the shutdown has completed
+        -- every run ended or abandoned, every dispose done, our threads ended -- with its final
+        outcome; a rejection resolves it at once, as a value (like ``submit``). Its done-callbacks
+        run on a short-lived closer thread, never on the supervisor's own."""
+        return self._shutdown_future(
+            self._shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
         )
-        return self.submit(request)
+
+    def _shutdown_future(self, request: Shutdown) -> Future[CloseOutcome | RequestOutcome]:
+        finished: Future[CloseOutcome | RequestOutcome] = Future()
+        limit = request.grace_ms / 1000.0 + self.config.request_timeout_s
+
+        def close_into() -> None:
+            try:
+                _settle(finished, self.wait_closed(timeout=limit))
+            except BaseException as exc:
+                self._fail(finished, exc)
+
+        def answered(answer: Future[CloseOutcome | RequestOutcome]) -> None:
+            outcome = answer.result()  # submit's future never raises
+            if outcome.code is not None:
+                _settle(finished, outcome)
+                return
+            threading.Thread(target=close_into, name="run-supervisor-closer", daemon=True).start()
+
+        self.submit(request).add_done_callback(answered)
+        return finished
 
     def shutdown(
         self,
@@ -358,16 +414,22 @@ class Supervisor:
         """Interrupt everything with ``reason`` and stop every actor and thread we started, within
         ``grace_ms`` (bodies that ignore cancellation are abandoned and listed). Idempotent: a
         second call returns the first one's outcome."""
-        grace = self.config.default_grace_ms if grace_ms is None else grace_ms
-        limit = grace / 1000.0 + self.config.request_timeout_s
-        outcome = self._get(self.shutdown_async(grace_ms=grace, reason=reason, origin=origin), limit)
+        request = self._shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=None)
+        limit = request.grace_ms / 1000.0 + self.config.request_timeout_s
+        outcome = self._get(self.submit(request), limit)
         raise_for_rejection(outcome)
         assert isinstance(outcome, CloseOutcome)
         return self.wait_closed(timeout=limit)
 
     def wait_closed(self, timeout: float | None = None) -> CloseOutcome:
-        """Wait until a shutdown (requested anywhere) has completed and our threads have ended."""
-        done = self._get(self._shutdown_complete, timeout)
+        """Wait until a shutdown (requested anywhere) has completed and our threads have ended;
+        return its final outcome. ``SupervisorTimeout`` if it has not completed in time."""
+        limit = self._timeout(timeout)
+        try:
+            # Never cancel: the completion future is shared by every waiter.
+            done = self._shutdown_complete.result(timeout=limit)
+        except TimeoutError:
+            raise SupervisorTimeout(f"the shutdown did not complete within {limit} s") from None
         if self in _live:
             self.threads.join(time.monotonic() + self.config.stop_timeout_s)
             _live.discard(self)
@@ -381,8 +443,11 @@ class Supervisor:
     # --- queries -----------------------------------------------------------------------------
 
     def _query(self, read: Callable[[SupervisorCore], T], timeout: float | None) -> T:
-        result: T = self._get(self._post(lambda reply: Query(read, reply)), timeout)
+        result: T = self._get(self._query_future(read), timeout)
         return result
+
+    def _query_future(self, read: Callable[[SupervisorCore], T]) -> Future[T]:
+        return self._post(lambda reply: Query(read, reply))
 
     def run(self, run_id: str, *, timeout: float | None = None) -> RunSnapshot | None:
         """What is known of a run (None if unknown or forgotten)."""
@@ -406,10 +471,21 @@ class Supervisor:
         if self._closed:
             raise SupervisorClosed("the supervisor has shut down; there are no more events")
         subscription = Subscription(maxsize=maxsize, callback=callback)
+        self._add_subscription(subscription)
+        return subscription
+
+    def _add_subscription(self, subscription: Subscription) -> None:
+        """The one path by which a subscription (sync or async) joins the publisher."""
         if subscription._thread is not None:
             self.threads.add(subscription._thread)
         self._publisher.add(subscription)
-        return subscription
+
+
+def _settle(future: Future[T], value: T) -> None:
+    try:
+        future.set_result(value)
+    except InvalidStateError:
+        pass  # the caller gave up (cancelled it)
 
 
 def _rejected(request: Request, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:

@@ -9,6 +9,9 @@ from run_supervisor import actors, protocol
 
 ACTORS = [
     "AlreadyInterrupting",
+    "AsyncRunHandle",
+    "AsyncSubscription",
+    "AsyncSupervisor",
     "CancelToken",
     "Gate",
     "InstanceActor",

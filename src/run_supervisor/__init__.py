@@ -25,6 +25,15 @@ if TYPE_CHECKING:
         AlreadyInterrupting as AlreadyInterrupting,
     )
     from run_supervisor.actors import (
+        AsyncRunHandle as AsyncRunHandle,
+    )
+    from run_supervisor.actors import (
+        AsyncSubscription as AsyncSubscription,
+    )
+    from run_supervisor.actors import (
+        AsyncSupervisor as AsyncSupervisor,
+    )
+    from run_supervisor.actors import (
         CancelToken as CancelToken,
     )
     from run_supervisor.actors import (
@@ -164,6 +173,9 @@ if TYPE_CHECKING:
 # start pykka (or anything else of the actor shell) through this package's __init__.
 _HOME: dict[str, str] = {
     "AlreadyInterrupting": "run_supervisor.actors",
+    "AsyncRunHandle": "run_supervisor.actors",
+    "AsyncSubscription": "run_supervisor.actors",
+    "AsyncSupervisor": "run_supervisor.actors",
     "CancelToken": "run_supervisor.actors",
     "Gate": "run_supervisor.actors",
     "InstanceActor": "run_supervisor.actors",
@@ -214,6 +226,9 @@ _HOME: dict[str, str] = {
 __all__ = [
     "ActionSnapshot",
     "AlreadyInterrupting",
+    "AsyncRunHandle",
+    "AsyncSubscription",
+    "AsyncSupervisor",
     "CancelToken",
     "CloseAction",
     "CloseMode",

@@ -1,0 +1,382 @@
+"""The asyncio facade: the same supervisor, semantics and exceptions as the sync one, and a loop
+that never waits for it.
+
+Each test drives its own loop with ``asyncio.run`` under ``asyncio.timeout``, so every wait is
+bounded; the autouse fixture fails a test that leaves a thread or an actor behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import pytest
+
+from run_supervisor import (
+    AsyncSupervisor,
+    CloseOutcome,
+    CloseResult,
+    Gate,
+    NothingPending,
+    Outcome,
+    RequestOutcome,
+    RunAlreadyExists,
+    RunAlreadyFinished,
+    RunContext,
+    Supervisor,
+    SupervisorClosed,
+    SupervisorConfig,
+    SupervisorError,
+    SupervisorTimeout,
+    UnknownDirectory,
+    UnknownRun,
+)
+from run_supervisor.protocol import CancelRun, Event, InterruptReason, RejectCode, encode
+
+T = TypeVar("T")
+CONFIG = SupervisorConfig(shutdown_at_exit=False)
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 30.0) -> T:
+    async def bounded() -> T:
+        async with asyncio.timeout(bound):
+            return await main()
+
+    return asyncio.run(bounded())
+
+
+def held(gate: Gate) -> Callable[[RunContext], None]:
+    def body(ctx: RunContext) -> None:
+        with ctx.step("model"):
+            ctx.wait(gate)
+
+    return body
+
+
+def wire_type(event: Event) -> str:
+    return type(event).__struct_config__.tag  # type: ignore[return-value]
+
+
+class RecordingHooks:
+    def __init__(self) -> None:
+        self.disposed: list[tuple[str, int]] = []
+
+    def load(self, directory: str, generation: int) -> Any:
+        return {"directory": directory}
+
+    def dispose(self, directory: str, generation: int, cache: Any) -> None:
+        self.disposed.append((directory, generation))
+
+
+# --- the facade's semantics -------------------------------------------------------------------
+
+
+def test_an_async_host_keeps_its_run_through_a_maintenance_close_and_sees_it_in_the_event_stream() -> None:
+    gate = Gate("model")
+
+    async def host() -> None:
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            events = sup.events()
+            run = await sup.start_run(held(gate), session="s1", directory="/w/a")
+            result = await sup.close("dispose_all", mode="maintenance", origin="settings.provider.connect")
+            assert result.result is CloseResult.DEFERRED
+            assert result.blocking_runs == (run.run_id,)
+            gate.open()
+            finished = await run.wait(timeout=5)
+            assert finished.outcome is Outcome.COMPLETED and finished.reason is None
+            seen: list[str] = []
+            async for event in events:
+                seen.append(wire_type(event))
+                if wire_type(event) == "lifecycle.completed":
+                    break
+            assert seen.index("lifecycle.deferred") < seen.index("run.finished") < len(seen) - 1
+            events.close()
+
+    run_async(host)
+
+
+def test_awaiting_start_gives_a_supervisor_the_host_shuts_down_itself() -> None:
+    async def host() -> CloseOutcome:
+        sup = await AsyncSupervisor.start(CONFIG, directories=["/w/a"])
+        run = await sup.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r1")
+        assert (await run.wait(timeout=5)).outcome is Outcome.COMPLETED
+        assert (await sup.run("r1")) == await run.snapshot()
+        return await sup.shutdown(grace_ms=500)
+
+    outcome = run_async(host)
+    assert outcome.result is CloseResult.FORCED and outcome.completed
+
+
+def _rejections_sync(sup: Supervisor) -> list[type[BaseException]]:
+    seen: list[type[BaseException]] = []
+    sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done").wait(timeout=5)
+    calls: list[Callable[[], object]] = [
+        lambda: sup.cancel("nobody"),
+        lambda: sup.cancel("done"),
+        lambda: sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done"),
+        lambda: sup.answer_form("done", "yes"),
+        lambda: sup.close("dispose", mode="maintenance", origin="t", directory="/nowhere"),
+    ]
+    for call in calls:
+        try:
+            call()
+        except SupervisorError as exc:
+            seen.append(type(exc))
+    sup.shutdown(grace_ms=500)
+    try:
+        sup.cancel("done")
+    except SupervisorError as exc:
+        seen.append(type(exc))
+    return seen
+
+
+async def _rejections_async(sup: AsyncSupervisor) -> list[type[BaseException]]:
+    seen: list[type[BaseException]] = []
+    await (await sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done")).wait(5)
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: sup.cancel("nobody"),
+        lambda: sup.cancel("done"),
+        lambda: sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done"),
+        lambda: sup.answer_form("done", "yes"),
+        lambda: sup.close("dispose", mode="maintenance", origin="t", directory="/nowhere"),
+    ]
+    for call in calls:
+        try:
+            await call()
+        except SupervisorError as exc:
+            seen.append(type(exc))
+    await sup.shutdown(grace_ms=500)
+    try:
+        await sup.cancel("done")
+    except SupervisorError as exc:
+        seen.append(type(exc))
+    return seen
+
+
+def test_rejections_raise_the_same_exception_types_sync_or_async() -> None:
+    expected = [UnknownRun, RunAlreadyFinished, RunAlreadyExists, RunAlreadyFinished, UnknownDirectory]
+    expected.append(SupervisorClosed)
+    sync_seen = _rejections_sync(Supervisor.start(CONFIG, directories=["/w/a"]))
+
+    async def host() -> list[type[BaseException]]:
+        return await _rejections_async(await AsyncSupervisor.start(CONFIG, directories=["/w/a"]))
+
+    assert sync_seen == expected
+    assert run_async(host) == expected
+
+
+def test_an_answer_with_nothing_pending_raises_nothing_pending_from_the_async_facade() -> None:
+    gate = Gate("g")
+
+    async def host() -> None:
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            run = await sup.start_run(held(gate), session="s", directory="/w/a")
+            with pytest.raises(NothingPending):
+                await sup.reply_permission(run.run_id, approve=True)
+            with pytest.raises(NothingPending):
+                await sup.dismiss_form(run.run_id)
+            gate.open()
+            await run.wait(timeout=5)
+
+    run_async(host)
+
+
+def test_async_submit_returns_a_rejection_as_a_value_never_raising() -> None:
+    async def host() -> tuple[CloseOutcome | RequestOutcome, CloseOutcome | RequestOutcome]:
+        async with AsyncSupervisor.start(CONFIG) as sup:
+            unknown = await sup.submit(CancelRun(run_id="nobody"))
+        closed = await sup.submit(CancelRun(run_id="nobody"))
+        return unknown, closed
+
+    unknown, closed = run_async(host)
+    assert unknown.result is CloseResult.REJECTED and unknown.code is RejectCode.UNKNOWN_RUN
+    assert closed.result is CloseResult.REJECTED and closed.code is RejectCode.SUPERVISOR_CLOSED
+
+
+def test_a_run_wait_that_runs_out_raises_supervisor_timeout_and_the_supervisor_keeps_serving() -> None:
+    gate = Gate("g")
+
+    async def host() -> None:
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            run = await sup.start_run(held(gate), session="s", directory="/w/a")
+            with pytest.raises(SupervisorTimeout):
+                await run.wait(timeout=0.05)
+            waiting = asyncio.ensure_future(run.wait(timeout=5))
+            await asyncio.sleep(0)
+            waiting.cancel()  # a host giving up on a wait leaves the supervisor serving
+            stats = await sup.statistics()
+            assert stats.runs_active == 1
+            await run.cancel()
+            finished = await run.wait(timeout=5)
+            assert finished.reason is InterruptReason.USER_CANCEL
+
+    run_async(host)
+
+
+def test_declare_and_load_make_directories_known_to_closes() -> None:
+    async def host() -> None:
+        async with AsyncSupervisor.start(CONFIG) as sup:
+            with pytest.raises(UnknownDirectory):
+                await sup.close("dispose", mode="maintenance", origin="t", directory="/w/b")
+            await sup.declare("/w/b")
+            await sup.load("/w/c")
+            declared = await sup.close("dispose", mode="maintenance", origin="t", directory="/w/b")
+            loaded = await sup.close("reload", mode="maintenance", origin="t", directory="/w/c")
+            assert declared.result is CloseResult.COMPLETED
+            assert loaded.result is CloseResult.COMPLETED and loaded.completed_directories == ("/w/c",)
+            assert await sup.pending_actions() == ()
+            assert await sup.session("nobody") is None
+
+    run_async(host)
+
+
+# --- shutdown that returns when it has completed ----------------------------------------------
+
+
+def test_await_shutdown_returns_once_every_run_ended_every_dispose_ran_and_our_threads_stopped() -> None:
+    hooks = RecordingHooks()
+    gate = Gate("never")
+
+    async def host() -> tuple[CloseOutcome, AsyncSupervisor]:
+        sup = await AsyncSupervisor.start(CONFIG, hooks=hooks, directories=["/w/a", "/w/b"])
+        await sup.start_run(held(gate), session="s1", directory="/w/a", run_id="r1")
+        outcome = await sup.shutdown(grace_ms=2000, reason="test_teardown")
+        return outcome, sup
+
+    outcome, sup = run_async(host)
+    assert outcome.completed and outcome.result is CloseResult.FORCED
+    assert outcome.interrupted_runs == ("r1",)
+    assert sorted(hooks.disposed) == [("/w/a", 1), ("/w/b", 1)]
+    assert sup.closed and sup.threads.alive() == []
+
+
+def test_the_sync_shutdown_async_future_resolves_only_once_the_shutdown_has_completed() -> None:
+    hooks = RecordingHooks()
+    sup = Supervisor.start(CONFIG, hooks=hooks, directories=["/w/a"])
+    sup.start_run(held(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    called_on: list[str] = []
+    future = sup.shutdown_async(grace_ms=2000)
+    future.add_done_callback(lambda _: called_on.append(threading.current_thread().name))
+    outcome = future.result(timeout=10)
+    assert isinstance(outcome, CloseOutcome)
+    assert outcome.completed and outcome.interrupted_runs == ("r1",)
+    assert hooks.disposed == [("/w/a", 1)]
+    assert sup.closed and sup.threads.alive() == []
+    assert called_on and "run-supervisor-session" not in called_on[0]
+    assert sup.shutdown_async().result(timeout=5) == outcome  # idempotent: the first one's outcome
+
+
+def test_a_shutdown_requested_elsewhere_is_awaited_with_wait_closed() -> None:
+    async def host() -> tuple[CloseOutcome, CloseOutcome]:
+        sup = await AsyncSupervisor.start(CONFIG, directories=["/w/a"])
+        closing: Future[CloseOutcome | RequestOutcome] = sup.sync.shutdown_async(grace_ms=500)
+        final = await sup.wait_closed(timeout=10)
+        return final, await asyncio.wrap_future(closing)  # type: ignore[return-value]
+
+    final, same = run_async(host)
+    assert final.completed and final == same
+
+
+# --- events --------------------------------------------------------------------------------
+
+
+def test_async_for_over_events_ends_when_the_shutdown_has_completed() -> None:
+    async def host() -> list[str]:
+        sup = await AsyncSupervisor.start(CONFIG, directories=["/w/a"])
+        seen: list[str] = []
+        events = sup.events()  # subscribed from here on, before anything happens
+
+        async def read() -> None:
+            async for event in events:
+                seen.append(wire_type(event))
+
+        reader = asyncio.create_task(read())
+        await sup.start_run(lambda ctx: None, session="s", directory="/w/a")
+        await sup.shutdown(grace_ms=500)
+        await reader  # ends by itself: the subscription closes after the last event
+        return seen
+
+    seen = run_async(host)
+    assert seen.index("run.started") < seen.index("run.finished") < seen.index("instance.closed")
+    assert seen[-1] == "lifecycle.completed"  # the shutdown's, the last event of all
+
+
+def test_a_bounded_event_stream_drops_its_oldest_events_and_counts_them() -> None:
+    async def host() -> tuple[list[Event], int]:
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            events = sup.events(maxsize=2)
+            for _ in range(3):
+                await (await sup.start_run(lambda ctx: None, session="s", directory="/w/a")).wait(5)
+            await asyncio.sleep(0)
+            kept = [await events.get(timeout=1), await events.get(timeout=1)]
+            with pytest.raises(SupervisorTimeout):
+                await events.get(timeout=0.01)
+            return kept, events.dropped
+
+    kept, dropped = run_async(host)
+    assert dropped > 0
+    assert [wire_type(e) for e in kept][-1] in ("run.finished", "session.status")
+    assert all(b"run_id" in encode(e) or b"session" in encode(e) for e in kept)
+
+
+def test_events_cannot_be_opened_after_shutdown() -> None:
+    async def host() -> None:
+        sup = await AsyncSupervisor.start(CONFIG)
+        await sup.shutdown()
+        with pytest.raises(SupervisorClosed):
+            sup.events()
+
+    run_async(host)
+
+
+# --- the loop never waits for the supervisor ---------------------------------------------------
+
+
+def test_the_event_loop_keeps_ticking_while_hundreds_of_calls_are_in_flight() -> None:
+    """A ticker measures how late the loop wakes it while 600 calls are in flight; the runs'
+    gate is opened by the ticker itself, so a call that blocked the loop would stall every run
+    (and the ticker) until its request timeout."""
+    gate = Gate("opened by the ticker")
+    runs = 200
+    period = 0.005
+
+    async def host() -> tuple[float, int, list[Outcome | None]]:
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a", "/w/b"]) as sup:
+            lateness: list[float] = []
+            stop = asyncio.Event()
+
+            async def ticker() -> None:
+                ticks = 0
+                while not stop.is_set():
+                    due = time.monotonic() + period
+                    await asyncio.sleep(period)
+                    lateness.append(time.monotonic() - due)
+                    ticks += 1
+                    if ticks == 20:
+                        gate.open()
+
+            ticking = asyncio.create_task(ticker())
+            await asyncio.sleep(0)
+
+            async def one(i: int) -> Outcome | None:
+                run = await sup.start_run(held(gate), session=f"s{i}", directory=f"/w/{'ab'[i % 2]}")
+                await sup.statistics()
+                await sup.close("reload", mode="maintenance", origin="load", directory=f"/w/{'ab'[i % 2]}")
+                return (await run.wait(timeout=20)).outcome
+
+            outcomes = await asyncio.gather(*(one(i) for i in range(runs)))
+            stop.set()
+            await ticking
+            return max(lateness), len(lateness), outcomes
+
+    worst, ticks, outcomes = run_async(host, bound=60)
+    assert outcomes == [Outcome.COMPLETED] * runs
+    assert ticks >= 20
+    # Generous for a loaded 2-core machine (about 0.1-0.2 s on a quiet one: the burst of 200 run
+    # starts); a call that waited on the supervisor would hold the loop, and so the gate, for the
+    # 20 s of its wait.
+    assert worst < 2.5, f"the loop was {worst:.3f} s late"
