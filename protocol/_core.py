@@ -207,7 +207,8 @@ class SupervisorCore(LifecycleMixin):
         if run is None:
             return None
         outcome = _OUTCOMES.get(run.state)
-        interrupt = run.interrupt if run.state is RunState.INTERRUPTED else None
+        # An interrupt is fixed when decided: an interrupting run already shows its reason and origin.
+        interrupt = run.interrupt if run.state in (RunState.INTERRUPTED, RunState.INTERRUPTING) else None
         return RunSnapshot(
             run_id=run.id,
             session=run.session,
@@ -335,12 +336,19 @@ class SupervisorCore(LifecycleMixin):
         )
 
     def _cancel(self, req: CancelRun, reply_to: Any) -> None:
+        if req.reason not in _CANCEL_REASONS:
+            self._reject(
+                reply_to,
+                RejectCode.INVALID_REQUEST,
+                f"a cancel's reason is user_cancel or timeout, not {req.reason.value}",
+            )
+            return
         run = self._known_unfinished(req.run_id, reply_to, "cancel")
         if run is None:
             return
         if run.state is RunState.QUEUED:
             self._unqueue(run)
-            self._decide_interrupt(run, InterruptReason.USER_CANCEL, req.origin, req.tag)
+            self._decide_interrupt(run, req.reason, req.origin, req.tag)
             self._move_run(run, RunTrigger.CANCEL_QUEUED)
             self._finish(run)
         elif run.state is RunState.INTERRUPTING:
@@ -353,7 +361,7 @@ class SupervisorCore(LifecycleMixin):
             )
             return
         else:
-            self._interrupt(run, InterruptReason.USER_CANCEL, req.origin, req.tag)
+            self._interrupt(run, req.reason, req.origin, req.tag)
         self._reply(reply_to, _OK)
 
     def _reply_permission(self, req: ReplyPermission, reply_to: Any) -> None:
@@ -633,6 +641,7 @@ class SupervisorCore(LifecycleMixin):
 
 
 _OK = RequestOutcome(result=CloseResult.OK)
+_CANCEL_REASONS = frozenset({InterruptReason.USER_CANCEL, InterruptReason.TIMEOUT})
 
 _OUTCOMES = {
     RunState.COMPLETED: Outcome.COMPLETED,

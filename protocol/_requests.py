@@ -59,6 +59,9 @@ class StartRun(_Request, frozen=True, tag="start_run"):
 class CancelRun(_Request, frozen=True, tag="cancel"):
     run_id: str
     origin: str = "user"
+    reason: InterruptReason = InterruptReason.USER_CANCEL
+    """``user_cancel``, or ``timeout`` for a host's watchdog (an external run whose client stopped
+    reporting); any other reason is rejected as invalid."""
 
 
 class CloseRequest(_Request, frozen=True, tag="close"):
