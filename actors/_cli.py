@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from run_supervisor.actors.hosts._serve import add_serve_arguments, serve_command
 from run_supervisor.actors.scenarios import ScenarioFileError, load_scenario, play, scenario_files
 
 __all__ = ["main"]
@@ -59,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
         default=10.0,
         help="seconds a scenario may take before it is torn down (default 10)",
     )
+    serve = commands.add_parser(
+        "serve", help="serve the supervisor over HTTP + server-sent events (docs/wire.md)"
+    )
+    add_serve_arguments(serve)
     return parser
 
 
@@ -142,6 +147,8 @@ def _usage_error(args: argparse.Namespace, message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "serve":
+        return serve_command(args)
     return _scenario(args)
 
 

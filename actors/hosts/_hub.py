@@ -1,0 +1,262 @@
+"""The event hub of the wire hosts: one ordered, bounded replay buffer, fanned out to SSE streams.
+
+One pump thread reads the supervisor's events (an unbounded subscription, so the supervisor never
+waits for it) and appends each, encoded once, to a ring buffer. Every item has an id that orders it:
+a supervisor event's id is its ``seq`` (``"17"``); an event the host itself publishes (an external
+run's interrupt notice) follows the last supervisor event and takes a suffix (``"17.1"``). A client
+that reconnects with ``Last-Event-ID`` gets every item after that id from the buffer; when the buffer
+no longer holds what followed (evicted, or the id belongs to another server's life), it gets one
+``stream.reset`` event first, then the whole buffer -- and should re-read state from the queries.
+
+Listeners live on an asyncio loop: delivery is a ``call_soon_threadsafe`` per listener, made under
+the hub's lock so that items reach every listener in id order. A listener that falls more than its
+bound behind is cut off (``overflowed``): its stream ends and the client resumes by ``Last-Event-ID``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from loguru import logger
+
+from run_supervisor.actors._api import Supervisor
+from run_supervisor.actors._subscription import Subscription
+from run_supervisor.protocol import (
+    CloseAction,
+    Event,
+    InstanceClosed,
+    LifecycleCompleted,
+    LifecycleRequested,
+    encode,
+)
+
+__all__ = ["EventHub", "Listener", "WireItem", "parse_event_id"]
+
+Key = tuple[int, int]
+
+
+def parse_event_id(text: str | None) -> Key | None:
+    """``"17"`` -> (17, 0); ``"17.2"`` -> (17, 2); None or malformed -> None."""
+    if text is None:
+        return None
+    head, _, tail = text.strip().partition(".")
+    try:
+        seq, sub = int(head), int(tail) if tail else 0
+    except ValueError:
+        return None
+    if seq < 0 or sub < 0:
+        return None
+    return (seq, sub)
+
+
+def _format_id(key: Key) -> str:
+    return str(key[0]) if key[1] == 0 else f"{key[0]}.{key[1]}"
+
+
+@dataclass(frozen=True, slots=True)
+class WireItem:
+    """One event as the hosts send it: its id, its JSON, and its seed-002 compatible twin if any."""
+
+    key: Key
+    id: str
+    type: str
+    data: bytes
+    """The event's JSON (the protocol's encoding, every field present)."""
+    compat: bytes | None = None
+    """The event in the shape seed 002's backend clients consume (``{type, properties}``), or None."""
+
+
+class Listener:
+    """An asyncio-side queue of items; filled from the hub under its lock, drained by one stream."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, bound: int) -> None:
+        self.loop = loop
+        self.bound = bound
+        self.items: collections.deque[WireItem] = collections.deque()
+        self.ready = asyncio.Event()
+        self.overflowed = False
+        self.ended = False
+
+    # On the loop's thread.
+    def _push(self, item: WireItem) -> None:
+        if len(self.items) >= self.bound:
+            self.overflowed = True
+        else:
+            self.items.append(item)
+        self.ready.set()
+
+    def _end(self) -> None:
+        self.ended = True
+        self.ready.set()
+
+    async def next_batch(self) -> list[WireItem]:
+        """Wait for items (or the end); empty means the stream is over (hub closed or overflowed)."""
+        while not self.items and not self.ended and not self.overflowed:
+            self.ready.clear()
+            await self.ready.wait()
+        batch = list(self.items)
+        self.items.clear()
+        return batch
+
+
+class EventHub:
+    """The supervisor's events (plus host events), buffered for replay and fanned out to listeners."""
+
+    def __init__(self, supervisor: Supervisor, *, capacity: int = 10_000) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._buffer: collections.deque[WireItem] = collections.deque()
+        self._evicted_upto: Key = (0, 0)
+        self._last: Key = (0, 0)
+        self._listeners: set[Listener] = set()
+        self._closed = threading.Event()
+        self._dispose_all_actions: dict[str, str | None] = {}
+        self._on_close: list[Callable[[], object]] = []
+        self._observers: tuple[Callable[[Event], None], ...] = ()
+        self._subscription: Subscription = supervisor.subscribe()
+        self._thread = threading.Thread(target=self._pump, name="run-supervisor-wire-hub", daemon=True)
+        self._thread.start()
+
+    # --- the pump (its own thread) ---------------------------------------------------------------
+
+    def _pump(self) -> None:
+        for event in self._subscription:
+            self._add(event)
+        self._close()
+
+    def _compat(self, event: Event) -> bytes | None:
+        """Seed 002's backend events: ``global.disposed`` when a dispose_all completes (deferred or
+        not), ``server.instance.disposed`` for each instance that closed."""
+        if isinstance(event, LifecycleRequested):
+            if event.do is CloseAction.DISPOSE_ALL:
+                self._dispose_all_actions[event.action_id] = event.tag
+            return None
+        if isinstance(event, LifecycleCompleted):
+            if event.action_id not in self._dispose_all_actions:
+                return None
+            tag = self._dispose_all_actions.pop(event.action_id)
+            props: dict[str, Any] = {"lifecycleActionID": event.action_id, "clientActionID": tag}
+            return msgspec.json.encode({"type": "global.disposed", "properties": props})
+        if isinstance(event, InstanceClosed):
+            props = {"directory": event.directory, "generation": event.generation}
+            return msgspec.json.encode({"type": "server.instance.disposed", "properties": props})
+        return None
+
+    def _add(self, event: Event) -> None:
+        for observer in self._observers:
+            try:
+                observer(event)
+            except Exception:  # an observer must not stop the stream
+                logger.opt(exception=True).warning("a wire hub observer raised")
+        kind: str = type(event).__struct_config__.tag  # type: ignore[assignment]
+        data, compat = encode(event), self._compat(event)
+        with self._lock:
+            key = (event.seq, 0)
+            self._append(WireItem(key=key, id=_format_id(key), type=kind, data=data, compat=compat))
+
+    def publish(self, payload: dict[str, Any]) -> str:
+        """Publish a host event (a dict with ``type``); it gets the next id and a ``seq`` field equal
+        to the supervisor event it follows. Returns its id. A closed hub drops it."""
+        with self._lock:
+            key = (self._last[0], self._last[1] + 1)
+            rest = {k: v for k, v in payload.items() if k != "type"}
+            body = {"type": payload["type"], "seq": key[0], **rest}
+            item = WireItem(key=key, id=_format_id(key), type=body["type"], data=msgspec.json.encode(body))
+            if not self._closed.is_set():
+                self._append(item)
+            return item.id
+
+    def _append(self, item: WireItem) -> None:  # under the lock
+        self._last = item.key
+        self._buffer.append(item)
+        while len(self._buffer) > self.capacity:
+            self._evicted_upto = self._buffer.popleft().key
+        for listener in self._listeners:
+            try:
+                listener.loop.call_soon_threadsafe(listener._push, item)
+            except RuntimeError:  # its loop is closed: the stream is gone
+                pass
+
+    def _close(self) -> None:
+        with self._lock:
+            self._closed.set()
+            listeners = list(self._listeners)
+            self._listeners.clear()
+            callbacks = list(self._on_close)
+        for listener in listeners:
+            try:
+                listener.loop.call_soon_threadsafe(listener._end)
+            except RuntimeError:
+                pass
+        for callback in callbacks:
+            callback()
+
+    # --- for the hosts -----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """The supervisor has shut down and its last event is in the buffer."""
+        return self._closed.is_set()
+
+    def observe(self, callback: Callable[[Event], None]) -> None:
+        """Call ``callback(event)`` on the pump thread for every supervisor event from now on."""
+        with self._lock:
+            self._observers = (*self._observers, callback)
+
+    def on_close(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` (on the pump thread) once the supervisor's last event is buffered."""
+        with self._lock:
+            if not self._closed.is_set():
+                self._on_close.append(callback)
+                return
+        callback()
+
+    def listen(
+        self, after: str | None, *, loop: asyncio.AbstractEventLoop, bound: int = 10_000
+    ) -> tuple[list[WireItem], dict[str, Any] | None, Listener]:
+        """Start listening. ``after``: the last id the client has (``Last-Event-ID``), ``"0"`` for the
+        whole buffer, None for live events only. Returns what to replay first, a ``stream.reset``
+        payload when the buffer cannot bridge the gap, and the listener for what follows."""
+        listener = Listener(loop, bound)
+        with self._lock:
+            replay: list[WireItem] = []
+            reset: dict[str, Any] | None = None
+            if after is not None:
+                key = parse_event_id(after)
+                if key is None or key > self._last or key < self._evicted_upto:
+                    oldest = self._buffer[0].id if self._buffer else None
+                    why = "unknown_id" if key is None or key > self._last else "evicted"
+                    reset = {"type": "stream.reset", "after": after, "oldest": oldest, "why": why}
+                    replay = list(self._buffer)
+                else:
+                    replay = [item for item in self._buffer if item.key > key]
+            if self._closed.is_set():
+                listener.ended = True
+            else:
+                self._listeners.add(listener)
+        return replay, reset, listener
+
+    def unlisten(self, listener: Listener) -> None:
+        with self._lock:
+            self._listeners.discard(listener)
+
+    def items(self) -> list[WireItem]:
+        """Every item still in the buffer, oldest first."""
+        with self._lock:
+            return list(self._buffer)
+
+    @property
+    def listeners(self) -> int:
+        return len(self._listeners)
+
+    def join(self, timeout: float) -> None:
+        """Wait for the pump thread to end (it ends when the supervisor has shut down)."""
+        self._thread.join(timeout)

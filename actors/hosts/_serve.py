@@ -1,0 +1,138 @@
+"""The ``serve`` subcommand: a supervisor behind the HTTP host, until a shutdown request or a signal."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from run_supervisor.actors._api import Supervisor, SupervisorConfig
+from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS
+
+__all__ = ["TOKEN_ENV", "add_serve_arguments", "serve_command"]
+
+TOKEN_ENV = "RUN_SUPERVISOR_TOKEN"
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback)")
+    parser.add_argument(
+        "--port", type=int, default=0, help="port (default 0: a free one, printed when ready)"
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        help=f"read the bearer token from this file (else ${TOKEN_ENV}, else generated)",
+    )
+    parser.add_argument(
+        "--directory",
+        action="append",
+        default=[],
+        help="load this directory's instance at start (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        help="another Host name this server answers to (repeatable)",
+    )
+    parser.add_argument("--buffer", type=int, default=10_000, help="events kept for Last-Event-ID replay")
+    parser.add_argument(
+        "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="default lease of an external run (ms)"
+    )
+    parser.add_argument("--max-body", type=int, default=1 << 20, help="largest request body in bytes")
+    parser.add_argument("--grace-ms", type=int, default=1000, help="shutdown grace on a signal (ms)")
+
+
+def _token(args: argparse.Namespace, new_token: Callable[[], str]) -> tuple[str | None, bool, str | None]:
+    """(token, generated, error)."""
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            return None, False, f"--token-file {args.token_file}: {exc.strerror}"
+        if not token:
+            return None, False, f"--token-file {args.token_file}: the file is empty"
+        return token, False, None
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if token:
+        return token, False, None
+    return new_token(), True, None
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    try:
+        from run_supervisor.actors.hosts._http import (
+            HttpSettings,
+            bind,
+            create_app,
+            is_loopback,
+            new_token,
+            uvicorn_server,
+        )
+        from run_supervisor.actors.hosts._wire import WireHost
+    except ImportError as exc:
+        sys.stderr.write(
+            f"run-supervisor serve: {exc.name} is missing: pip install 'run-supervisor[server]'\n"
+        )
+        return 2
+    token, generated, error = _token(args, new_token)
+    if error is not None or token is None:
+        sys.stderr.write(f"run-supervisor serve: {error}\n")
+        return 2
+    if generated and not is_loopback(args.host):
+        sys.stderr.write(
+            f"run-supervisor serve: refusing to listen on {args.host} (not loopback) with a generated "
+            f"token; give one explicitly with --token-file or ${TOKEN_ENV}\n"
+        )
+        return 2
+    for name in ("port", "buffer", "lease_ms", "max_body", "grace_ms"):
+        if getattr(args, name) < 0 or (name != "port" and getattr(args, name) == 0):
+            sys.stderr.write(f"run-supervisor serve: --{name.replace('_', '-')} must be positive\n")
+            return 2
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:
+        sys.stderr.write(f"run-supervisor serve: cannot listen on {args.host}:{args.port}: {exc.strerror}\n")
+        return 2
+    port = sock.getsockname()[1]
+    settings = HttpSettings(token=token, max_body=args.max_body, extra_hosts=tuple(args.allow_host))
+    settings.allow_port(args.host, port)
+    supervisor = Supervisor.start(SupervisorConfig(shutdown_at_exit=False, default_grace_ms=args.grace_ms))
+    host = WireHost(supervisor, buffer=args.buffer, default_lease_ms=args.lease_ms)
+    if args.directory:
+        supervisor.load(*args.directory)  # after the hub subscribed: their events are in the stream
+    server = uvicorn_server(create_app(host, settings))
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{shown}:{port}"
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            server.should_exit = True
+
+        host.hub.on_close(lambda: loop.call_soon_threadsafe(stop))
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started and not task.done():
+            await asyncio.sleep(0.01)  # uvicorn offers no started event; bounded by the task
+        if server.started:
+            ready = {"ready": True, "url": url, "port": port, "pid": os.getpid()}
+            if generated:
+                ready["token"] = token
+            sys.stdout.write(json.dumps(ready) + "\n")
+            sys.stdout.flush()
+        await task
+
+    try:
+        asyncio.run(main())
+    finally:
+        if not supervisor.closed:
+            supervisor.shutdown(grace_ms=args.grace_ms)
+        host.hub.join(5.0)
+        sock.close()
+    return 0

@@ -1,0 +1,131 @@
+"""What the HTTP and stdio hosts share: one way to submit, report and query, one status table.
+
+Every request goes through ``Supervisor.submit`` (never raises; a rejection is an outcome) and is
+awaited with ``asyncio.wrap_future``, so no host ever blocks its event loop on the supervisor. A run
+started from outside Python has no Python body: it is an external run (see ``_external``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from run_supervisor.actors._api import Supervisor
+from run_supervisor.actors._errors import SupervisorClosed
+from run_supervisor.actors._supervisor import Preload, Query
+from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS, ExternalReport, ExternalRuns
+from run_supervisor.actors.hosts._hub import EventHub
+from run_supervisor.protocol import (
+    CloseOutcome,
+    CloseResult,
+    RejectCode,
+    Request,
+    RequestOutcome,
+    RunFinished,
+    StartRun,
+    SupervisorCore,
+)
+
+__all__ = ["STATUS_BY_CODE", "HostError", "WireHost", "http_status"]
+
+T = TypeVar("T")
+
+STATUS_BY_CODE: dict[str | None, int] = {
+    None: 200,
+    RejectCode.UNKNOWN_RUN: 404,
+    RejectCode.UNKNOWN_DIRECTORY: 404,
+    RejectCode.RUN_FINISHED: 409,
+    RejectCode.RUN_ALREADY_EXISTS: 409,
+    RejectCode.ALREADY_INTERRUPTING: 409,
+    RejectCode.NOTHING_PENDING: 409,
+    RejectCode.INVALID_REQUEST: 422,
+    RejectCode.SUPERVISOR_CLOSED: 503,
+    RejectCode.INTERNAL_ERROR: 500,
+    # What the hosts themselves refuse (same body shape: result, code, error).
+    "not_found": 404,
+    "unauthorized": 401,
+    "forbidden": 403,
+    "too_large": 413,
+    "timeout": 504,
+}
+"""The one table from a rejection's code to an HTTP status; an accepted request is 200."""
+
+
+def http_status(code: str | None) -> int:
+    return STATUS_BY_CODE.get(code, 500)
+
+
+class HostError(Exception):
+    """A request a host refuses before the supervisor sees it (malformed, unknown route...)."""
+
+    def __init__(self, code: str, error: str) -> None:
+        super().__init__(error)
+        self.code = code
+        self.error = error
+
+    def body(self) -> dict[str, Any]:
+        return {"result": CloseResult.REJECTED.value, "code": self.code, "error": self.error}
+
+
+class WireHost:
+    """A supervisor as the wire hosts see it: requests, external runs, queries and the event hub."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        *,
+        buffer: int = 10_000,
+        default_lease_ms: int = DEFAULT_LEASE_MS,
+    ) -> None:
+        self.supervisor = supervisor
+        self.default_lease_ms = default_lease_ms
+        self.hub = EventHub(supervisor, capacity=buffer)
+        self.external = ExternalRuns(supervisor, self.hub.publish)
+        self.hub.observe(self._observe)
+
+    def _observe(self, event: object) -> None:
+        if isinstance(event, RunFinished):
+            self.external.finished(event.run_id)
+
+    @property
+    def _limit(self) -> float:
+        config = self.supervisor.config
+        return config.request_timeout_s + config.default_grace_ms / 1000.0 + config.dispose_budget_ms / 1000.0
+
+    async def _await(self, future: Future[T]) -> T:
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self._limit)
+        except TimeoutError:
+            future.cancel()
+            raise HostError("timeout", f"the supervisor did not answer within {self._limit:g} s") from None
+
+    async def submit(self, request: Request, *, lease_ms: int | None = None) -> CloseOutcome | RequestOutcome:
+        """Submit any protocol request; a ``start_run`` starts an external run."""
+        if isinstance(request, StartRun):
+            future = self.external.start(request, lease_ms=lease_ms or self.default_lease_ms)
+        else:
+            future = self.supervisor.submit(request)
+        outcome: CloseOutcome | RequestOutcome = await self._await(future)
+        return outcome
+
+    async def report(self, run_id: str, report: ExternalReport) -> RequestOutcome:
+        return await self._await(self.external.report(run_id, report))
+
+    async def query(self, read: Callable[[SupervisorCore], T]) -> T:
+        """Read the core on the supervisor's thread; ``HostError(supervisor_closed)`` after shutdown."""
+        try:
+            result: T = await self._await(self.supervisor._post(lambda reply: Query(read, reply)))
+        except SupervisorClosed as exc:
+            raise HostError(RejectCode.SUPERVISOR_CLOSED.value, str(exc)) from None
+        return result
+
+    async def directories(self, directories: tuple[str, ...], *, load: bool) -> None:
+        """Make directories known (``load=False``) or load their instances now."""
+        if any(not d for d in directories):
+            raise HostError(RejectCode.INVALID_REQUEST.value, "directories must be non-empty strings")
+        try:
+            await self._await(self.supervisor._post(lambda reply: Preload(directories, load, reply)))
+        except SupervisorClosed as exc:
+            raise HostError(RejectCode.SUPERVISOR_CLOSED.value, str(exc)) from None

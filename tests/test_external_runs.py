@@ -1,0 +1,153 @@
+"""Runs owned by the client: reports, interrupts as events, the lease rule, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+from wire_support import Served, of_type, served, sse
+
+from run_supervisor.actors import InvalidRequest, Supervisor
+from run_supervisor.actors._errors import raise_for_rejection
+from run_supervisor.protocol import CancelRun, InterruptReason
+
+
+def run(scenario: Callable[[Served], Awaitable[None]], **kwargs: Any) -> None:
+    with served(**kwargs) as srv:
+        asyncio.run(asyncio.wait_for(scenario(srv), 45))
+
+
+async def start(client: httpx.AsyncClient, run_id: str, session: str, **extra: Any) -> None:
+    answer = await client.post(
+        "/runs", json={"run_id": run_id, "session": session, "directory": "/w/a", **extra}
+    )
+    assert answer.status_code == 200, answer.text
+
+
+async def report(client: httpx.AsyncClient, run_id: str, **fields: Any) -> httpx.Response:
+    return await client.post(f"/runs/{run_id}/reports", json=fields)
+
+
+def test_a_client_that_vanishes_mid_run_is_interrupted_with_reason_timeout_after_its_lease() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            await start(client, "r1", "s1", lease_ms=300)
+            await report(client, "r1", type="part", tool="bash", state="pending")
+            await report(client, "r1", type="part", tool="bash", state="prepared")
+            # ...and the client is gone: nothing more is reported.
+            notice = await events.until(of_type("external.interrupt", run_id="r1"))
+            assert (notice.data["reason"], notice.data["origin"]) == ("timeout", "lease")
+            finished = await events.until(of_type("run.finished", run_id="r1"))
+            assert (finished.data["outcome"], finished.data["reason"]) == ("interrupted", "timeout")
+            assert finished.data["phase"] == "prepared"
+            assert finished.data["parts"][0]["state"] == "interrupted"
+            await events.until(of_type("session.status", session="s1", status="idle"))
+            late = await report(client, "r1", type="end")
+            assert late.status_code == 409 and late.json()["code"] == "run_finished"
+
+    run(scenario)
+
+
+def test_heartbeats_keep_a_quiet_run_alive_past_its_lease() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            await start(client, "r1", "s1", lease_ms=200)
+            loop = asyncio.get_running_loop()
+            until = loop.time() + 1.0  # five leases
+            while loop.time() < until:
+                assert (await report(client, "r1", type="heartbeat")).status_code == 200
+                await asyncio.sleep(0.05)  # the client's own pace, not a synchronisation
+            assert (await report(client, "r1", type="end")).status_code == 200
+            finished = await events.until(of_type("run.finished", run_id="r1"))
+            assert finished.data["outcome"] == "completed"
+
+    run(scenario)
+
+
+def test_an_interrupted_client_is_told_why_and_its_end_finishes_the_run_with_that_reason() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            await start(client, "r1", "s1")
+            await report(client, "r1", type="step", kind="model")
+            close = await client.post(
+                "/close",
+                json={
+                    "do": "reload",
+                    "mode": "user_confirmed_interrupt",
+                    "origin": "ui.reload",
+                    "directory": "/w/a",
+                },
+            )
+            notice = await events.until(of_type("external.interrupt", run_id="r1"))
+            assert notice.data["reason"] == "lifecycle_interrupt"
+            assert notice.data["origin"] == "ui.reload"
+            assert notice.data["action_id"] == close.json()["action_id"]
+            refused = await report(client, "r1", type="step", kind="model", step="model-2")
+            assert refused.status_code == 409 and refused.json()["code"] == "already_interrupting"
+            assert (await report(client, "r1", type="end")).status_code == 200
+            finished = await events.until(of_type("run.finished", run_id="r1"))
+            assert finished.data["reason"] == "lifecycle_interrupt"
+
+    run(scenario)
+
+
+def test_a_permission_ask_is_answered_through_an_event_and_a_client_error_fails_the_run() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            await start(client, "r1", "s1")
+            await report(client, "r1", type="part", tool="bash", state="pending")
+            assert (await report(client, "r1", type="ask")).status_code == 200
+            answer = await client.post("/runs/r1/permission", json={"approve": False, "message": "not there"})
+            assert answer.status_code == 200, answer.text
+            relayed = await events.until(of_type("external.answer", run_id="r1"))
+            assert (relayed.data["approved"], relayed.data["message"]) == (False, "not there")
+            assert (await report(client, "r1", type="end", error="model quota")).status_code == 200
+            finished = await events.until(of_type("run.finished", run_id="r1"))
+            assert (finished.data["outcome"], finished.data["error"]) == ("failed", "model quota")
+            bad = await report(client, "r1", type="nonsense")
+            assert bad.status_code == 422 and "nonsense" in bad.json()["error"]
+
+    run(scenario)
+
+
+def test_a_shutdown_with_external_runs_that_ignore_interrupts_completes_within_its_grace() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            await start(client, "r1", "s1", lease_ms=60_000)
+            await start(client, "r2", "s2", lease_ms=60_000)
+            await report(client, "r2", type="part", tool="bash", state="pending")
+            began = time.monotonic()
+            answer = await client.post("/shutdown", json={"grace_ms": 300})
+            assert answer.json()["result"] == "forced"
+            await events.until(of_type("external.interrupt", run_id="r1"))
+            done = await events.until(of_type("lifecycle.completed", action_id=answer.json()["action_id"]))
+            assert sorted(done.data["abandoned_runs"]) == ["r1", "r2"]
+            assert time.monotonic() - began < 10.0  # 300 ms of grace; generous for a loaded machine
+
+    run(scenario)
+
+
+def test_reports_to_a_queued_run_are_kept_and_applied_when_it_starts() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            await start(client, "r1", "s1")
+            await start(client, "r2", "s1")
+            await events.until(of_type("run.queued", run_id="r2"))
+            assert (await report(client, "r2", type="step", kind="model", step="early")).status_code == 200
+            await report(client, "r1", type="end")
+            step = await events.until(of_type("run.step.started", run_id="r2"))
+            assert step.data["step"] == "early"
+
+    run(scenario)
+
+
+def test_a_cancel_says_timeout_only_for_a_watchdog_and_no_other_reason(supervisor: Supervisor) -> None:
+    outcome = supervisor.submit(CancelRun(run_id="x", reason=InterruptReason.SHUTDOWN)).result(timeout=5)
+    assert outcome.code is not None and outcome.code.value == "invalid_request"
+    assert "user_cancel or timeout" in (outcome.error or "")
+    with pytest.raises(InvalidRequest):
+        raise_for_rejection(outcome)

@@ -1,0 +1,151 @@
+"""Test support for the wire hosts: a real server on a loopback port, and an SSE reader.
+
+Every wait is bounded and synchronises on what the server sends (events, answers), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from run_supervisor.actors import Supervisor, SupervisorConfig
+from run_supervisor.actors.hosts import ServerThread, WireHost
+
+
+@dataclass
+class Served:
+    supervisor: Supervisor
+    host: WireHost
+    server: ServerThread
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.server.token}"}
+
+    def client(self, **kwargs: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, headers=self.auth, timeout=httpx.Timeout(10.0), **kwargs)
+
+
+@contextlib.contextmanager
+def served(
+    directories: tuple[str, ...] = ("/w/a", "/w/b"),
+    *,
+    config: SupervisorConfig | None = None,
+    buffer: int = 10_000,
+    default_lease_ms: int = 30_000,
+) -> Iterator[Served]:
+    """A supervisor behind a real HTTP server on 127.0.0.1 (a free port); all torn down after."""
+    sup = Supervisor.start(config or SupervisorConfig(shutdown_at_exit=False))
+    host = WireHost(sup, buffer=buffer, default_lease_ms=default_lease_ms)
+    if directories:
+        sup.load(*directories)  # after the hub subscribed: their instance.started are in the stream
+    server = ServerThread(host).start()
+    try:
+        yield Served(sup, host, server)
+    finally:
+        if not sup.closed:
+            sup.shutdown(grace_ms=500, reason="test_teardown")
+        host.hub.join(5.0)
+        server.stop()
+
+
+@dataclass
+class SseEvent:
+    id: str | None
+    data: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        return str(self.data.get("type"))
+
+
+class SseReader:
+    """Reads an SSE stream on a task into a queue; ``next()`` waits (bounded) for the next event."""
+
+    def __init__(self, client: httpx.AsyncClient, path: str, headers: dict[str, str] | None = None) -> None:
+        self.client = client
+        self.path = path
+        self.headers = headers or {}
+        self.queue: asyncio.Queue[SseEvent | None] = asyncio.Queue()
+        self.seen: list[SseEvent] = []
+        self.status: int | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._opened = asyncio.Event()
+
+    async def _read(self) -> None:
+        try:
+            async with self.client.stream("GET", self.path, headers=self.headers) as response:
+                self.status = response.status_code
+                self._opened.set()
+                event_id: str | None = None
+                data: list[str] = []
+                async for line in response.aiter_lines():
+                    if line == "":
+                        if data:
+                            await self.queue.put(SseEvent(event_id, json.loads("\n".join(data))))
+                        event_id, data = None, []
+                    elif line.startswith("id:"):
+                        event_id = line[3:].strip()
+                    elif line.startswith("data:"):
+                        data.append(line[5:].strip())
+        finally:
+            self._opened.set()
+            await self.queue.put(None)
+
+    async def open(self, timeout: float = 10.0) -> SseReader:
+        self._task = asyncio.create_task(self._read())
+        await asyncio.wait_for(self._opened.wait(), timeout)
+        return self
+
+    async def next(self, timeout: float = 10.0) -> SseEvent | None:
+        """The next event; None once the stream has ended."""
+        event = await asyncio.wait_for(self.queue.get(), timeout)
+        if event is not None:
+            self.seen.append(event)
+        return event
+
+    async def until(self, match: Callable[[SseEvent], bool], timeout: float = 10.0) -> SseEvent:
+        """Read on until an event matches (bounded); every event read is kept in ``seen``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            event = await self.next(max(0.01, deadline - loop.time()))
+            if event is None:
+                raise AssertionError(f"the stream ended; seen: {[e.type for e in self.seen]}")
+            if match(event):
+                return event
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                await self._task
+
+
+@contextlib.asynccontextmanager
+async def sse(
+    client: httpx.AsyncClient, path: str = "/events", headers: dict[str, str] | None = None
+) -> AsyncIterator[SseReader]:
+    reader = await SseReader(client, path, headers).open()
+    try:
+        yield reader
+    finally:
+        await reader.close()
+
+
+def of_type(wire_type: str, /, **fields: Any) -> Callable[[SseEvent], bool]:
+    def match(event: SseEvent) -> bool:
+        props = event.data.get("properties", event.data)
+        return event.type == wire_type and all(props.get(k) == v for k, v in fields.items())
+
+    return match
