@@ -1,4 +1,5 @@
 """``run-supervisor scenario PATH [--json] [--timeout S]``: play scenario files and report.
+``run-supervisor schema``: print the JSON Schema of every request, answer and event.
 
 Exit status: 0 when every expectation held and nothing hung; 1 otherwise; 2 when a file is
 invalid (for a folder: 2 if any file is invalid, else 1 if any scenario failed, else 0).
@@ -15,6 +16,7 @@ from typing import Any, TextIO
 
 from run_supervisor.actors.hosts._serve import add_serve_arguments, serve_command
 from run_supervisor.actors.scenarios import ScenarioFileError, load_scenario, play, scenario_files
+from run_supervisor.protocol import wire_schema
 
 __all__ = ["main"]
 
@@ -64,7 +66,17 @@ def _parser() -> argparse.ArgumentParser:
         "serve", help="serve the supervisor over HTTP + server-sent events (docs/wire.md)"
     )
     add_serve_arguments(serve)
+    commands.add_parser(
+        "schema",
+        help="print the JSON Schema of every request, answer, snapshot and event (to generate client types)",
+    )
     return parser
+
+
+def _schema(args: argparse.Namespace) -> int:
+    json.dump(wire_schema(), sys.stdout, indent=1)
+    sys.stdout.write("\n")
+    return 0
 
 
 def _timeline(report: dict[str, Any], out: TextIO) -> None:
@@ -149,6 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
         return serve_command(args)
+    if args.command == "schema":
+        return _schema(args)
     return _scenario(args)
 
 

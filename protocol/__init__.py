@@ -85,6 +85,7 @@ from run_supervisor.protocol._rules import (
     InstanceTrigger,
     RunTrigger,
 )
+from run_supervisor.protocol._schema import wire_schema
 
 __all__ = [
     "ACTION_TRANSITIONS",
@@ -165,4 +166,5 @@ __all__ = [
     "decode_request",
     "encode",
     "part_label",
+    "wire_schema",
 ]

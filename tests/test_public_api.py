@@ -118,6 +118,7 @@ PROTOCOL = [
     "decode_request",
     "encode",
     "part_label",
+    "wire_schema",
 ]
 
 
