@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from run_supervisor.actors.hosts._serve import add_serve_arguments, serve_command
+from run_supervisor.actors.hosts._serve import (
+    add_serve_arguments,
+    add_stdio_arguments,
+    serve_command,
+    stdio_command,
+)
 from run_supervisor.actors.scenarios import ScenarioFileError, load_scenario, play, scenario_files
 from run_supervisor.protocol import wire_schema
 
@@ -70,6 +75,10 @@ def _parser() -> argparse.ArgumentParser:
         "schema",
         help="print the JSON Schema of every request, answer, snapshot and event (to generate client types)",
     )
+    stdio = commands.add_parser(
+        "stdio", help="a sidecar speaking JSON lines on stdin and stdout (docs/wire.md)"
+    )
+    add_stdio_arguments(stdio)
     return parser
 
 
@@ -163,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve_command(args)
     if args.command == "schema":
         return _schema(args)
+    if args.command == "stdio":
+        return stdio_command(args)
     return _scenario(args)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from run_supervisor.actors._api import Supervisor, SupervisorConfig
 from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS
 
-__all__ = ["TOKEN_ENV", "add_serve_arguments", "serve_command"]
+__all__ = ["TOKEN_ENV", "add_serve_arguments", "add_stdio_arguments", "serve_command", "stdio_command"]
 
 TOKEN_ENV = "RUN_SUPERVISOR_TOKEN"
 
@@ -136,3 +136,32 @@ def serve_command(args: argparse.Namespace) -> int:
         host.hub.join(5.0)
         sock.close()
     return 0
+
+
+def add_stdio_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--directory",
+        action="append",
+        default=[],
+        help="load this directory's instance at start (repeatable)",
+    )
+    parser.add_argument("--no-events", action="store_true", help="write answers and errors only, no events")
+    parser.add_argument("--grace-ms", type=int, default=1000, help="shutdown grace when stdin closes (ms)")
+    parser.add_argument(
+        "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="default lease of an external run (ms)"
+    )
+
+
+def stdio_command(args: argparse.Namespace) -> int:
+    from run_supervisor.actors.hosts._stdio import serve_stdio
+
+    for name in ("grace_ms", "lease_ms"):
+        if getattr(args, name) <= 0:
+            sys.stderr.write(f"run-supervisor stdio: --{name.replace('_', '-')} must be positive\n")
+            return 2
+    return serve_stdio(
+        directories=tuple(args.directory),
+        events=not args.no_events,
+        grace_ms=args.grace_ms,
+        lease_ms=args.lease_ms,
+    )
