@@ -19,6 +19,7 @@ from run_supervisor.actors._context import CancelToken, Gate, PermissionReply, R
 from run_supervisor.actors._errors import (
     AlreadyInterrupting,
     InvalidRequest,
+    LoadFailed,
     NothingPending,
     RunAlreadyExists,
     RunAlreadyFinished,
@@ -33,6 +34,7 @@ from run_supervisor.actors._instance_actor import InstanceActor, InstanceHooks, 
 from run_supervisor.actors._run_actor import RunActor
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors._supervisor import SessionSupervisor
+from run_supervisor.actors._validate import CloseActionName, CloseModeName, ShutdownReasonName
 
 __all__ = [
     "AlreadyInterrupting",
@@ -40,10 +42,13 @@ __all__ = [
     "AsyncSubscription",
     "AsyncSupervisor",
     "CancelToken",
+    "CloseActionName",
+    "CloseModeName",
     "Gate",
     "InstanceActor",
     "InstanceHooks",
     "InvalidRequest",
+    "LoadFailed",
     "NoInstanceHooks",
     "NothingPending",
     "PermissionReply",
@@ -55,6 +60,7 @@ __all__ = [
     "RunHandle",
     "RunInterrupted",
     "SessionSupervisor",
+    "ShutdownReasonName",
     "Subscription",
     "Supervisor",
     "SupervisorClosed",

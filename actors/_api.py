@@ -1,31 +1,52 @@
 """The in-process API for hosts: a typed facade over the SessionSupervisor actor.
 
-Every call is a ``tell`` carrying a ``concurrent.futures.Future``; blocking calls wait on it with a
-timeout (``SupervisorTimeout``), and every ``*_async`` call returns the future itself, which an
-asyncio host can await without blocking its loop: ``await asyncio.wrap_future(fut)``.
+Every call checks its arguments first (``InvalidRequest`` naming the argument; nothing has changed
+then), then ``tell``s the supervisor a message carrying a ``concurrent.futures.Future``. Blocking calls
+wait on it with a timeout (``SupervisorTimeout``); every ``*_async`` call returns a future of its own,
+completed off the supervisor's thread, that raises what the blocking call would raise. An asyncio
+host can await one without blocking its loop: ``await asyncio.wrap_future(fut)``.
 """
 
 from __future__ import annotations
 
 import atexit
-import itertools
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
+from os import PathLike
 from typing import Any, TypeVar
 
+import msgspec
 import pykka
 from pydantic import BaseModel, ConfigDict, Field
 
+from run_supervisor.actors import _validate as check
 from run_supervisor.actors._context import RunBody
-from run_supervisor.actors._errors import SupervisorClosed, SupervisorTimeout, raise_for_rejection
+from run_supervisor.actors._errors import (
+    InvalidRequest,
+    LoadFailed,
+    RunAlreadyExists,
+    SupervisorClosed,
+    SupervisorError,
+    SupervisorTimeout,
+    UnknownRun,
+    raise_for_rejection,
+)
 from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
+from run_supervisor.actors._relay import Relay, complete
 from run_supervisor.actors._run_actor import RunActor
 from run_supervisor.actors._subscription import Publisher, Subscription
-from run_supervisor.actors._supervisor import Preload, Query, SessionSupervisor, Submit, WaitRun
+from run_supervisor.actors._supervisor import Loading, Preload, Query, SessionSupervisor, Submit, WaitRun
 from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.actors._validate import (
+    MAX_MS,
+    MAX_TIMEOUT_S,
+    CloseActionName,
+    CloseModeName,
+    ShutdownReasonName,
+)
 from run_supervisor.protocol import (
     ActionSnapshot,
     AnswerForm,
@@ -54,28 +75,68 @@ from run_supervisor.protocol import (
 __all__ = ["RunHandle", "Supervisor", "SupervisorConfig"]
 
 T = TypeVar("T")
-_run_ids = itertools.count(1)
+
+
+class _RunNumbers:
+    """Automatic run ids (``run-N``), kept above every ``run-N`` a host chose itself."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 1
+
+    def take(self) -> int:
+        with self._lock:
+            number, self._next = self._next, self._next + 1
+            return number
+
+    def saw(self, run_id: str) -> None:
+        if run_id.startswith("run-") and run_id[4:].isascii() and run_id[4:].isdigit() and len(run_id) < 24:
+            with self._lock:
+                self._next = max(self._next, int(run_id[4:]) + 1)
+
+
+_run_numbers = _RunNumbers()
+_next_run_number = _run_numbers.take
+_saw_run_id = _run_numbers.saw
+
+
+def _no_body(context: object) -> None:
+    """Stands in for the body when only the request is checked (the body is checked apart)."""
 
 
 class SupervisorConfig(BaseModel):
-    """Settings a host may change. Validated: a bad value raises ``pydantic.ValidationError``."""
+    """Settings a host may change. Validated: a bad value (wrong type, out of range, NaN or infinite)
+    raises ``pydantic.ValidationError`` naming the field."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    # Defaults are keyword arguments (``default=``) so a host's type checker sees them through
-    # pydantic's dataclass_transform, without pydantic's own mypy plugin.
     request_timeout_s: float = Field(
-        default=5.0, gt=0, description="How long a blocking call waits for an answer."
+        default=5.0, gt=0, le=MAX_TIMEOUT_S, description="How long a blocking call waits for an answer."
     )
-    dispose_budget_ms: int = Field(default=1000, ge=0, description="How long a dispose hook may take.")
+    dispose_budget_ms: int = Field(
+        default=1000, ge=0, le=MAX_MS, description="How long a dispose hook may take."
+    )
+    load_budget_ms: int = Field(
+        default=5000,
+        ge=0,
+        le=MAX_MS,
+        description="How long a load hook may take; past it the load counts as failed (left to finish).",
+    )
     default_grace_ms: int = Field(
-        default=1000, ge=0, description="Shutdown's grace deadline when none is given."
+        default=1000, ge=0, le=MAX_MS, description="Shutdown's grace deadline when none is given."
     )
     retain_finished_runs: int = Field(
-        default=10_000, ge=0, description="Finished runs kept queryable (and guarded against id reuse)."
+        default=10_000,
+        ge=0,
+        le=10**9,
+        description="Finished runs kept queryable (and guarded against id reuse).",
     )
     stop_timeout_s: float = Field(
-        default=5.0, gt=0, description="After shutdown completes: how long to wait for our threads to end."
+        default=0.05,
+        gt=0,
+        le=60.0,
+        description="After shutdown's grace deadline: how much longer it waits for threads to end before "
+        "leaving them behind (and reporting the host code among them in ``overran``).",
     )
     shutdown_at_exit: bool = Field(
         default=True, description="Shut down at interpreter exit if the host did not."
@@ -85,20 +146,49 @@ class SupervisorConfig(BaseModel):
 class RunHandle:
     """A started (or queued) run."""
 
-    def __init__(self, supervisor: Supervisor, run_id: str) -> None:
+    def __init__(
+        self, supervisor: Supervisor, run_id: str, finished: Future[RunSnapshot] | None = None
+    ) -> None:
         self._supervisor = supervisor
         self.run_id = run_id
+        self._finished = finished
+        """Completed by the supervisor when the run finishes (also with ``retain_finished_runs=0``)."""
 
     def wait(self, timeout: float | None = None) -> RunSnapshot:
-        """Wait until the run has finished; return what is known of it."""
-        snapshot = self._supervisor._wait(WaitRun, self.run_id, timeout=timeout)
+        """Wait until the run has finished; return its final snapshot. ``SupervisorTimeout`` if it
+        has not finished in time (nothing is left behind by the wait); ``SupervisorClosed`` if the
+        supervisor stopped without it finishing."""
+        limit = self._supervisor._timeout(check.timeout("timeout", timeout))
+        if self._finished is not None:
+            try:
+                return self._finished.result(timeout=limit)
+            except TimeoutError:
+                raise SupervisorTimeout(f"run {self.run_id!r} did not finish within {limit} s") from None
+        snapshot = self._supervisor._get(
+            self._supervisor._post(lambda reply: WaitRun(self.run_id, reply)), limit
+        )
         if snapshot is None:
-            raise SupervisorClosed(f"the supervisor shut down before run {self.run_id!r} was known to finish")
+            raise self._supervisor._unknown_or_closed(self.run_id)
         result: RunSnapshot = snapshot
         return result
 
-    def wait_async(self) -> Future[RunSnapshot | None]:
-        return self._supervisor._post(lambda reply: WaitRun(self.run_id, reply))
+    def wait_async(self) -> Future[RunSnapshot]:
+        """Like ``wait`` (without a timeout); the future raises what ``wait`` would."""
+        supervisor = self._supervisor
+        outer: Future[RunSnapshot] = Future()
+        if self._finished is not None:
+            supervisor._relay.chain(self._finished, outer, lambda done: done.result())
+            return outer
+
+        def convert(done: Future[Any]) -> RunSnapshot:
+            snapshot = done.result()
+            if snapshot is None:
+                raise supervisor._unknown_or_closed(self.run_id)
+            result: RunSnapshot = snapshot
+            return result
+
+        supervisor._relay.chain(supervisor._post(lambda reply: WaitRun(self.run_id, reply)), outer, convert)
+        return outer
 
     def cancel(self, *, origin: str = "user", timeout: float | None = None) -> None:
         self._supervisor.cancel(self.run_id, origin=origin, timeout=timeout)
@@ -115,6 +205,11 @@ class Supervisor:
     it as a context manager). Thread-safe: call it from any thread."""
 
     def __init__(self, config: SupervisorConfig, hooks: InstanceHooks) -> None:
+        if not isinstance(config, SupervisorConfig):
+            raise InvalidRequest(f"config must be a SupervisorConfig, not {type(config).__name__}")
+        for hook in ("load", "dispose"):
+            if not callable(getattr(hooks, hook, None)):
+                raise InvalidRequest(f"hooks must have a callable {hook}() (see InstanceHooks)")
         self.config = config
         self.threads = ThreadBook()
         self._lock = threading.Lock()
@@ -122,6 +217,8 @@ class Supervisor:
         self._outstanding: set[Future[Any]] = set()
         self._shutdown_complete: Future[ShutdownComplete] = Future()
         self._final: CloseOutcome | None = None
+        self._deadline: float | None = None
+        self._relay = Relay(self.threads)
         core = SupervisorCore(
             dispose_budget_ms=config.dispose_budget_ms, retain_finished=config.retain_finished_runs
         )
@@ -132,15 +229,17 @@ class Supervisor:
             self.threads,
             self._publisher,
             ask_timeout=config.request_timeout_s,
+            load_budget_ms=config.load_budget_ms,
             on_shutdown_complete=self._on_shutdown_complete,
-            on_stopped=self._reject_outstanding,
+            on_stopped=self._on_stopped,
         )
         _live.add(self)
 
-    def _on_shutdown_complete(self, command: ShutdownComplete) -> None:
+    def _on_shutdown_complete(self, command: ShutdownComplete, deadline: float | None) -> None:
         with self._lock:
             self._final = command.outcome
-        self._shutdown_complete.set_result(command)
+            self._deadline = deadline
+        complete(self._shutdown_complete, command)  # only our own waiters hold it: no host callback
 
     @classmethod
     def start(
@@ -148,13 +247,22 @@ class Supervisor:
         config: SupervisorConfig | None = None,
         *,
         hooks: InstanceHooks | None = None,
-        directories: Iterable[str] = (),
+        directories: Iterable[str | PathLike[str]] = (),
     ) -> Supervisor:
-        """Start a supervisor; ``directories`` are loaded (generation 1) before this returns."""
+        """Start a supervisor. ``directories`` are loaded (generation 1) before this returns: it waits
+        for their load hooks (each bounded by ``load_budget_ms``). If one raised or overran, the
+        supervisor is shut down again and ``LoadFailed`` names each directory and its error; a host
+        that wants to keep a supervisor whose loads failed starts it bare and calls ``load()``."""
+        if isinstance(directories, str | bytes) or not isinstance(directories, Iterable):
+            raise InvalidRequest("directories must be an iterable of directory names (not one str)")
+        dirs = check.directory_names("directories", tuple(directories))
         supervisor = cls(config or SupervisorConfig(), hooks or NoInstanceHooks())
-        dirs = tuple(directories)
         if dirs:
-            supervisor.load(*dirs)
+            try:
+                supervisor.load(*dirs)
+            except SupervisorError:
+                supervisor.shutdown(grace_ms=0)
+                raise
         return supervisor
 
     def __enter__(self) -> Supervisor:
@@ -166,6 +274,8 @@ class Supervisor:
     # --- plumbing ----------------------------------------------------------------------------
 
     def _post(self, make: Callable[[Future[Any]], Any]) -> Future[Any]:
+        """Send a message carrying a fresh internal future (completed on the supervisor's thread:
+        never handed to a host as is)."""
         reply: Future[Any] = Future()
         with self._lock:
             if self._closed:
@@ -176,41 +286,38 @@ class Supervisor:
         try:
             self._ref.tell(make(reply))
         except pykka.ActorDeadError:
-            self._fail(reply, SupervisorClosed("the supervisor has shut down"))
+            complete(reply, error=SupervisorClosed("the supervisor has shut down"))
         return reply
 
     def _forget(self, future: Future[Any]) -> None:
         with self._lock:
             self._outstanding.discard(future)
 
-    @staticmethod
-    def _fail(future: Future[Any], error: BaseException) -> None:
-        try:
-            future.set_exception(error)
-        except InvalidStateError:
-            pass
-
-    def _reject_outstanding(self) -> None:
+    def _on_stopped(self) -> None:
         """The supervisor's mailbox is closed: nothing still waiting will ever be answered."""
         with self._lock:
             self._closed = True
             waiting = list(self._outstanding)
         for future in waiting:
-            self._fail(future, SupervisorClosed("the supervisor has shut down"))
+            complete(future, error=SupervisorClosed("the supervisor has shut down"))
+        self._relay.close()
 
     def _timeout(self, timeout: float | None) -> float:
         return self.config.request_timeout_s if timeout is None else timeout
 
-    def _get(self, future: Future[T], timeout: float | None) -> T:
+    def _get(self, future: Future[T], timeout: float | None, *, withdraw: bool = True) -> T:
         limit = self._timeout(timeout)
         try:
             return future.result(timeout=limit)
         except TimeoutError:
-            future.cancel()
+            if withdraw:
+                future.cancel()  # the supervisor drops the answer; _forget releases it
             raise SupervisorTimeout(f"the supervisor did not answer within {limit} s") from None
 
-    def _wait(self, kind: Callable[[str, Future[Any]], Any], key: str, *, timeout: float | None) -> Any:
-        return self._get(self._post(lambda reply: kind(key, reply)), timeout)
+    def _unknown_or_closed(self, run_id: str) -> SupervisorError:
+        if self._closed:
+            return SupervisorClosed(f"the supervisor shut down before run {run_id!r} was known to finish")
+        return UnknownRun(f"run {run_id!r} is not known (never started, or finished and forgotten)")
 
     def _closed_outcome(self, request: Request) -> CloseOutcome | RequestOutcome:
         if isinstance(request, Shutdown) and self._final is not None:
@@ -221,41 +328,150 @@ class Supervisor:
             "the supervisor has shut down; no request is accepted any more",
         )
 
-    # --- requests as values: both facades (this one and AsyncSupervisor) build them here ------
+    def _call(
+        self, request: Request, body: RunBody | None = None, finished: Future[RunSnapshot] | None = None
+    ) -> Future[CloseOutcome | RequestOutcome]:
+        """Send a checked request; the internal future resolves to its outcome (rejections included)."""
+        answer: Future[CloseOutcome | RequestOutcome] = Future()
+        if self._closed:
+            answer.set_result(self._closed_outcome(request))
+            return answer
+        run = None
+        if isinstance(request, StartRun):  # its actor starts here, on the caller's thread, idle
+            run = RunActor.launch(
+                request.run_id, body, self._ref, self.config.request_timeout_s, self.threads
+            )
+        inner = self._post(lambda reply: Submit(request, reply, run, finished))
 
-    def _start_run_request(self, *, session: str, directory: str, run_id: str | None) -> StartRun:
-        return StartRun(run_id=run_id or f"run-{next(_run_ids)}", session=session, directory=directory)
+        def relay(done: Future[Any]) -> None:
+            if done.cancelled():  # the caller gave up waiting
+                answer.cancel()
+                return
+            error = done.exception()
+            if error is None:
+                complete(answer, done.result())
+                return
+            if run is not None:
+                run.ref.stop(block=False)  # the supervisor never took it on
+            if isinstance(error, SupervisorClosed):
+                complete(answer, self._closed_outcome(request))
+            else:
+                complete(
+                    answer, _rejected(request, RejectCode.INTERNAL_ERROR, f"the supervisor failed: {error}")
+                )
+
+        inner.add_done_callback(relay)
+        answer.add_done_callback(lambda held: inner.cancel() if held.cancelled() else None)
+        return answer
+
+    def _request(self, request: Request, timeout: float | None, body: RunBody | None = None) -> Any:
+        outcome = self._get(self._call(request, body), timeout)
+        raise_for_rejection(outcome)
+        return outcome
+
+    def _async(self, request: Request) -> Future[Any]:
+        """A host-facing future for a checked request: completed off the supervisor's thread,
+        raising the rejection's exception."""
+        outer: Future[Any] = Future()
+        self._relay.chain(self._call(request), outer, _raise_or_return)
+        return outer
+
+    # --- requests as values: both facades (this one and AsyncSupervisor) build them here ------
+    # Each checks its arguments (InvalidRequest naming the argument) before anything is sent.
+
+    def _start_run_request(self, *, session: object, directory: object, run_id: object) -> StartRun:
+        """Checked; without ``run_id``, a fresh ``run-N`` that no host id has taken."""
+        if run_id is None:
+            return check.start_run(
+                _no_body, session=session, directory=directory, run_id=f"run-{_next_run_number()}"
+            )
+        request = check.start_run(_no_body, session=session, directory=directory, run_id=run_id)
+        _saw_run_id(request.run_id)
+        return request
+
+    def _cancel_request(self, run_id: object, *, origin: object) -> CancelRun:
+        return check.cancel(run_id, origin=origin)
 
     def _close_request(
-        self,
-        do: CloseAction | str,
-        *,
-        mode: CloseMode | str,
-        origin: str,
-        directory: str | None,
-        tag: str | None,
+        self, do: object, *, mode: object, origin: object, directory: object, tag: object
     ) -> CloseRequest:
-        return CloseRequest(
-            do=CloseAction(do),
-            mode=CloseMode(mode),
-            origin=origin,
-            directories=(directory,) if directory is not None else (),
-            tag=tag,
-        )
+        return check.close(do, mode=mode, origin=origin, directory=directory, tag=tag)
 
-    def _shutdown_request(
-        self, *, grace_ms: int | None, reason: InterruptReason | str, origin: str | None, tag: str | None
-    ) -> Shutdown:
-        reason = InterruptReason(reason)
-        return Shutdown(
-            reason=reason,
-            origin=origin or reason.value,
-            grace_ms=self.config.default_grace_ms if grace_ms is None else grace_ms,
-            tag=tag,
-        )
+    def _reply_permission_request(
+        self, run_id: object, *, approve: object, message: object
+    ) -> ReplyPermission:
+        return check.reply_permission(run_id, approve=approve, message=message)
 
-    def _preload_future(self, directories: tuple[str, ...], *, load: bool) -> Future[None]:
-        return self._post(lambda reply: Preload(directories, load, reply))
+    def _answer_form_request(self, run_id: object, answer: object) -> AnswerForm:
+        return check.answer_form(run_id, answer)
+
+    def _dismiss_form_request(self, run_id: object) -> DismissForm:
+        return check.dismiss_form(run_id)
+
+    def _shutdown_request(self, *, grace_ms: object, reason: object, origin: object, tag: object) -> Shutdown:
+        grace = self.config.default_grace_ms if grace_ms is None else grace_ms
+        return check.shutdown(grace_ms=grace, reason=reason, origin=origin, tag=tag)
+
+    def _preload_future(self, directories: tuple[object, ...], *, load: bool) -> Future[None]:
+        """Checked; a host-facing future done once the directories are known (``load=False``) or
+        their loads have ended (``load=True``; it raises ``LoadFailed`` as ``load`` does)."""
+        names = check.directory_names("directories", directories)
+        outer: Future[None] = Future()
+        if not load:
+            self._relay.chain(
+                self._post(lambda reply: Preload(names, False, reply)), outer, lambda done: None
+            )
+            return outer
+
+        def loading() -> None:  # waits on the load hooks: never on a caller's loop
+            try:
+                self.load(*names)
+            except BaseException as exc:
+                complete(outer, error=exc)
+            else:
+                complete(outer, None)
+
+        thread = threading.Thread(target=loading, name="run-supervisor-loading", daemon=True)
+        self.threads.add(thread)
+        thread.start()
+        return outer
+
+    def _query_future(self, read: Callable[[SupervisorCore], T]) -> Future[T]:
+        """A host-facing future of ``read(core)``, read on the supervisor's thread."""
+        outer: Future[T] = Future()
+        self._relay.chain(self._post(lambda reply: Query(read, reply)), outer, lambda done: done.result())
+        return outer
+
+    def _shutdown_future(self, request: Shutdown) -> Future[CloseOutcome]:
+        """A host-facing future of the shutdown's final outcome: done once it has completed and our
+        threads have ended (or been left behind); a rejection raises from it."""
+        finished: Future[CloseOutcome] = Future()
+        limit = request.grace_ms / 1000.0 + self.config.request_timeout_s
+
+        def close_into() -> None:  # joining threads blocks: on a short-lived closer thread
+            try:
+                complete(finished, self.wait_closed(timeout=limit))
+            except BaseException as exc:
+                complete(finished, error=exc)
+
+        def answered(answer: Future[CloseOutcome | RequestOutcome]) -> None:
+            if answer.cancelled():
+                finished.cancel()
+                return
+            try:
+                _raise_or_return(answer)
+            except BaseException as exc:
+                self._relay.settle(finished, error=exc)
+                return
+            threading.Thread(target=close_into, name="run-supervisor-closer", daemon=True).start()
+
+        self._call(request).add_done_callback(answered)
+        return finished
+
+    def _add_subscription(self, subscription: Subscription) -> None:
+        """The one path by which a subscription (sync or async) joins the publisher (closed at
+        once if shutdown has completed meanwhile)."""
+        self._publisher.add(subscription)
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -263,108 +479,129 @@ class Supervisor:
         self, request: Request, *, body: RunBody | None = None
     ) -> Future[CloseOutcome | RequestOutcome]:
         """Send any request; the future always resolves to an outcome (a rejection is a value
-        here, never an exception), including after shutdown. The raw entry point for hosts that
-        speak the wire protocol."""
+        here, never an exception: a malformed request is rejected ``invalid_request``), including
+        after shutdown. The raw entry point for hosts that speak the wire protocol. The future is
+        completed off the supervisor's thread, so its done-callbacks may call the supervisor."""
         outer: Future[CloseOutcome | RequestOutcome] = Future()
-        if self._closed:
-            outer.set_result(self._closed_outcome(request))
+        problem = check.request(request)
+        if problem is None and body is not None and not callable(body):
+            problem = f"body must be callable, not {type(body).__name__}"
+        if problem is not None:
+            complete(outer, _rejected(request, RejectCode.INVALID_REQUEST, problem))
             return outer
-        run = None
-        if isinstance(request, StartRun):  # its actor starts here, on the caller's thread, idle
-            run = RunActor.launch(
-                request.run_id, body, self._ref, self.config.request_timeout_s, self.threads
-            )
-        inner = self._post(lambda reply: Submit(request, reply, run))
-
-        def relay(done: Future[Any]) -> None:
-            error = done.exception()
-            if error is None:
-                outer.set_result(done.result())
-                return
-            if run is not None:
-                run.ref.stop(block=False)  # the supervisor never took it on
-            if isinstance(error, SupervisorClosed):
-                outer.set_result(self._closed_outcome(request))
-            else:
-                outer.set_result(
-                    _rejected(request, RejectCode.INTERNAL_ERROR, f"the supervisor failed: {error}")
-                )
-
-        inner.add_done_callback(relay)
+        if isinstance(request, StartRun):
+            _saw_run_id(request.run_id)
+        self._relay.chain(self._call(request, body), outer, lambda done: done.result())
         return outer
-
-    def _request(self, request: Request, timeout: float | None, body: RunBody | None = None) -> Any:
-        outcome = self._get(self.submit(request, body=body), timeout)
-        raise_for_rejection(outcome)
-        return outcome
 
     def start_run(
         self,
         body: RunBody,
         *,
         session: str,
-        directory: str,
+        directory: str | PathLike[str],
         run_id: str | None = None,
         timeout: float | None = None,
     ) -> RunHandle:
         """Start a run (or queue it behind the session's active run). The body runs on its own
-        thread with a ``RunContext``; it is pinned to the directory's current instance generation."""
+        thread with a ``RunContext``; it is pinned to the directory's current instance generation.
+        Without ``run_id`` one is made (``run-N``), never one a host already used."""
+        limit = check.timeout("timeout", timeout)
+        check.callback("body", body)
         request = self._start_run_request(session=session, directory=directory, run_id=run_id)
-        self._request(request, timeout, body)
-        return RunHandle(self, request.run_id)
+        while True:
+            finished: Future[RunSnapshot] = Future()
+            outcome = self._get(self._call(request, body, finished), limit)
+            try:
+                raise_for_rejection(outcome)
+            except RunAlreadyExists:
+                if run_id is None:  # a host took this name meanwhile (a raw submit?): the next one
+                    request = msgspec.structs.replace(request, run_id=f"run-{_next_run_number()}")
+                    continue
+                raise
+            return RunHandle(self, request.run_id, finished)
 
     def cancel(self, run_id: str, *, origin: str = "user", timeout: float | None = None) -> None:
         """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""
-        self._request(CancelRun(run_id=run_id, origin=origin), timeout)
+        limit = check.timeout("timeout", timeout)
+        self._request(self._cancel_request(run_id, origin=origin), limit)
 
     def close_async(
         self,
-        do: CloseAction | str,
+        do: CloseActionName | CloseAction,
         *,
-        mode: CloseMode | str,
+        mode: CloseModeName | CloseMode,
         origin: str,
-        directory: str | None = None,
+        directory: str | PathLike[str] | None = None,
         tag: str | None = None,
-    ) -> Future[CloseOutcome | RequestOutcome]:
-        return self.submit(self._close_request(do, mode=mode, origin=origin, directory=directory, tag=tag))
+    ) -> Future[CloseOutcome]:
+        """Like ``close``; the future raises what ``close`` would (bad arguments raise at once)."""
+        return self._async(self._close_request(do, mode=mode, origin=origin, directory=directory, tag=tag))
 
     def close(
         self,
-        do: CloseAction | str,
+        do: CloseActionName | CloseAction,
         *,
-        mode: CloseMode | str,
+        mode: CloseModeName | CloseMode,
         origin: str,
-        directory: str | None = None,
+        directory: str | PathLike[str] | None = None,
         tag: str | None = None,
         timeout: float | None = None,
     ) -> CloseOutcome:
         """Request a lifecycle close (dispose, dispose_all, reload, invalidate_config) and get its
         structured result: ``completed``, ``deferred`` or ``interrupted``. Rejections raise."""
-        outcome = self._get(
-            self.close_async(do, mode=mode, origin=origin, directory=directory, tag=tag), timeout
-        )
-        raise_for_rejection(outcome)
+        limit = check.timeout("timeout", timeout)
+        request = self._close_request(do, mode=mode, origin=origin, directory=directory, tag=tag)
+        outcome = self._request(request, limit)
         assert isinstance(outcome, CloseOutcome)
         return outcome
 
     def reply_permission(
         self, run_id: str, *, approve: bool, message: str | None = None, timeout: float | None = None
     ) -> None:
-        self._request(ReplyPermission(run_id=run_id, approve=approve, message=message), timeout)
+        limit = check.timeout("timeout", timeout)
+        self._request(self._reply_permission_request(run_id, approve=approve, message=message), limit)
 
     def answer_form(self, run_id: str, answer: str, *, timeout: float | None = None) -> None:
-        self._request(AnswerForm(run_id=run_id, answer=answer), timeout)
+        limit = check.timeout("timeout", timeout)
+        self._request(self._answer_form_request(run_id, answer), limit)
 
     def dismiss_form(self, run_id: str, *, timeout: float | None = None) -> None:
-        self._request(DismissForm(run_id=run_id), timeout)
+        limit = check.timeout("timeout", timeout)
+        self._request(self._dismiss_form_request(run_id), limit)
 
-    def load(self, *directories: str, timeout: float | None = None) -> None:
-        """Load these directories' instances now (those without a current generation)."""
-        self._get(self._preload_future(directories, load=True), timeout)
+    def load(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
+        """Load these directories' instances now (those without a current generation) and wait for
+        their load hooks. ``LoadFailed`` names each load that raised or overran ``load_budget_ms``
+        (its instance stays, failed: runs on it fail; a ``reload`` makes a fresh one);
+        ``SupervisorTimeout`` if ``timeout`` ran out first."""
+        limit = check.timeout("timeout", timeout)
+        names = check.directory_names("directories", directories)
+        started = time.monotonic()
+        loads: tuple[Loading, ...] = self._get(self._post(lambda reply: Preload(names, True, reply)), limit)
+        errors: dict[str, str] = {}
+        for loading in loads:
+            wait = loading.deadline - time.monotonic()
+            if timeout is not None:
+                wait = min(wait, started + timeout - time.monotonic())
+            try:
+                error = loading.done.result(timeout=max(0.0, wait))
+            except TimeoutError:
+                if timeout is not None and time.monotonic() < loading.deadline:
+                    raise SupervisorTimeout(
+                        f"the load of {loading.directory} did not end within {timeout} s"
+                    ) from None
+                error = f"the load hook overran its {self.config.load_budget_ms} ms budget"
+            if error is not None:
+                errors[loading.directory] = error
+        if errors:
+            raise LoadFailed(errors)
 
-    def declare(self, *directories: str, timeout: float | None = None) -> None:
+    def declare(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
         """Make directories known without loading them, so closes may name them."""
-        self._get(self._preload_future(directories, load=False), timeout)
+        limit = check.timeout("timeout", timeout)
+        names = check.directory_names("directories", directories)
+        self._get(self._post(lambda reply: Preload(names, False, reply)), limit)
 
     # --- shutdown ----------------------------------------------------------------------------
 
@@ -372,68 +609,53 @@ class Supervisor:
         self,
         *,
         grace_ms: int | None = None,
-        reason: InterruptReason | str = InterruptReason.SHUTDOWN,
+        reason: ShutdownReasonName | InterruptReason = "shutdown",
         origin: str | None = None,
         tag: str | None = None,
-    ) -> Future[CloseOutcome | RequestOutcome]:
-        """Start a shutdown (see ``shutdown``). The future resolves when the shutdown has completed
-        -- every run ended or abandoned, every dispose done, our threads ended -- with its final
-        outcome; a rejection resolves it at once, as a value (like ``submit``). Its done-callbacks
-        run on a short-lived closer thread, never on the supervisor's own."""
+    ) -> Future[CloseOutcome]:
+        """Start a shutdown (see ``shutdown``). The future is done when the shutdown has completed
+        -- every run ended or abandoned, every dispose done, our threads ended or left behind --
+        with its final outcome; it raises what ``shutdown`` would. Its done-callbacks never run on
+        the supervisor's own thread."""
         return self._shutdown_future(
             self._shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
         )
-
-    def _shutdown_future(self, request: Shutdown) -> Future[CloseOutcome | RequestOutcome]:
-        finished: Future[CloseOutcome | RequestOutcome] = Future()
-        limit = request.grace_ms / 1000.0 + self.config.request_timeout_s
-
-        def close_into() -> None:
-            try:
-                _settle(finished, self.wait_closed(timeout=limit))
-            except BaseException as exc:
-                self._fail(finished, exc)
-
-        def answered(answer: Future[CloseOutcome | RequestOutcome]) -> None:
-            outcome = answer.result()  # submit's future never raises
-            if outcome.code is not None:
-                _settle(finished, outcome)
-                return
-            threading.Thread(target=close_into, name="run-supervisor-closer", daemon=True).start()
-
-        self.submit(request).add_done_callback(answered)
-        return finished
 
     def shutdown(
         self,
         *,
         grace_ms: int | None = None,
-        reason: InterruptReason | str = InterruptReason.SHUTDOWN,
+        reason: ShutdownReasonName | InterruptReason = "shutdown",
         origin: str | None = None,
     ) -> CloseOutcome:
-        """Interrupt everything with ``reason`` and stop every actor and thread we started, within
-        ``grace_ms`` (bodies that ignore cancellation are abandoned and listed). Idempotent: a
+        """Interrupt everything with ``reason`` and stop every actor and thread we started. Returns
+        within ``grace_ms`` plus ``stop_timeout_s`` whatever host code does: bodies that ignore
+        cancellation are abandoned (``abandoned_runs``); load and dispose hooks, subscriber callbacks
+        and future callbacks still running are left behind and named in ``overran``. Idempotent: a
         second call returns the first one's outcome."""
         request = self._shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=None)
         limit = request.grace_ms / 1000.0 + self.config.request_timeout_s
-        outcome = self._get(self.submit(request), limit)
-        raise_for_rejection(outcome)
-        assert isinstance(outcome, CloseOutcome)
+        self._request(request, limit)
         return self.wait_closed(timeout=limit)
 
     def wait_closed(self, timeout: float | None = None) -> CloseOutcome:
-        """Wait until a shutdown (requested anywhere) has completed and our threads have ended;
-        return its final outcome. ``SupervisorTimeout`` if it has not completed in time."""
-        limit = self._timeout(timeout)
-        try:
-            # Never cancel: the completion future is shared by every waiter.
-            done = self._shutdown_complete.result(timeout=limit)
-        except TimeoutError:
-            raise SupervisorTimeout(f"the shutdown did not complete within {limit} s") from None
-        if self in _live:
-            self.threads.join(time.monotonic() + self.config.stop_timeout_s)
-            _live.discard(self)
-        return done.outcome
+        """Wait until a shutdown (requested anywhere) has completed and our threads have ended (or
+        been left behind at its deadline: see ``shutdown``)."""
+        limit = check.timeout("timeout", timeout)
+        done = self._get(self._shutdown_complete, limit, withdraw=False)
+        with self._lock:
+            joining = self in _live
+        if joining:
+            deadline = max(self._deadline or 0.0, time.monotonic()) + self.config.stop_timeout_s
+            self.threads.join(deadline)
+            overran = self.threads.overran()
+            with self._lock:
+                if self in _live:
+                    base = self._final if self._final is not None else done.outcome
+                    self._final = msgspec.structs.replace(base, overran=overran)
+                    _live.discard(self)
+        final = self._final
+        return final if final is not None else done.outcome
 
     @property
     def closed(self) -> bool:
@@ -443,17 +665,16 @@ class Supervisor:
     # --- queries -----------------------------------------------------------------------------
 
     def _query(self, read: Callable[[SupervisorCore], T], timeout: float | None) -> T:
-        result: T = self._get(self._query_future(read), timeout)
+        result: T = self._get(self._post(lambda reply: Query(read, reply)), check.timeout("timeout", timeout))
         return result
-
-    def _query_future(self, read: Callable[[SupervisorCore], T]) -> Future[T]:
-        return self._post(lambda reply: Query(read, reply))
 
     def run(self, run_id: str, *, timeout: float | None = None) -> RunSnapshot | None:
         """What is known of a run (None if unknown or forgotten)."""
+        run_id = check.identifier("run_id", run_id)
         return self._query(lambda core: core.run_snapshot(run_id), timeout)
 
     def session(self, session_id: str, *, timeout: float | None = None) -> SessionSnapshot | None:
+        session_id = check.identifier("session_id", session_id)
         return self._query(lambda core: core.session_snapshot(session_id), timeout)
 
     def pending_actions(self, *, timeout: float | None = None) -> tuple[ActionSnapshot, ...]:
@@ -467,28 +688,24 @@ class Supervisor:
         self, *, maxsize: int = 0, callback: Callable[[Event], object] | None = None
     ) -> Subscription:
         """Receive every event from now on, in order. See ``Subscription`` for what a slow
-        subscriber gets. Closed automatically when shutdown completes."""
+        subscriber gets. Closed automatically when shutdown completes; ``SupervisorClosed`` after
+        that (a subscription made while shutdown completes comes back closed: ``get`` raises
+        ``EOFError``)."""
+        size, checked_callback = check.subscription(maxsize=maxsize, callback_=callback)
         if self._closed:
             raise SupervisorClosed("the supervisor has shut down; there are no more events")
-        subscription = Subscription(maxsize=maxsize, callback=callback)
+        subscription = Subscription(maxsize=size, callback=checked_callback, threads=self.threads)
         self._add_subscription(subscription)
         return subscription
 
-    def _add_subscription(self, subscription: Subscription) -> None:
-        """The one path by which a subscription (sync or async) joins the publisher."""
-        if subscription._thread is not None:
-            self.threads.add(subscription._thread)
-        self._publisher.add(subscription)
+
+def _raise_or_return(done: Future[Any]) -> Any:
+    outcome = done.result()
+    raise_for_rejection(outcome)
+    return outcome
 
 
-def _settle(future: Future[T], value: T) -> None:
-    try:
-        future.set_result(value)
-    except InvalidStateError:
-        pass  # the caller gave up (cancelled it)
-
-
-def _rejected(request: Request, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:
+def _rejected(request: object, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:
     if isinstance(request, CloseRequest | Shutdown):
         return CloseOutcome(result=CloseResult.REJECTED, error=error, code=code)
     return RequestOutcome(result=CloseResult.REJECTED, error=error, code=code)

@@ -8,6 +8,7 @@ also wakes on cancellation, so an interrupt takes effect at the next wait or che
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -298,6 +299,8 @@ class RunContext:
             cache = self._instance.ask(_GetCache(), timeout=self._ask_timeout)
         except pykka.Timeout:
             raise SupervisorTimeout(f"the instance did not answer in {self._ask_timeout} s") from None
+        if isinstance(cache, _Loading):  # its load hook still runs: wait here, interruptibly
+            cache = cache.wait(self.token)
         if isinstance(cache, _LoadFailed):
             raise SupervisorError(cache.error)  # the run fails with it, unless the body handles it
         return cache
@@ -305,6 +308,20 @@ class RunContext:
 
 class _GetCache:
     """Ask an InstanceActor for its cache object."""
+
+
+class _Loading:
+    """An InstanceActor's answer while its load hook runs: the body waits for it on its own thread
+    (until the load's deadline, waking on cancellation), so the actor never waits on host code."""
+
+    def __init__(self, ready: threading.Event, deadline: float, result: Callable[[], Any]) -> None:
+        self._ready = ready
+        self._deadline = deadline
+        self._result = result
+
+    def wait(self, token: CancelToken) -> Any:
+        token.wait_until(self._ready.is_set, max(0.0, self._deadline - time.monotonic()))
+        return self._result()
 
 
 class _LoadFailed:

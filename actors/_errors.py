@@ -7,6 +7,7 @@ from run_supervisor.protocol import CloseOutcome, InterruptReason, RejectCode, R
 __all__ = [
     "AlreadyInterrupting",
     "InvalidRequest",
+    "LoadFailed",
     "NothingPending",
     "RunAlreadyExists",
     "RunAlreadyFinished",
@@ -72,6 +73,20 @@ class InvalidRequest(SupervisorError):
     """The request itself is malformed (an empty id, a mode that does not fit the action...)."""
 
     code = RejectCode.INVALID_REQUEST
+
+
+class LoadFailed(SupervisorError):
+    """A load hook raised or overran its budget (``Supervisor.load`` / ``Supervisor.start``).
+
+    ``errors`` maps each directory whose load failed to its error."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        self.errors = dict(errors)
+        super().__init__(
+            "; ".join(
+                f"loading {directory} failed: {error}" for directory, error in sorted(self.errors.items())
+            )
+        )
 
 
 class SupervisorTimeout(SupervisorError, TimeoutError):

@@ -17,6 +17,7 @@ from typing import Any
 from loguru import logger
 
 from run_supervisor.actors._errors import SupervisorTimeout
+from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.protocol import Event
 
 __all__ = ["Publisher", "Subscription"]
@@ -25,7 +26,13 @@ __all__ = ["Publisher", "Subscription"]
 class Subscription:
     """An ordered view of the supervisor's events from the moment of subscribing."""
 
-    def __init__(self, maxsize: int = 0, callback: Callable[[Event], object] | None = None) -> None:
+    def __init__(
+        self,
+        maxsize: int = 0,
+        callback: Callable[[Event], object] | None = None,
+        *,
+        threads: ThreadBook | None = None,
+    ) -> None:
         if maxsize < 0:
             raise ValueError("maxsize cannot be negative (0 means unbounded)")
         self.maxsize = maxsize
@@ -43,6 +50,9 @@ class Subscription:
             self._thread = threading.Thread(
                 target=self._dispatch, name="run-supervisor-subscriber", daemon=True
             )
+            if threads is not None:  # shutdown waits for it until its deadline, then names it
+                name = getattr(callback, "__qualname__", None) or type(callback).__name__
+                threads.add(self._thread, f"the subscriber callback {name}")
             self._thread.start()
 
     # Called on the supervisor's thread: must never block.
@@ -127,11 +137,18 @@ class Publisher:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._subscriptions: tuple[Subscription, ...] = ()
+        self._closed = False
 
     def add(self, subscription: Subscription) -> None:
+        """Add a subscription; once every subscription was closed (shutdown completed), it comes
+        back closed at once, so nothing made in that race is left open."""
         with self._lock:
-            self._subscriptions = (*self._subscriptions, subscription)
+            closed = self._closed
+            if not closed:
+                self._subscriptions = (*self._subscriptions, subscription)
         subscription._unsubscribe = self.remove
+        if closed:
+            subscription._end(join=False)
 
     def remove(self, subscription: Subscription) -> None:
         with self._lock:
@@ -144,5 +161,6 @@ class Publisher:
     def close_all(self) -> None:
         with self._lock:
             subscriptions, self._subscriptions = self._subscriptions, ()
+            self._closed = True
         for subscription in subscriptions:
             subscription._end(join=False)

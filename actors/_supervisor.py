@@ -17,7 +17,8 @@ from typing import Any, ClassVar
 import pykka
 from loguru import logger
 
-from run_supervisor.actors._instance_actor import InstanceActor, InstanceHooks
+from run_supervisor.actors._errors import SupervisorClosed
+from run_supervisor.actors._instance_actor import Dispose, InstanceActor, InstanceHooks
 from run_supervisor.actors._run_actor import Go, RunSlot
 from run_supervisor.actors._subscription import Publisher
 from run_supervisor.actors._threads import ThreadBook
@@ -38,6 +39,7 @@ from run_supervisor.protocol import (
     Reply,
     Request,
     RunFinished,
+    RunSnapshot,
     ShutdownComplete,
     SignalInterrupt,
     SpawnRun,
@@ -48,7 +50,7 @@ from run_supervisor.protocol import (
     WaitingForUser,
 )
 
-__all__ = ["Preload", "Query", "SessionSupervisor", "Submit", "WaitRun"]
+__all__ = ["Loading", "Preload", "Query", "SessionSupervisor", "Submit", "WaitRun"]
 
 _REPORTS = (StepReport, PartReport, WaitingForUser, BodyEnded, DisposeDone, GraceExpired)
 
@@ -59,6 +61,9 @@ class Submit:
     reply: Future[Any]
     run: RunSlot | None = None
     """For a StartRun: the run's actor, already started (idle) on the caller's thread."""
+    finished: Future[Any] | None = None
+    """For a StartRun: completed with the run's final snapshot when it finishes (its handle waits on
+    it, so a wait costs the supervisor nothing and works even when finished runs are not retained)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +84,23 @@ class WaitRun:
 
 @dataclass(frozen=True, slots=True)
 class Preload:
+    """Load (or only declare) directories; answered with the ``Loading`` of each one's current
+    instance, so the host can wait for the load hooks off the supervisor's thread."""
+
     directories: tuple[str, ...]
     load: bool
     reply: Future[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Loading:
+    """One instance's load: ``done`` gets the load hook's error (None: it returned) when it ends;
+    past ``deadline`` (monotonic) the load counts as overrun."""
+
+    directory: str
+    generation: int
+    done: Future[str | None]
+    deadline: float
 
 
 def _settle(future: Future[Any], value: Any) -> None:
@@ -89,6 +108,31 @@ def _settle(future: Future[Any], value: Any) -> None:
         future.set_result(value)
     except InvalidStateError:
         pass  # the caller gave up (cancelled) or it was already rejected at close
+
+
+def _fail(future: Future[Any], error: BaseException) -> None:
+    try:
+        future.set_exception(error)
+    except InvalidStateError:
+        pass
+
+
+def _snapshot_of(event: RunFinished, session: str, directory: str) -> RunSnapshot:
+    return RunSnapshot(
+        run_id=event.run_id,
+        session=session,
+        directory=directory,
+        generation=event.generation,
+        state=event.outcome.value,
+        outcome=event.outcome,
+        reason=event.reason,
+        origin=event.origin,
+        action_id=event.action_id,
+        phase=event.phase,
+        error=event.error,
+        abandoned=event.abandoned,
+        parts=event.parts,
+    )
 
 
 class SessionSupervisor(pykka.ThreadingActor):
@@ -102,7 +146,8 @@ class SessionSupervisor(pykka.ThreadingActor):
         publisher: Publisher,
         *,
         ask_timeout: float,
-        on_shutdown_complete: Callable[[ShutdownComplete], None],
+        load_budget_ms: int,
+        on_shutdown_complete: Callable[[ShutdownComplete, float | None], None],
         on_stopped: Callable[[], None],
     ) -> None:
         super().__init__()
@@ -110,11 +155,14 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._hooks = hooks
         self._threads = threads
         self._ask_timeout = ask_timeout
+        self._load_budget_ms = load_budget_ms
         self._on_shutdown_complete = on_shutdown_complete
         self._on_stopped = on_stopped
         self._runs: dict[str, RunSlot] = {}
         self._instances: dict[tuple[str, int], pykka.ActorRef[InstanceActor]] = {}
         self._waiters: dict[str, list[Future[Any]]] = {}
+        self._finishing: dict[str, tuple[Future[Any], str, str]] = {}  # run -> (future, session, dir)
+        self._loads: dict[str, Loading] = {}  # directory -> the load of its latest instance
         self._publisher = publisher
         self._timer: threading.Timer | None = None
         self._deadline: float | None = None
@@ -125,7 +173,18 @@ class SessionSupervisor(pykka.ThreadingActor):
     def on_stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
+        self._settle_leftovers()
         self._on_stopped()
+
+    def _settle_leftovers(self) -> None:
+        """Nothing more will finish: whoever still waits learns the supervisor has closed."""
+        for waiters in self._waiters.values():
+            for waiter in waiters:
+                _settle(waiter, None)
+        self._waiters.clear()
+        for run_id, (future, _, _) in self._finishing.items():
+            _fail(future, SupervisorClosed(f"the supervisor shut down before run {run_id!r} finished"))
+        self._finishing.clear()
 
     # --- the mailbox -------------------------------------------------------------------------
 
@@ -135,8 +194,8 @@ class SessionSupervisor(pykka.ThreadingActor):
         except BaseException:  # contained: pykka would otherwise stop every actor in the process
             logger.opt(exception=True).error(f"the supervisor could not handle {type(message).__name__}")
             reply = getattr(message, "reply", None)
-            if isinstance(reply, Future) and not reply.done():
-                reply.set_exception(RuntimeError(f"the supervisor failed on {type(message).__name__}"))
+            if isinstance(reply, Future):
+                _fail(reply, RuntimeError(f"the supervisor failed on {type(message).__name__}"))
 
     def _receive(self, message: Any) -> None:
         if isinstance(message, _REPORTS):
@@ -150,14 +209,21 @@ class SessionSupervisor(pykka.ThreadingActor):
             if snapshot is None or snapshot.outcome is not None:
                 _settle(message.reply, snapshot)
             else:
-                self._waiters.setdefault(message.run, []).append(message.reply)
+                # Waits that timed out cancelled their futures: drop them, so polling stays flat.
+                waiters = [w for w in self._waiters.get(message.run, ()) if not w.done()]
+                waiters.append(message.reply)
+                self._waiters[message.run] = waiters
         elif isinstance(message, Preload):
+            loads: list[Loading] = []
             for directory in message.directories:
                 if message.load:
                     self._execute(self.core.preload(directory))
+                    loading = self._loads.get(directory)
+                    if loading is not None:
+                        loads.append(loading)
                 else:
                     self.core.declare(directory)
-            _settle(message.reply, None)
+            _settle(message.reply, tuple(loads))
 
     def _submit(self, message: Submit) -> None:
         request = message.request
@@ -169,6 +235,8 @@ class SessionSupervisor(pykka.ThreadingActor):
             )
             if accepted:
                 self._runs[request.run_id] = message.run  # before its SpawnRun (if it starts now) runs
+                if message.finished is not None:
+                    self._finishing[request.run_id] = (message.finished, request.session, request.directory)
             else:
                 message.run.ref.stop(block=False)
         self._execute(commands)
@@ -188,10 +256,7 @@ class SessionSupervisor(pykka.ThreadingActor):
             elif isinstance(command, ReleaseRun):
                 self._release(command.run_id)
             elif isinstance(command, LoadInstance):
-                instance_ref = InstanceActor.start(
-                    command.directory, command.generation, self._hooks, self.actor_ref, self._threads
-                )
-                self._instances[(command.directory, command.generation)] = instance_ref
+                self._load(command)
             elif isinstance(command, DisposeInstance):
                 self._dispose(command)
             elif isinstance(command, StartGraceTimer):
@@ -199,14 +264,40 @@ class SessionSupervisor(pykka.ThreadingActor):
             else:
                 self._shutdown_complete(command)
 
+    def _load(self, command: LoadInstance) -> None:
+        done: Future[str | None] = Future()
+        loading = Loading(
+            directory=command.directory,
+            generation=command.generation,
+            done=done,
+            deadline=time.monotonic() + self._load_budget_ms / 1000.0,
+        )
+        self._loads[command.directory] = loading
+        self._instances[(command.directory, command.generation)] = InstanceActor.start(
+            command.directory,
+            command.generation,
+            self._hooks,
+            self.actor_ref,
+            self._threads,
+            loaded=done,
+            load_deadline=loading.deadline,
+            load_budget_ms=self._load_budget_ms,
+        )
+
     def _publish(self, event: Event) -> None:
         self._publisher.publish(event)
         if isinstance(event, RunFinished):
+            finishing = self._finishing.pop(event.run_id, None)
             waiters = self._waiters.pop(event.run_id, ())
-            if waiters:
-                snapshot = self.core.run_snapshot(event.run_id)
-                for waiter in waiters:
-                    _settle(waiter, snapshot)
+            if finishing is None and not waiters:
+                return
+            snapshot = self.core.run_snapshot(event.run_id)
+            if finishing is not None:
+                future, session, directory = finishing
+                # Not retained (retain_finished_runs=0): the event says everything a snapshot does.
+                _settle(future, snapshot or _snapshot_of(event, session, directory))
+            for waiter in waiters:
+                _settle(waiter, snapshot)
 
     def _spawn(self, command: SpawnRun) -> None:
         slot = self._runs.get(command.run_id)
@@ -238,22 +329,15 @@ class SessionSupervisor(pykka.ThreadingActor):
     def _dispose(self, command: DisposeInstance) -> None:
         key = (command.directory, command.generation)
         ref = self._instances.pop(key, None)
-        budget = command.budget_ms
-        if self._deadline is not None:
-            budget = max(0, min(budget, int((self._deadline - time.monotonic()) * 1000)))
+        loading = self._loads.get(command.directory)
+        if loading is not None and loading.generation == command.generation:
+            del self._loads[command.directory]
         if ref is None:
             if command.report:
                 self.actor_ref.tell(DisposeDone(directory=command.directory, generation=command.generation))
             return
         try:
-            ref.tell(
-                DisposeInstance(
-                    directory=command.directory,
-                    generation=command.generation,
-                    budget_ms=budget,
-                    report=command.report,
-                )
-            )
+            ref.tell(Dispose(command, self._deadline))  # at shutdown, nothing waits past its deadline
         except pykka.ActorDeadError:
             if command.report:
                 self.actor_ref.tell(
@@ -290,10 +374,8 @@ class SessionSupervisor(pykka.ThreadingActor):
             instance_ref.stop(block=False)
         self._runs.clear()
         self._instances.clear()
-        for waiters in self._waiters.values():
-            for waiter in waiters:
-                _settle(waiter, None)
-        self._waiters.clear()
+        self._loads.clear()
+        self._settle_leftovers()
         self._publisher.close_all()  # after the last event; the host joins the callback threads
-        self._on_shutdown_complete(command)
+        self._on_shutdown_complete(command, self._deadline)
         self.stop()

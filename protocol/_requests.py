@@ -171,6 +171,9 @@ class CloseOutcome(msgspec.Struct, frozen=True, kw_only=True):
     abandoned_runs: tuple[str, ...] = ()
     error: str | None = None
     code: RejectCode | None = None
+    overran: tuple[str, ...] = ()
+    """A shutdown's final outcome only: host code still running when it returned, left behind (a load
+    or dispose hook, a subscriber callback, a future's done-callback), by name. Filled by the shell."""
 
 
 class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -68,9 +68,7 @@ def test_shutdown_never_joins_an_abandoned_body_and_its_thread_ends_when_the_bod
         finally:
             returned.set()
 
-    sup = Supervisor.start(
-        SupervisorConfig(shutdown_at_exit=False, stop_timeout_s=30), directories=["/w/a"]
-    )
+    sup = Supervisor.start(SupervisorConfig(shutdown_at_exit=False, stop_timeout_s=30), directories=["/w/a"])
     events = EventLog(sup)
     for i in range(3):
         sup.start_run(deaf, session=f"s{i}", directory="/w/a", run_id=f"d{i}")

@@ -30,6 +30,7 @@ Profiles (registered in ``tests/conftest.py``):
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -243,10 +244,20 @@ class RecordingHooks:
     def __init__(self) -> None:
         self.loaded: list[tuple[str, int]] = []
         self.disposed: list[tuple[str, int]] = []
+        self._changed = threading.Condition()
 
     def load(self, directory: str, generation: int) -> Any:
-        self.loaded.append((directory, generation))
+        with self._changed:
+            self.loaded.append((directory, generation))
+            self._changed.notify_all()
         return (directory, generation)
+
+    def loaded_by_now(self, expected: list[tuple[str, int]], timeout: float = 5.0) -> list[tuple[str, int]]:
+        """The loads so far, once they are ``expected`` (or the timeout passed): a load hook runs on
+        its instance's own thread, so it may still be on its way when its instance.started is seen."""
+        with self._changed:
+            self._changed.wait_for(lambda: sorted(self.loaded) == expected, timeout)
+            return sorted(self.loaded)
 
     def dispose(self, directory: str, generation: int, cache: Any) -> None:
         assert cache == (directory, generation)
@@ -1205,7 +1216,8 @@ class SupervisorMachine(RuleBasedStateMachine):
             )
             assert sorted(self.model.closed_instances) == sorted(closed)
             assert sorted(self.hooks.disposed) == sorted(closed)
-            assert sorted(self.hooks.loaded) == sorted(self.model.started_instances)
+            expected = sorted(self.model.started_instances)
+            assert self.hooks.loaded_by_now(expected) == expected
 
     @invariant()
     def closes_complete_once_after_their_blocking_runs(self) -> None:

@@ -16,6 +16,7 @@ import pytest
 from run_supervisor.actors import (
     Gate,
     InvalidRequest,
+    LoadFailed,
     NothingPending,
     RunAlreadyExists,
     RunAlreadyFinished,
@@ -479,8 +480,8 @@ def test_bad_requests_get_typed_errors(supervisor: Supervisor) -> None:
         supervisor.close("dispose", mode="maintenance", origin="x")
     with pytest.raises(InvalidRequest):
         supervisor.start_run(lambda ctx: None, session="", directory="/w/a")
-    with pytest.raises(ValueError, match="not_a_mode"):
-        supervisor.close("dispose_all", mode="not_a_mode", origin="x")
+    with pytest.raises(InvalidRequest, match="mode must be one of maintenance, user_confirmed_interrupt"):
+        supervisor.close("dispose_all", mode="not_a_mode", origin="x")  # type: ignore[arg-type]
     supervisor.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="dup").wait(2)
     with pytest.raises(RunAlreadyExists):
         supervisor.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="dup")
@@ -609,9 +610,10 @@ def test_a_run_on_an_instance_whose_load_failed_fails_with_that_error() -> None:
         def load(self, directory: str, generation: int) -> Any:
             raise OSError("config file unreadable")
 
-    with Supervisor.start(
-        SupervisorConfig(shutdown_at_exit=False), hooks=BrokenLoad(), directories=["/w/a"]
-    ) as sup:
+    with Supervisor.start(SupervisorConfig(shutdown_at_exit=False), hooks=BrokenLoad()) as sup:
+        with pytest.raises(LoadFailed, match="/w/a failed: config file unreadable") as failed:
+            sup.load("/w/a")
+        assert failed.value.errors == {"/w/a": "config file unreadable"}
         finished = sup.start_run(lambda ctx: ctx.instance(), session="s1", directory="/w/a").wait(2)
     assert finished.outcome is Outcome.FAILED
     assert finished.error == "loading /w/a (generation 1) failed: config file unreadable"

@@ -37,6 +37,12 @@ if TYPE_CHECKING:
         CancelToken as CancelToken,
     )
     from run_supervisor.actors import (
+        CloseActionName as CloseActionName,
+    )
+    from run_supervisor.actors import (
+        CloseModeName as CloseModeName,
+    )
+    from run_supervisor.actors import (
         Gate as Gate,
     )
     from run_supervisor.actors import (
@@ -47,6 +53,9 @@ if TYPE_CHECKING:
     )
     from run_supervisor.actors import (
         InvalidRequest as InvalidRequest,
+    )
+    from run_supervisor.actors import (
+        LoadFailed as LoadFailed,
     )
     from run_supervisor.actors import (
         NoInstanceHooks as NoInstanceHooks,
@@ -80,6 +89,9 @@ if TYPE_CHECKING:
     )
     from run_supervisor.actors import (
         SessionSupervisor as SessionSupervisor,
+    )
+    from run_supervisor.actors import (
+        ShutdownReasonName as ShutdownReasonName,
     )
     from run_supervisor.actors import (
         Subscription as Subscription,
@@ -176,6 +188,10 @@ _HOME: dict[str, str] = {
     "AsyncRunHandle": "run_supervisor.actors",
     "AsyncSubscription": "run_supervisor.actors",
     "AsyncSupervisor": "run_supervisor.actors",
+    "ShutdownReasonName": "run_supervisor.actors",
+    "LoadFailed": "run_supervisor.actors",
+    "CloseModeName": "run_supervisor.actors",
+    "CloseActionName": "run_supervisor.actors",
     "CancelToken": "run_supervisor.actors",
     "Gate": "run_supervisor.actors",
     "InstanceActor": "run_supervisor.actors",
@@ -231,7 +247,9 @@ __all__ = [
     "AsyncSupervisor",
     "CancelToken",
     "CloseAction",
+    "CloseActionName",
     "CloseMode",
+    "CloseModeName",
     "CloseOutcome",
     "CloseResult",
     "CoreStatistics",
@@ -241,6 +259,7 @@ __all__ = [
     "InstanceHooks",
     "InterruptReason",
     "InvalidRequest",
+    "LoadFailed",
     "NoInstanceHooks",
     "NothingPending",
     "Outcome",
@@ -262,6 +281,7 @@ __all__ = [
     "SessionSnapshot",
     "SessionStatus",
     "SessionSupervisor",
+    "ShutdownReasonName",
     "StepKind",
     "Subscription",
     "Supervisor",

@@ -1,0 +1,311 @@
+"""Checks at the host boundary: every public call validates its arguments here before anything changes.
+
+Each checker takes the argument's name and value and returns the value in its canonical form, or
+raises ``InvalidRequest`` naming the argument. The async facade reuses them, so both facades refuse
+the same input with the same words.
+
+Rules (documented in docs/api.md, "Validation"):
+
+- ids and names (``run_id``, ``session``, ``origin``...) are non-empty ``str`` that encode as UTF-8
+  (events travel as JSON: a lone surrogate could not); ``tag`` and messages may be empty.
+- a directory is a name, not a path the library touches: a ``str`` or an ``os.PathLike`` whose
+  ``os.fspath`` is a ``str``; it is then compared exactly. ``Path("/a")`` and ``"/a"`` name the same
+  directory; ``"/a"`` and ``"/a/"`` do not (normalise in the host if they should). ``bytes`` are
+  refused.
+- a timeout (seconds) is ``None`` (the configured default) or a finite real number in
+  ``[0, MAX_TIMEOUT_S]``; milliseconds (``grace_ms``, budgets) are an ``int`` in ``[0, MAX_MS]``.
+  ``bool`` is not a number here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
+
+from run_supervisor.actors._errors import InvalidRequest
+from run_supervisor.protocol import (
+    AnswerForm,
+    CancelRun,
+    CloseAction,
+    CloseMode,
+    CloseRequest,
+    DismissForm,
+    InterruptReason,
+    ReplyPermission,
+    Request,
+    Shutdown,
+    StartRun,
+)
+
+__all__ = [
+    "MAX_MS",
+    "MAX_TIMEOUT_S",
+    "CloseActionName",
+    "CloseModeName",
+    "ShutdownReasonName",
+    "answer_form",
+    "callback",
+    "cancel",
+    "close",
+    "close_action",
+    "close_mode",
+    "directory_name",
+    "directory_names",
+    "dismiss_form",
+    "flag",
+    "identifier",
+    "milliseconds",
+    "optional_text",
+    "reply_permission",
+    "request",
+    "shutdown",
+    "shutdown_reason",
+    "size",
+    "start_run",
+    "subscription",
+    "text",
+    "timeout",
+]
+
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+"""The longest wait a call accepts (a week): longer ones overflow the platform's timers."""
+MAX_MS = 24 * 3600 * 1000
+"""The longest grace or budget accepted, in milliseconds (a day)."""
+
+CloseActionName = Literal["dispose", "dispose_all", "reload", "invalidate_config"]
+"""What a lifecycle close does (``CloseAction`` spelled as a string)."""
+CloseModeName = Literal["maintenance", "user_confirmed_interrupt"]
+"""How a lifecycle close treats active runs (``CloseMode`` spelled as a string)."""
+ShutdownReasonName = Literal["shutdown", "test_teardown", "timeout"]
+"""Why the supervisor shuts down (an ``InterruptReason`` spelled as a string)."""
+
+_CLOSE_ACTIONS = ("dispose", "dispose_all", "reload", "invalidate_config")
+_CLOSE_MODES = ("maintenance", "user_confirmed_interrupt")
+_SHUTDOWN_REASONS = ("shutdown", "test_teardown", "timeout")
+
+E = TypeVar("E", CloseAction, CloseMode, InterruptReason)
+_REQUESTS = (StartRun, CancelRun, CloseRequest, Shutdown, ReplyPermission, AnswerForm, DismissForm)
+
+
+def _kind(value: object) -> str:
+    return type(value).__name__
+
+
+def text(name: str, value: object, *, empty: bool = True) -> str:
+    """A ``str`` that encodes as UTF-8 (``empty=False``: and is not empty)."""
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{name} must be a str, not {_kind(value)}")
+    if not empty and not value:
+        raise InvalidRequest(f"{name} cannot be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"{name} must encode as UTF-8 (it holds a lone surrogate)") from None
+    return value
+
+
+def identifier(name: str, value: object) -> str:
+    """An id or a name: a non-empty ``str``."""
+    return text(name, value, empty=False)
+
+
+def optional_text(name: str, value: object) -> str | None:
+    return None if value is None else text(name, value)
+
+
+def directory_name(name: str, value: object) -> str:
+    """A directory name: a ``str`` or an ``os.PathLike`` of one, compared exactly after ``os.fspath``."""
+    if isinstance(value, bytes | bytearray):
+        raise InvalidRequest(f"{name} must be a str or an os.PathLike of str, not bytes")
+    if isinstance(value, os.PathLike):
+        try:
+            value = os.fspath(value)
+        except Exception as exc:  # a host's own PathLike may raise anything
+            raise InvalidRequest(f"{name}: os.fspath failed ({type(exc).__name__})") from None
+        if not isinstance(value, str):
+            raise InvalidRequest(f"{name} must be a str or an os.PathLike of str, not a PathLike of bytes")
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{name} must be a str or an os.PathLike of str, not {_kind(value)}")
+    return identifier(name, value)
+
+
+def directory_names(name: str, values: tuple[object, ...]) -> tuple[str, ...]:
+    return tuple(directory_name(f"{name}[{index}]", value) for index, value in enumerate(values))
+
+
+def timeout(name: str, value: object) -> float | None:
+    """``None`` or a finite number of seconds in ``[0, MAX_TIMEOUT_S]``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequest(f"{name} must be a number of seconds or None, not {_kind(value)}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise InvalidRequest(f"{name} must be at most {MAX_TIMEOUT_S:g} s") from None
+    if math.isnan(seconds):
+        raise InvalidRequest(f"{name} cannot be NaN")
+    if not 0 <= seconds <= MAX_TIMEOUT_S:
+        raise InvalidRequest(f"{name} must be between 0 and {MAX_TIMEOUT_S:g} s, not {seconds:g}")
+    return seconds
+
+
+def milliseconds(name: str, value: object) -> int:
+    """An ``int`` number of milliseconds in ``[0, MAX_MS]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{name} must be an int number of milliseconds, not {_kind(value)}")
+    if not 0 <= value <= MAX_MS:
+        shown = str(value) if abs(value) < 10**30 else ("a huge negative number" if value < 0 else "huge")
+        raise InvalidRequest(f"{name} must be between 0 and {MAX_MS} ms, not {shown}")
+    return int(value)
+
+
+def size(name: str, value: object) -> int:
+    """A non-negative ``int`` (0 meaning unbounded, where it applies)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{name} must be an int, not {_kind(value)}")
+    if not 0 <= value <= 2**31:
+        raise InvalidRequest(f"{name} must be between 0 and {2**31}")
+    return int(value)
+
+
+def flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{name} must be a bool, not {_kind(value)}")
+    return value
+
+
+def callback(name: str, value: object, *, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if not callable(value):
+        raise InvalidRequest(f"{name} must be callable, not {_kind(value)}")
+    return value
+
+
+def _choice(name: str, value: object, enum: type[E], allowed: tuple[str, ...]) -> E:
+    if not isinstance(value, str) or value not in allowed:
+        shown = repr(value) if isinstance(value, str) and len(value) < 80 else _kind(value)
+        raise InvalidRequest(f"{name} must be one of {', '.join(allowed)}; got {shown}")
+    return enum(value)
+
+
+def close_action(name: str, value: object) -> CloseAction:
+    return _choice(name, value, CloseAction, _CLOSE_ACTIONS)
+
+
+def close_mode(name: str, value: object) -> CloseMode:
+    return _choice(name, value, CloseMode, _CLOSE_MODES)
+
+
+def shutdown_reason(name: str, value: object) -> InterruptReason:
+    return _choice(name, value, InterruptReason, _SHUTDOWN_REASONS)
+
+
+def _check_fields(req: Request) -> None:
+    optional_text("tag", req.tag)
+    if isinstance(req, StartRun):
+        identifier("run_id", req.run_id)
+        identifier("session", req.session)
+        directory_name("directory", req.directory)
+    elif isinstance(req, CancelRun):
+        identifier("run_id", req.run_id)
+        identifier("origin", req.origin)
+    elif isinstance(req, CloseRequest):
+        if not isinstance(req.do, CloseAction):
+            raise InvalidRequest(f"do must be a CloseAction, not {_kind(req.do)}")
+        if not isinstance(req.mode, CloseMode):
+            raise InvalidRequest(f"mode must be a CloseMode, not {_kind(req.mode)}")
+        identifier("origin", req.origin)
+        if not isinstance(req.directories, tuple):
+            raise InvalidRequest(f"directories must be a tuple, not {_kind(req.directories)}")
+        directory_names("directories", req.directories)
+    elif isinstance(req, Shutdown):
+        if not isinstance(req.reason, InterruptReason):
+            raise InvalidRequest(f"reason must be an InterruptReason, not {_kind(req.reason)}")
+        optional_text("origin", req.origin)
+        milliseconds("grace_ms", req.grace_ms)
+    elif isinstance(req, ReplyPermission):
+        identifier("run_id", req.run_id)
+        flag("approve", req.approve)
+        optional_text("message", req.message)
+    elif isinstance(req, AnswerForm):
+        identifier("run_id", req.run_id)
+        text("answer", req.answer)
+    else:
+        identifier("run_id", req.run_id)
+
+
+def request(req: object) -> str | None:
+    """Why a raw request is malformed (msgspec structs do not check types on construction), or None."""
+    if not isinstance(req, _REQUESTS):
+        return f"request must be one of the protocol's requests, not {_kind(req)}"
+    try:
+        _check_fields(req)
+    except InvalidRequest as exc:
+        return f"{type(req).__name__}: {exc}"
+    if isinstance(req, StartRun) and not isinstance(req.directory, str):
+        return "StartRun: directory must be a str on the wire"
+    return None
+
+
+# --- one function per public call: checked arguments in, the request to send out ---------------
+
+
+def start_run(body: object, *, session: object, directory: object, run_id: object) -> StartRun:
+    """``run_id`` must be given here (the facade makes one when the host did not)."""
+    callback("body", body)
+    return StartRun(
+        run_id=identifier("run_id", run_id),
+        session=identifier("session", session),
+        directory=directory_name("directory", directory),
+    )
+
+
+def cancel(run_id: object, *, origin: object) -> CancelRun:
+    return CancelRun(run_id=identifier("run_id", run_id), origin=identifier("origin", origin))
+
+
+def close(
+    do: object, *, mode: object, origin: object, directory: object = None, tag: object = None
+) -> CloseRequest:
+    return CloseRequest(
+        do=close_action("do", do),
+        mode=close_mode("mode", mode),
+        origin=identifier("origin", origin),
+        directories=() if directory is None else (directory_name("directory", directory),),
+        tag=optional_text("tag", tag),
+    )
+
+
+def shutdown(*, grace_ms: object, reason: object, origin: object = None, tag: object = None) -> Shutdown:
+    checked_reason = shutdown_reason("reason", reason)
+    return Shutdown(
+        reason=checked_reason,
+        origin=checked_reason.value if origin is None else identifier("origin", origin),
+        grace_ms=milliseconds("grace_ms", grace_ms),
+        tag=optional_text("tag", tag),
+    )
+
+
+def reply_permission(run_id: object, *, approve: object, message: object = None) -> ReplyPermission:
+    return ReplyPermission(
+        run_id=identifier("run_id", run_id),
+        approve=flag("approve", approve),
+        message=optional_text("message", message),
+    )
+
+
+def answer_form(run_id: object, answer: object) -> AnswerForm:
+    return AnswerForm(run_id=identifier("run_id", run_id), answer=text("answer", answer))
+
+
+def dismiss_form(run_id: object) -> DismissForm:
+    return DismissForm(run_id=identifier("run_id", run_id))
+
+
+def subscription(*, maxsize: object, callback_: object) -> tuple[int, Callable[[Any], object] | None]:
+    checked: Callable[[Any], object] | None = callback("callback", callback_, optional=True)
+    return size("maxsize", maxsize), checked
