@@ -257,6 +257,13 @@ class LifecycleMixin:
             (run for run in self._runs.values() if run.state is RunState.INTERRUPTING),
             key=lambda r: r.id,
         )
+        # Who held each instance still retiring: blame them, not its dispose hook (which never ran).
+        holders = {
+            instance.key: sorted(instance.runs)
+            for directory in self._dirs.values()
+            for instance in directory.open.values()
+            if instance.state is InstanceState.RETIRING
+        }
         for run in stuck:
             self._move_run(run, RunTrigger.ABANDON)
             run.abandoned = True
@@ -276,7 +283,14 @@ class LifecycleMixin:
                             report=False,
                         )
                     )
-                self._closed_instance(instance, "the dispose did not finish before the shutdown deadline")
+                    runs = ", ".join(holders.get(instance.key, ())) or "its runs"
+                    error = (
+                        f"{runs} still held it at the shutdown deadline (abandoned); "
+                        "its dispose hook then ran unwatched"
+                    )
+                else:
+                    error = "the dispose hook did not finish before the shutdown deadline"
+                self._closed_instance(instance, error)
 
     # --- the action's life -------------------------------------------------------------------
 
