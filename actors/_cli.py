@@ -1,29 +1,181 @@
-"""``run-supervisor scenario PATH [--json] [--timeout S]``: play scenario files and report.
-``run-supervisor schema``: print the JSON Schema of every request, answer and event.
+"""``run-supervisor``: the project's one command line, made of subcommands.
 
-Exit status: 0 when every expectation held and nothing hung; 1 otherwise; 2 when a file is
-invalid (for a folder: 2 if any file is invalid, else 1 if any scenario failed, else 0).
+Each subcommand is one entry of :data:`SUBCOMMANDS`: its name, a one-line help, a function that adds
+its arguments, and a function that runs it and returns the exit status. To add one (``schema``,
+``serve``, ``stdio``…), write those two functions and add one line to the table; import heavy modules
+inside the run function, so ``run-supervisor --help`` stays fast.
+
+Whatever the input, the command never ends in a traceback: a bad argument or an unreadable path is
+exit status 2 with one line on stderr (``run-supervisor: …``), and with ``--json`` also ``{"error": …}``
+on stdout.
+
+``run-supervisor scenario PATH [--json] [--timeout S]`` plays scenario files (docs/scenario-format.md).
+Exit status: 0 when every expectation held and nothing hung; 1 otherwise; 2 when a file is invalid (for
+a folder: 2 if any file is invalid, else 1 if any scenario failed, else 0).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, TYPE_CHECKING, NoReturn
 
-from run_supervisor.actors.hosts._serve import (
-    add_serve_arguments,
-    add_stdio_arguments,
-    serve_command,
-    stdio_command,
-)
-from run_supervisor.actors.scenarios import ScenarioFileError, load_scenario, play, scenario_files
-from run_supervisor.protocol import wire_schema
+if TYPE_CHECKING:
+    from run_supervisor.actors.scenarios import InvalidScenario, ScenarioReport
 
-__all__ = ["main"]
+__all__ = ["SUBCOMMANDS", "Subcommand", "main"]
+
+
+@dataclass(frozen=True, slots=True)
+class Subcommand:
+    """One ``run-supervisor`` subcommand."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    """Runs the subcommand; returns the exit status."""
+
+
+class UsageError(Exception):
+    """A bad argument or an unusable path: exit status 2 with this one line."""
+
+
+# ----------------------------------------------------------------------------------------------------
+# Output that never fails: a name from a file or a path may hold text the terminal cannot encode
+
+
+def _write(stream: IO[str], text: str) -> None:
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    stream.write(text.encode(encoding, "backslashreplace").decode(encoding))
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def _usage_error(args: argparse.Namespace, message: str) -> int:
+    _write(sys.stderr, f"run-supervisor: {_one_line(message)}\n")
+    if getattr(args, "json", False):
+        _write(sys.stdout, json.dumps({"error": message}) + "\n")
+    return 2
+
+
+def _print_json(data: object) -> None:
+    # ensure_ascii: a lone surrogate (an undecodable byte in a file name) becomes an escape, not an error
+    _write(sys.stdout, json.dumps(data, indent=1, ensure_ascii=True) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------------
+# scenario
+
+MAX_TIMEOUT_S = 86_400.0
+"""The largest ``--timeout``: one day, like the largest ``ms`` a scenario file may give."""
+
+
+def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="a scenario file or a folder of them")
+    parser.add_argument("--json", action="store_true", help="print the JSON report on stdout")
+    parser.add_argument(
+        "--timeout",
+        default="10",
+        metavar="S",
+        help=f"seconds a scenario may take before it is torn down (default 10, at most {MAX_TIMEOUT_S:g})",
+    )
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"--timeout must be a number of seconds, not {text!r}") from None
+    if math.isnan(value) or value <= 0:
+        raise UsageError(f"--timeout must be positive, got {text}")
+    if value > MAX_TIMEOUT_S:
+        raise UsageError(f"--timeout must be at most {MAX_TIMEOUT_S:g} seconds (one day), got {text}")
+    return value
+
+
+def _scenario(args: argparse.Namespace) -> int:
+    from run_supervisor.actors.scenarios import ScenarioFileError, scenario_files
+
+    try:
+        timeout = _timeout(args.timeout)
+        path = Path(args.path)
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            raise UsageError(f"{path}: no such file or folder") from None
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+        if not stat.S_ISDIR(mode):
+            return _scenario_file(args, path, timeout)
+        try:
+            files = scenario_files(path)
+        except ScenarioFileError as exc:
+            raise UsageError(str(exc)) from None
+        if not files:
+            raise UsageError(f"{path}: no .toml or .json scenario files in this folder")
+    except UsageError as exc:
+        return _usage_error(args, str(exc))
+    return _scenario_folder(args, files, timeout)
+
+
+def _scenario_file(args: argparse.Namespace, path: Path, timeout: float) -> int:
+    from run_supervisor.actors.scenarios import to_builtins
+
+    code, report = _play_file(path, timeout)
+    _show(args, code, report)
+    if args.json:
+        _print_json(to_builtins(report))
+    return code
+
+
+def _scenario_folder(args: argparse.Namespace, files: Sequence[Path], timeout: float) -> int:
+    from run_supervisor.actors.scenarios import FolderReport, InvalidScenario, to_builtins
+
+    status = 0
+    reports: list[ScenarioReport | InvalidScenario] = []
+    for file in files:
+        code, report = _play_file(file, timeout)
+        status = max(status, code)
+        reports.append(report)
+        _show(args, code, report)
+    if args.json:
+        _print_json(to_builtins(FolderReport(passed=status == 0, scenarios=reports)))
+    else:
+        failed = sum(1 for report in reports if isinstance(report, InvalidScenario) or not report.passed)
+        _write(sys.stdout, f"{len(reports) - failed} passed, {failed} failed\n")
+    return status
+
+
+def _play_file(path: Path, timeout: float) -> tuple[int, ScenarioReport | InvalidScenario]:
+    from run_supervisor.actors.scenarios import InvalidScenario, ScenarioFileError, load_scenario, play
+
+    try:
+        scenario = load_scenario(path)
+    except ScenarioFileError as exc:
+        return 2, InvalidScenario(file=str(path), error=str(exc))
+    report = play(scenario, timeout=timeout)
+    return (0 if report.passed else 1), report
+
+
+def _show(args: argparse.Namespace, code: int, report: ScenarioReport | InvalidScenario) -> None:
+    from run_supervisor.actors.scenarios import InvalidScenario
+
+    if isinstance(report, InvalidScenario):
+        _write(sys.stderr, f"run-supervisor: invalid scenario file: {_one_line(report.error)}\n")
+        if not args.json:
+            _write(sys.stdout, f"INVALID  {report.file}\n\n")
+    elif not args.json:
+        _write(sys.stdout, _timeline(report))
+
 
 _FIELDS_SHOWN = (
     "run",
@@ -50,131 +202,84 @@ _FIELDS_SHOWN = (
 )
 
 
+def _timeline(report: ScenarioReport) -> str:
+    """The readable report: one line per event, the tool cards, the failures, the verdict."""
+    lines = [f"== {report.scenario}  ({report.file})"]
+    for event in report.events:
+        details = []
+        for key in _FIELDS_SHOWN:
+            value = event.get(key)
+            if value in (None, [], ()):
+                continue
+            if isinstance(value, list | tuple):
+                value = ",".join(str(v) for v in value)
+            details.append(f"{key}={value}")
+        lines.append(f"  {event['seq']:>3}  {event['type']:<20} {' '.join(details)}")
+    for run_id, run in report.runs.items():
+        lines.extend(f"       {run_id} tool card: {part.label}" for part in run.tool_parts)
+    lines.extend(f"  FAIL {failure}" for failure in report.failures)
+    lines.append(f"{'PASS' if report.passed else 'FAIL'}  {report.scenario}")
+    return "\n".join(_one_line(line) for line in lines) + "\n\n"
+
+
+# ----------------------------------------------------------------------------------------------------
+# serve (actors/hosts/_serve.py)
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    from run_supervisor.actors.hosts._serve import add_serve_arguments
+
+    add_serve_arguments(parser)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from run_supervisor.actors.hosts._serve import serve_command
+
+    return serve_command(args)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The table and the entry point
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    Subcommand(
+        "scenario",
+        "play a scenario file, or every .toml/.json file of a folder, against a real supervisor",
+        _scenario_arguments,
+        _scenario,
+    ),
+    Subcommand(
+        "serve",
+        "serve the supervisor over HTTP + server-sent events (docs/wire.md)",
+        _serve_arguments,
+        _serve,
+    ),
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit status 2), never the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        _write(sys.stderr, f"{self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+        raise SystemExit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="run-supervisor", description="Keeps AI coding-agent runs alive: play and check scenarios."
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    scenario = commands.add_parser(
-        "scenario",
-        help="play a scenario file, or every .toml/.json file of a folder, against a real supervisor",
-    )
-    scenario.add_argument("path", type=Path, help="a scenario file or a folder of them")
-    scenario.add_argument("--json", action="store_true", help="print the JSON report on stdout")
-    scenario.add_argument(
-        "--timeout",
-        type=float,
-        default=10.0,
-        help="seconds a scenario may take before it is torn down (default 10)",
-    )
-    serve = commands.add_parser(
-        "serve", help="serve the supervisor over HTTP + server-sent events (docs/wire.md)"
-    )
-    add_serve_arguments(serve)
-    commands.add_parser(
-        "schema",
-        help="print the JSON Schema of every request, answer, snapshot and event (to generate client types)",
-    )
-    stdio = commands.add_parser(
-        "stdio", help="a sidecar speaking JSON lines on stdin and stdout (docs/wire.md)"
-    )
-    add_stdio_arguments(stdio)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for subcommand in SUBCOMMANDS:
+        subcommand.add_arguments(commands.add_parser(subcommand.name, help=subcommand.help))
     return parser
 
 
-def _schema(args: argparse.Namespace) -> int:
-    json.dump(wire_schema(), sys.stdout, indent=1)
-    sys.stdout.write("\n")
-    return 0
-
-
-def _timeline(report: dict[str, Any], out: TextIO) -> None:
-    out.write(f"== {report['scenario']}  ({report['file']})\n")
-    for event in report["events"]:
-        details = []
-        for key in _FIELDS_SHOWN:
-            if key in event and event[key] not in (None, [], ()):
-                value = event[key]
-                if isinstance(value, list | tuple):
-                    value = ",".join(str(v) for v in value)
-                details.append(f"{key}={value}")
-        out.write(f"  {event['seq']:>3}  {event['type']:<20} {' '.join(details)}\n")
-    for run_id, run in report["runs"].items():
-        for part in run["tool_parts"]:
-            out.write(f"       {run_id} tool card: {part['label']}\n")
-    for failure in report["failures"]:
-        out.write(f"  FAIL {failure}\n")
-    verdict = "PASS" if report["passed"] else "FAIL"
-    out.write(f"{verdict}  {report['scenario']}\n\n")
-
-
-def _play_file(path: Path, timeout: float) -> tuple[int, dict[str, Any]]:
-    try:
-        scenario = load_scenario(path)
-    except ScenarioFileError as exc:
-        return 2, {"file": str(path), "error": str(exc)}
-    report = play(scenario, timeout=timeout)
-    return (0 if report["passed"] else 1), report
-
-
-def _scenario(args: argparse.Namespace) -> int:
-    path: Path = args.path
-    if args.timeout <= 0:
-        return _usage_error(args, f"--timeout must be positive, got {args.timeout}")
-    if path.is_dir():
-        files = scenario_files(path)
-        if not files:
-            return _usage_error(args, f"{path}: no .toml or .json scenario files in this folder")
-        status, reports = 0, []
-        for file in files:
-            code, report = _play_file(file, args.timeout)
-            status = max(status, code)
-            reports.append(report)
-            _show(args, code, report)
-        if args.json:
-            passed = status == 0
-            json.dump({"passed": passed, "scenarios": reports}, sys.stdout, indent=1)
-            sys.stdout.write("\n")
-        else:
-            failed = sum(1 for r in reports if not r.get("passed"))
-            sys.stdout.write(f"{len(reports) - failed} passed, {failed} failed\n")
-        return status
-    if not path.exists():
-        return _usage_error(args, f"{path}: no such file or folder")
-    code, report = _play_file(path, args.timeout)
-    _show(args, code, report)
-    if args.json:
-        json.dump(report, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    return code
-
-
-def _show(args: argparse.Namespace, code: int, report: dict[str, Any]) -> None:
-    if code == 2:
-        sys.stderr.write(f"run-supervisor: invalid scenario file: {report['error']}\n")
-        if not args.json:
-            sys.stdout.write(f"INVALID  {report['file']}\n\n")
-    elif not args.json:
-        _timeline(report, sys.stdout)
-
-
-def _usage_error(args: argparse.Namespace, message: str) -> int:
-    sys.stderr.write(f"run-supervisor: {message}\n")
-    if args.json:
-        json.dump({"error": message}, sys.stdout)
-        sys.stdout.write("\n")
-    return 2
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``run-supervisor`` with ``argv`` (default: the process's arguments); return the exit status."""
     args = _parser().parse_args(argv)
-    if args.command == "serve":
-        return serve_command(args)
-    if args.command == "schema":
-        return _schema(args)
-    if args.command == "stdio":
-        return stdio_command(args)
-    return _scenario(args)
+    run = {subcommand.name: subcommand.run for subcommand in SUBCOMMANDS}[args.command]
+    return run(args)
 
 
 if __name__ == "__main__":

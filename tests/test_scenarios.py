@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 
-from run_supervisor.actors.scenarios import load_scenario, play, scenario_files
+from run_supervisor.actors.scenarios import load_scenario, play, scenario_files, to_builtins
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "docs" / "scenarios"
@@ -30,10 +31,10 @@ CHECKER = _load_checker(VENDORED_CHECKER)
 
 @pytest.mark.parametrize("path", scenario_files(LIBRARY), ids=lambda p: p.stem)
 def test_every_library_scenario_passes_and_its_report_has_the_promised_shape(path: Path) -> None:
-    report: dict[str, Any] = play(load_scenario(path), timeout=10)
-    assert report["failures"] == []
-    assert report["passed"] is True
-    assert CHECKER.problems(report) == []
+    report = play(load_scenario(path), timeout=10)
+    assert report.failures == []
+    assert report.passed is True
+    assert CHECKER.problems(to_builtins(report)) == []
 
 
 def test_the_library_reproduces_both_seed_incidents_and_shows_every_mode_and_reason() -> None:
@@ -62,3 +63,55 @@ def test_the_library_reproduces_both_seed_incidents_and_shows_every_mode_and_rea
 @pytest.mark.skipif(not SHARED_CHECKER.exists(), reason="no shared contract folder beside this checkout")
 def test_the_vendored_report_checker_is_the_contract_s_own() -> None:
     assert VENDORED_CHECKER.read_text() == SHARED_CHECKER.read_text()
+
+
+# ----------------------------------------------------------------------------------------------------
+# The scenario tooling is a user of the library: public API only
+
+SCENARIOS_PACKAGE = "run_supervisor.actors.scenarios"
+PUBLIC_MODULES = ("run_supervisor", "run_supervisor.protocol")
+
+
+def private_imports(source: str) -> list[str]:
+    """Imports in ``source`` that reach past the public API of the rest of run_supervisor."""
+    offences: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported = [(alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                offences.append(f"relative import from {'.' * node.level}{node.module or ''}")
+                continue
+            imported = [(node.module or "", alias.name) for alias in node.names]
+        else:
+            continue
+        for module, name in imported:
+            if not module.startswith("run_supervisor") or module.startswith(SCENARIOS_PACKAGE):
+                continue
+            if module not in PUBLIC_MODULES:
+                offences.append(f"import of {module} (not one of {', '.join(PUBLIC_MODULES)})")
+            elif name is not None and name not in importlib.import_module(module).__all__:
+                offences.append(f"{name} from {module} (not in its __all__)")
+    return offences
+
+
+def test_the_import_check_catches_private_modules_private_names_and_unexported_names() -> None:
+    source = (
+        "from run_supervisor.actors._api import Supervisor\n"
+        "from run_supervisor.protocol import _core\n"
+        "from run_supervisor import Supervisor, _HOME\n"
+        "import run_supervisor.actors._subscription\n"
+        "from run_supervisor.actors.scenarios._format import _key\n"
+        "from run_supervisor.protocol import CloseMode\n"
+    )
+    assert private_imports(source) == [
+        "import of run_supervisor.actors._api (not one of run_supervisor, run_supervisor.protocol)",
+        "_core from run_supervisor.protocol (not in its __all__)",
+        "_HOME from run_supervisor (not in its __all__)",
+        "import of run_supervisor.actors._subscription (not one of run_supervisor, run_supervisor.protocol)",
+    ]
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "actors" / "scenarios").rglob("*.py")), ids=lambda p: p.name)
+def test_the_scenario_tooling_uses_only_the_public_api_of_the_rest_of_the_package(path: Path) -> None:
+    assert private_imports(path.read_text()) == []

@@ -16,12 +16,14 @@ import json
 import os
 import pathlib
 import re
+import stat
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
+from enum import StrEnum
 from types import MappingProxyType
-from typing import Annotated, Any, Literal, NoReturn, TypeVar, get_args
+from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -35,19 +37,44 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from run_supervisor.protocol import (
+    CloseAction,
+    CloseMode,
+    CloseResult,
+    InterruptReason,
+    Outcome,
+    PartState,
+    Phase,
+    SessionStatus,
+    StepKind,
+)
+
 __all__ = [
+    "CLOSES",
+    "MAX_MS",
+    "NONE",
+    "SHUTDOWNS",
+    "ActionDo",
     "ActionSpec",
+    "Decision",
     "Expectation",
+    "ExpectationTarget",
     "InstanceFaultSpec",
     "PartExpectation",
     "RunSpec",
+    "RunStart",
     "Scenario",
     "ScenarioFileError",
+    "ScenarioResult",
     "StepSpec",
+    "UserAction",
     "When",
+    "WhenKind",
+    "action_do",
     "load_scenario",
     "parse_scenario",
     "scenario_files",
+    "shutdown_reason",
 ]
 
 
@@ -96,15 +123,14 @@ class _InvalidError(Exception):
 class StepSpec:
     """One step of a run, defaults applied."""
 
-    kind: str
-    """``model``, ``tool_input``, ``tool_exec``, ``permission`` or ``form``."""
+    kind: StepKind
     id: str
     """Explicit, or the kind (``kind-2``, ``kind-3``… for later steps of that kind without an id)."""
     tool: str | None
     """The tool of a ``tool_input`` or ``tool_exec`` step; ``None`` on other kinds."""
     gate: str | None
-    at: str
-    """Where a ``tool_exec`` step's gate holds: ``prepared`` or ``running`` (default; also on other kinds)."""
+    at: PartState
+    """Where a ``tool_exec`` step's gate holds: ``PREPARED`` or ``RUNNING`` (default; also on other kinds)."""
     ms: int
     error: str | None
     """``tool_exec`` only: the tool fails with this message."""
@@ -121,8 +147,7 @@ class RunSpec:
     id: str
     session: str
     directory: str
-    start: str
-    """``begin`` (started when the scenario starts, in file order) or ``manual`` (by a ``start_run``)."""
+    start: RunStart
     steps: tuple[StepSpec, ...]
     tools: tuple[str, ...]
     """The tool of each tool part, in order: ``len(tools)`` is the number of tool parts."""
@@ -133,15 +158,12 @@ class When:
     """An event as named in an action's ``when`` (or an expectation's ``completed_after``)."""
 
     raw: str
-    kind: str
-    """``begin``, ``run_started``, ``run_finished``, ``step_started``, ``step_finished``, ``action_result``
-    (``<action>.<result>``) or ``action_completed`` (``<action>.completed``: a lifecycle action's
-    ``lifecycle.completed`` event)."""
+    kind: WhenKind
     run: str | None = None
     step: str | None = None
     action: str | None = None
-    result: str | None = None
-    """For ``action_result``: the result, for example ``deferred``, ``ok`` or ``forced``."""
+    result: CloseResult | None = None
+    """For ``ACTION_RESULT``: the result, for example ``DEFERRED``, ``OK`` or ``FORCED``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +173,14 @@ class ActionSpec:
     id: str
     """Explicit, or ``action-N`` (N its 1-based position among the actions)."""
     when: When
-    do: str
+    do: ActionDo
     directory: str | None = None
-    mode: str | None = None
-    """The four closes: ``maintenance`` or ``user_confirmed_interrupt``."""
+    mode: CloseMode | None = None
+    """The four closes: ``MAINTENANCE`` or ``USER_CONFIRMED_INTERRUPT``."""
     origin: str | None = None
     """Default: the ``do`` value for closes, ``shutdown`` and ``test_teardown``; ``user`` for ``cancel``."""
     run: str | None = None
-    decision: str | None = None
+    decision: Decision | None = None
     message: str | None = None
     answer: str | None = None
     gate: str | None = None
@@ -178,7 +200,7 @@ class InstanceFaultSpec:
 class PartExpectation:
     """An expected tool part given as a table; ``tool_started`` ``None`` when the file does not say."""
 
-    state: str
+    state: PartState
     tool_started: bool | None = None
 
 
@@ -186,14 +208,15 @@ class PartExpectation:
 class Expectation:
     """One ``[expect]`` entry, validated and normalized.
 
-    ``fields`` holds only the keys the file gives, in file order. The string ``"none"`` is already ``None``;
-    ``generation`` is an int; ``tool_parts`` is a tuple of state strings and :class:`PartExpectation`;
+    ``fields`` holds only the keys the file gives, in file order, with the protocol's enums for closed
+    values (``outcome``: :class:`Outcome`, ``result``: :class:`CloseResult` or :class:`ScenarioResult`…).
+    The string ``"none"`` is already ``None``;
+    ``generation`` is an int; ``tool_parts`` is a tuple of :class:`PartState` and :class:`PartExpectation`;
     ``completed_after`` is a :class:`When`; ``interrupted_runs`` is a sorted tuple without duplicates.
     """
 
     target: str
-    target_kind: str
-    """``run``, ``action`` or ``session``."""
+    target_kind: ExpectationTarget
     fields: Mapping[str, object]
 
 
@@ -217,107 +240,164 @@ class Scenario:
 
 
 # ----------------------------------------------------------------------------------------------------
-# The closed vocabularies of the format
+# The vocabulary: the protocol's enums, plus the few words only the scenario format has
 
-_StepKind = Literal["model", "tool_input", "tool_exec", "permission", "form"]
-_Do = Literal[
-    "dispose",
-    "dispose_all",
-    "reload",
-    "invalidate_config",
-    "cancel",
-    "shutdown",
-    "test_teardown",
-    "start_run",
-    "reply_permission",
-    "answer_form",
-    "cancel_form",
-    "open_gate",
-]
-_Outcome = Literal["completed", "interrupted", "failed", "none"]
-_Reason = Literal[
-    "user_cancel",
-    "permission_rejected",
-    "form_dismissed",
-    "lifecycle_interrupt",
-    "shutdown",
-    "test_teardown",
-    "timeout",
-    "none",
-]
-_Phase = Literal["generating", "prepared", "running", "none"]
-_PartState = Literal["pending", "prepared", "running", "completed", "error", "interrupted"]
-_Result = Literal["completed", "deferred", "interrupted", "forced", "rejected", "ok", "not_fired"]
-_Status = Literal["idle", "busy"]
 
-_PART_STATES: tuple[str, ...] = get_args(_PartState)
-_CLOSES = ("dispose", "dispose_all", "reload", "invalidate_config")
-_LIFECYCLE = (*_CLOSES, "shutdown", "test_teardown")
-_CLOSE_MODES = ("maintenance", "user_confirmed_interrupt")
-_DECISIONS = ("approve", "reject")
+class RunStart(StrEnum):
+    """When a run starts."""
+
+    BEGIN = "begin"
+    """When the scenario starts, in file order."""
+    MANUAL = "manual"
+    """When a ``start_run`` action starts it."""
+
+
+class UserAction(StrEnum):
+    """The actions that are not lifecycle closes (those are the protocol's :class:`CloseAction`)."""
+
+    CANCEL = "cancel"
+    START_RUN = "start_run"
+    REPLY_PERMISSION = "reply_permission"
+    ANSWER_FORM = "answer_form"
+    CANCEL_FORM = "cancel_form"
+    OPEN_GATE = "open_gate"
+    """Done by the runner itself: it opens one of the file's gates."""
+
+
+ActionDo = CloseAction | UserAction
+"""What an action does (its ``do``)."""
+
+
+class Decision(StrEnum):
+    """A ``reply_permission``'s ``decision``."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class ScenarioResult(StrEnum):
+    """Results only a scenario report has, beside the protocol's :class:`CloseResult`."""
+
+    NOT_FIRED = "not_fired"
+    """The action's ``when`` never came."""
+
+
+class WhenKind(StrEnum):
+    """What an event named in a ``when`` (or a ``completed_after``) is."""
+
+    BEGIN = "begin"
+    RUN_STARTED = "run_started"
+    RUN_FINISHED = "run_finished"
+    STEP_STARTED = "step_started"
+    STEP_FINISHED = "step_finished"
+    ACTION_RESULT = "action_result"
+    """``<action>.<result>``."""
+    ACTION_COMPLETED = "action_completed"
+    """``<action>.completed``: a lifecycle action's ``lifecycle.completed`` event."""
+
+
+class ExpectationTarget(StrEnum):
+    """What an ``[expect]`` key names."""
+
+    RUN = "run"
+    ACTION = "action"
+    SESSION = "session"
+
+
+NONE = "none"
+"""In ``[expect]``, the string that expects null."""
+
+MAX_MS = 86_400_000
+"""The largest ``ms``, ``grace_ms`` or ``dispose_ms`` a file may give: one day (a story, not a soak)."""
+
+_SHUTDOWN_REASONS: Mapping[CloseAction, InterruptReason] = MappingProxyType(
+    {CloseAction.SHUTDOWN: InterruptReason.SHUTDOWN, CloseAction.TEST_TEARDOWN: InterruptReason.TEST_TEARDOWN}
+)
+SHUTDOWNS: frozenset[CloseAction] = frozenset(_SHUTDOWN_REASONS)
+"""``shutdown`` and ``test_teardown``."""
+CLOSES: frozenset[CloseAction] = frozenset(CloseAction) - SHUTDOWNS
+"""The four closes: ``dispose``, ``dispose_all``, ``reload``, ``invalidate_config``."""
+_CLOSE_MODES = (CloseMode.MAINTENANCE, CloseMode.USER_CONFIRMED_INTERRUPT)
+_TOOL_KINDS = (StepKind.TOOL_INPUT, StepKind.TOOL_EXEC)
+_TOOL_EXEC_AT = (PartState.PREPARED, PartState.RUNNING)
+_DO_VALUES: tuple[str, ...] = (*(do.value for do in CloseAction), *(do.value for do in UserAction))
+
+
+def shutdown_reason(do: CloseAction) -> InterruptReason:
+    """The reason a ``shutdown`` or ``test_teardown`` action interrupts runs with."""
+    return _SHUTDOWN_REASONS[do]
+
+
+def action_do(value: str) -> ActionDo:
+    """The ``do`` named by ``value`` (one of :data:`ActionDo`'s values)."""
+    return CloseAction(value) if value in _values(CloseAction) else UserAction(value)
+
+
+def _values(enum: type[StrEnum]) -> frozenset[str]:
+    return frozenset(member.value for member in enum)
+
 
 _STEP_COMMON_KEYS = ("kind", "id", "gate", "ms", "fail", "ignores_cancel")
-_STEP_KEYS: Mapping[str, frozenset[str]] = {
-    "model": frozenset(_STEP_COMMON_KEYS),
-    "tool_input": frozenset((*_STEP_COMMON_KEYS, "tool")),
-    "tool_exec": frozenset((*_STEP_COMMON_KEYS, "tool", "at", "error")),
-    "permission": frozenset(_STEP_COMMON_KEYS),
-    "form": frozenset(_STEP_COMMON_KEYS),
+_STEP_KEYS: Mapping[StepKind, frozenset[str]] = {
+    StepKind.MODEL: frozenset(_STEP_COMMON_KEYS),
+    StepKind.TOOL_INPUT: frozenset((*_STEP_COMMON_KEYS, "tool")),
+    StepKind.TOOL_EXEC: frozenset((*_STEP_COMMON_KEYS, "tool", "at", "error")),
+    StepKind.PERMISSION: frozenset(_STEP_COMMON_KEYS),
+    StepKind.FORM: frozenset(_STEP_COMMON_KEYS),
 }
 _STEP_KEY_HOME: Mapping[str, str] = {
     "tool": "tool_input and tool_exec steps",
     "at": "tool_exec steps",
     "error": "tool_exec steps",
 }
-_TOOL_KINDS = ("tool_input", "tool_exec")
 
 # Keys each `do` takes besides id, when and do (in the contract's order), and the ones it requires.
-_ACTION_KEYS: Mapping[str, tuple[str, ...]] = {
-    "dispose": ("directory", "mode", "origin"),
-    "dispose_all": ("mode", "origin"),
-    "reload": ("directory", "mode", "origin"),
-    "invalidate_config": ("mode", "origin"),
-    "cancel": ("run", "origin"),
-    "shutdown": ("grace_ms", "origin"),
-    "test_teardown": ("grace_ms", "origin"),
-    "start_run": ("run",),
-    "reply_permission": ("run", "decision", "message"),
-    "answer_form": ("run", "answer"),
-    "cancel_form": ("run",),
-    "open_gate": ("gate",),
+_ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
+    CloseAction.DISPOSE: ("directory", "mode", "origin"),
+    CloseAction.DISPOSE_ALL: ("mode", "origin"),
+    CloseAction.RELOAD: ("directory", "mode", "origin"),
+    CloseAction.INVALIDATE_CONFIG: ("mode", "origin"),
+    UserAction.CANCEL: ("run", "origin"),
+    CloseAction.SHUTDOWN: ("grace_ms", "origin"),
+    CloseAction.TEST_TEARDOWN: ("grace_ms", "origin"),
+    UserAction.START_RUN: ("run",),
+    UserAction.REPLY_PERMISSION: ("run", "decision", "message"),
+    UserAction.ANSWER_FORM: ("run", "answer"),
+    UserAction.CANCEL_FORM: ("run",),
+    UserAction.OPEN_GATE: ("gate",),
 }
-_ACTION_REQUIRED: Mapping[str, tuple[str, ...]] = {
-    "dispose": ("directory", "mode"),
-    "dispose_all": ("mode",),
-    "reload": ("directory", "mode"),
-    "invalidate_config": ("mode",),
-    "cancel": ("run",),
-    "shutdown": (),
-    "test_teardown": (),
-    "start_run": ("run",),
-    "reply_permission": ("run", "decision"),
-    "answer_form": ("run", "answer"),
-    "cancel_form": ("run",),
-    "open_gate": ("gate",),
+_ACTION_REQUIRED: Mapping[ActionDo, tuple[str, ...]] = {
+    CloseAction.DISPOSE: ("directory", "mode"),
+    CloseAction.DISPOSE_ALL: ("mode",),
+    CloseAction.RELOAD: ("directory", "mode"),
+    CloseAction.INVALIDATE_CONFIG: ("mode",),
+    UserAction.CANCEL: ("run",),
+    CloseAction.SHUTDOWN: (),
+    CloseAction.TEST_TEARDOWN: (),
+    UserAction.START_RUN: ("run",),
+    UserAction.REPLY_PERMISSION: ("run", "decision"),
+    UserAction.ANSWER_FORM: ("run", "answer"),
+    UserAction.CANCEL_FORM: ("run",),
+    UserAction.OPEN_GATE: ("gate",),
 }
-_DEFAULT_ORIGIN: Mapping[str, str] = {
-    **{do: do for do in _LIFECYCLE},
-    "cancel": "user",
+_DEFAULT_ORIGIN: Mapping[ActionDo, str] = {
+    **{do: do.value for do in CloseAction},
+    UserAction.CANCEL: "user",
 }
 _DEFAULT_GRACE_MS = 1000
 
 
-def _results(do: str, mode: str | None) -> tuple[str, ...]:
+def _results(do: ActionDo, mode: CloseMode | None) -> tuple[CloseResult, ...]:
     """The results an action can give (``<action>.completed`` aside: see :func:`_parse_event`)."""
-    if do in _CLOSES:
-        if mode == "user_confirmed_interrupt":
-            return ("deferred", "interrupted", "rejected")
-        return ("deferred", "rejected")
-    if do in ("shutdown", "test_teardown"):
-        return ("forced",)  # never rejected: a second one gets the first one's result
-    if do == "open_gate":
-        return ("ok",)  # always ok, even after shutdown
-    return ("ok", "rejected")
+    if do in CLOSES:
+        if mode is CloseMode.USER_CONFIRMED_INTERRUPT:
+            return (CloseResult.DEFERRED, CloseResult.INTERRUPTED, CloseResult.REJECTED)
+        return (CloseResult.DEFERRED, CloseResult.REJECTED)
+    if do in SHUTDOWNS:
+        return (CloseResult.FORCED,)  # never rejected: a second one gets the first one's result
+    if do is UserAction.OPEN_GATE:
+        return (CloseResult.OK,)  # always ok, even after shutdown
+    return (CloseResult.OK, CloseResult.REJECTED)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -339,7 +419,7 @@ def _non_empty(value: str) -> str:
 
 
 def _generation(value: object) -> object:
-    if value == "none" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+    if value == NONE or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value
     raise PydanticCustomError(
         "scenario_generation",
@@ -349,16 +429,33 @@ def _generation(value: object) -> object:
 
 
 def _bool_or_none(value: object) -> object:
-    if value == "none" or isinstance(value, bool):
+    if value == NONE or isinstance(value, bool):
         return value
     raise PydanticCustomError(
         "scenario_bool", "must be true, false or 'none', not {value}", {"value": _describe(value)}
     )
 
 
+def _one_of_values(values: Iterable[str], *, none: bool = False) -> AfterValidator:
+    """A check that a string is one of ``values`` (plus ``"none"`` when ``none``): the enums' values."""
+    allowed = (*values, *((NONE,) if none else ()))
+
+    def check(value: str) -> str:
+        if value not in allowed:
+            raise PydanticCustomError(
+                "scenario_choice",
+                "must be {expected}, not {value}",
+                {"expected": _one_of(allowed), "value": _describe(value)},
+            )
+        return value
+
+    return AfterValidator(check)
+
+
 _Id = Annotated[StrictStr, AfterValidator(_valid_id)]
 _Text = Annotated[StrictStr, AfterValidator(_non_empty)]
-_Count = Annotated[StrictInt, Field(ge=0)]
+_Ms = Annotated[StrictInt, Field(ge=0, le=MAX_MS)]
+_Directory = Annotated[StrictStr, Field(min_length=1)]
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -367,12 +464,12 @@ class _Model(BaseModel):
 
 
 class _StepModel(_Model):
-    kind: _StepKind
+    kind: Annotated[StrictStr, _one_of_values(StepKind)]
     id: _Id | None = None
     tool: _Text | None = None
     gate: _Id | None = None
-    at: Literal["prepared", "running"] | None = None
-    ms: _Count = 0
+    at: Annotated[StrictStr, _one_of_values(_TOOL_EXEC_AT)] | None = None
+    ms: _Ms = 0
     error: _Text | None = None
     fail: _Text | None = None
     ignores_cancel: StrictBool = False
@@ -381,15 +478,15 @@ class _StepModel(_Model):
 class _RunModel(_Model):
     id: _Id
     session: _Id
-    directory: StrictStr
-    start: Literal["begin", "manual"] = "begin"
+    directory: _Directory
+    start: Annotated[StrictStr, _one_of_values(RunStart)] = RunStart.BEGIN.value
     steps: Annotated[list[_StepModel], Field(min_length=1)]
 
 
 class _ActionModel(_Model):
     id: _Id | None = None
     when: StrictStr
-    do: _Do
+    do: Annotated[StrictStr, _one_of_values(_DO_VALUES)]
     directory: StrictStr | None = None
     mode: StrictStr | None = None
     origin: StrictStr | None = None
@@ -398,49 +495,49 @@ class _ActionModel(_Model):
     message: StrictStr | None = None
     answer: Any = None
     gate: StrictStr | None = None
-    grace_ms: _Count | None = None
+    grace_ms: _Ms | None = None
 
 
 class _FaultModel(_Model):
     dispose_error: _Text | None = None
-    dispose_ms: _Count = 0
+    dispose_ms: _Ms = 0
 
 
 class _ScenarioModel(_Model):
     name: _Text
     description: StrictStr | None = None
-    directories: list[StrictStr] = Field(default_factory=list)
+    directories: list[_Directory] = Field(default_factory=list)
     runs: list[_RunModel] = Field(default_factory=list)
     actions: list[_ActionModel] = Field(default_factory=list)
     expect: dict[StrictStr, dict[StrictStr, Any]] = Field(default_factory=dict)
-    instance_faults: dict[StrictStr, _FaultModel] = Field(default_factory=dict)
+    instance_faults: dict[_Directory, _FaultModel] = Field(default_factory=dict)
 
 
 class _RunExpectModel(_Model):
-    outcome: _Outcome | None = None
-    reason: _Reason | None = None
+    outcome: Annotated[StrictStr, _one_of_values(Outcome, none=True)] | None = None
+    reason: Annotated[StrictStr, _one_of_values(InterruptReason, none=True)] | None = None
     origin: StrictStr | None = None
     action: StrictStr | None = None
-    phase: _Phase | None = None
+    phase: Annotated[StrictStr, _one_of_values(Phase, none=True)] | None = None
     generation: Annotated[Any, AfterValidator(_generation)] = None
     error: StrictStr | None = None
     tool_parts: list[Any] | None = None
 
 
 class _PartExpectModel(_Model):
-    state: _PartState
+    state: Annotated[StrictStr, _one_of_values(PartState)]
     tool_started: StrictBool | None = None
 
 
 class _ActionExpectModel(_Model):
-    result: _Result | None = None
+    result: Annotated[StrictStr, _one_of_values((*CloseResult, *ScenarioResult))] | None = None
     completed: Annotated[Any, AfterValidator(_bool_or_none)] = None
     completed_after: StrictStr | None = None
     interrupted_runs: list[StrictStr] | None = None
 
 
 class _SessionExpectModel(_Model):
-    status: _Status | None = None
+    status: Annotated[StrictStr, _one_of_values(SessionStatus)] | None = None
 
 
 _WHAT: Mapping[type[BaseModel], str] = {
@@ -530,9 +627,17 @@ def _key(*parts: str | int) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            segment = part if _BARE_KEY.fullmatch(part) else json.dumps(part, ensure_ascii=False)
+            segment = part if _BARE_KEY.fullmatch(part) else json.dumps(part, ensure_ascii=not _is_text(part))
             out += f".{segment}" if out else segment
     return out
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _describe(value: object) -> str:
@@ -557,9 +662,9 @@ def _listing(names: Iterable[str]) -> str:
     return ", ".join(names)
 
 
-def _one_of(values: Sequence[str]) -> str:
+def _one_of(values: Iterable[str]) -> str:
     """``'a', 'b' or 'c'``, as pydantic says it."""
-    quoted = [repr(value) for value in values]
+    quoted = [repr(str(value)) for value in values]
     return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
@@ -570,8 +675,16 @@ def _one_of(values: Sequence[str]) -> str:
 _FORMATS: Mapping[str, Literal["toml", "json"]] = {".toml": "toml", ".json": "json"}
 
 
+MAX_FILE_BYTES = 4 * 1024 * 1024
+"""The largest scenario file read: 4 MiB (the library's longest scenario is about 3 KiB)."""
+
+
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
-    """Read and validate a scenario file: TOML when it ends in ``.toml``, JSON when it ends in ``.json``."""
+    """Read and validate a scenario file: TOML when it ends in ``.toml``, JSON when it ends in ``.json``.
+
+    Only a regular file of at most :data:`MAX_FILE_BYTES` is read: a FIFO, a device or a folder is
+    refused at once (reading it could block or never end), as is anything longer.
+    """
     file = os.fspath(path)
     suffix = pathlib.Path(file).suffix
     fmt = _FORMATS.get(suffix)
@@ -579,11 +692,49 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         raise ScenarioFileError(
             file, None, f"a scenario file ends in .toml or .json, not {repr(suffix) if suffix else 'nothing'}"
         )
+    return parse_scenario(_read(file), file=file, fmt=fmt)
+
+
+def _read(file: str) -> bytes:
     try:
-        data = pathlib.Path(file).read_bytes()
+        # Non-blocking: opening a FIFO must not wait for a writer. It changes nothing for a regular file.
+        fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
-        raise ScenarioFileError(file, None, f"cannot read the file: {exc.strerror or exc}") from exc
-    return parse_scenario(data, file=file, fmt=fmt)
+        raise ScenarioFileError(file, None, f"cannot read the file: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ScenarioFileError(
+                file, None, f"not a regular file ({_file_kind(mode)}): a scenario is read from a file"
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_FILE_BYTES:
+            chunk = os.read(fd, MAX_FILE_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > MAX_FILE_BYTES:
+            raise ScenarioFileError(
+                file, None, f"the file is longer than {MAX_FILE_BYTES} bytes: too long to be a scenario"
+            )
+        return b"".join(chunks)
+    except OSError as exc:
+        raise ScenarioFileError(file, None, f"cannot read the file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def parse_scenario(text: str | bytes, *, file: str, fmt: Literal["toml", "json"]) -> Scenario:
@@ -602,11 +753,28 @@ def parse_scenario(text: str | bytes, *, file: str, fmt: Literal["toml", "json"]
 
 
 def scenario_files(folder: str | os.PathLike[str]) -> list[pathlib.Path]:
-    """Every ``.toml`` and ``.json`` file in ``folder`` (not its subfolders), sorted by name."""
+    """Every ``.toml`` and ``.json`` entry of ``folder`` that is not a folder (not its subfolders), sorted
+    by name. A FIFO or a device with such a name is listed, so that loading it says what is wrong.
+
+    Raises :class:`ScenarioFileError` (``key`` ``None``) when the folder cannot be read.
+    """
+    try:
+        entries = list(pathlib.Path(folder).iterdir())
+    except OSError as exc:
+        raise ScenarioFileError(
+            os.fspath(folder), None, f"cannot read the folder: {exc.strerror or exc}"
+        ) from None
     return sorted(
-        (entry for entry in pathlib.Path(folder).iterdir() if entry.suffix in _FORMATS and entry.is_file()),
+        (entry for entry in entries if entry.suffix in _FORMATS and not _is_folder(entry)),
         key=lambda entry: entry.name,
     )
+
+
+def _is_folder(entry: pathlib.Path) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False  # listed: loading it will say why it cannot be read
 
 
 def _decode(text: str | bytes, fmt: Literal["toml", "json"]) -> dict[str, Any]:
@@ -619,9 +787,13 @@ def _decode(text: str | bytes, fmt: Literal["toml", "json"]) -> dict[str, Any]:
             ) from None
     if fmt == "toml":
         try:
-            return tomllib.loads(text)
+            document = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise _InvalidError(None, f"invalid TOML: {exc}") from None
+        except ValueError as exc:  # an integer too long to convert (more than sys.get_int_max_str_digits())
+            raise _InvalidError(None, f"invalid TOML: {_one_line(exc)}") from None
+        _check_values(document, ())
+        return document
     if fmt != "json":
         raise ValueError(f"fmt must be 'toml' or 'json', not {fmt!r}")
     try:
@@ -630,9 +802,11 @@ def _decode(text: str | bytes, fmt: Literal["toml", "json"]) -> dict[str, Any]:
         raise _InvalidError(
             None, f"invalid JSON: {exc.msg} (at line {exc.lineno}, column {exc.colno})"
         ) from None
+    except ValueError as exc:  # an integer too long to convert (more than sys.get_int_max_str_digits())
+        raise _InvalidError(None, f"invalid JSON: {_one_line(exc)}") from None
     if not isinstance(document, dict):
         raise _InvalidError(None, f"a JSON scenario must be an object, not {_describe(document)}")
-    _reject_nulls(document, ())
+    _check_values(document, ())
     return document
 
 
@@ -649,16 +823,34 @@ def _json_constant(name: str) -> NoReturn:
     raise _InvalidError(None, f"invalid JSON: {name} is not a JSON number")
 
 
-def _reject_nulls(value: object, path: tuple[str | int, ...]) -> None:
-    """TOML has no null, and a JSON scenario is the same document: a key is given, or left out."""
+def _check_values(value: object, path: tuple[str | int, ...]) -> None:
+    """No null (TOML has none, and a JSON scenario is the same document: a key is given, or left out),
+    and no lone surrogate in a key or a string (JSON can spell one, ``"\\ud800"``; it is not text)."""
     if value is None:
         raise _InvalidError(_key(*path), "null is not a value here: leave the key out instead")
-    if isinstance(value, dict):
+    if isinstance(value, str):
+        _check_text(value, path)
+    elif isinstance(value, dict):
         for name, item in value.items():
-            _reject_nulls(item, (*path, name))
+            _check_text(name, (*path, name))
+            _check_values(item, (*path, name))
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _reject_nulls(item, (*path, index))
+            _check_values(item, (*path, index))
+
+
+def _check_text(text: str, path: tuple[str | int, ...]) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _InvalidError(
+            _key(*path),
+            f"holds a lone surrogate ({text[exc.start]!a}), not text: a string must be valid Unicode",
+        ) from None
+
+
+def _one_line(error: object) -> str:
+    return " ".join(str(error).split())
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -684,6 +876,7 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         _build_action(index, action_id, action, names)
         for index, (action_id, action) in enumerate(zip(action_ids, model.actions, strict=True))
     )
+    _check_when_cycles(actions)
     expect = tuple(_build_expectation(target, entry, names) for target, entry in model.expect.items())
     faults = {
         directory: InstanceFaultSpec(dispose_error=fault.dispose_error, dispose_ms=fault.dispose_ms)
@@ -730,11 +923,11 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
     ids = _step_ids(index, run.steps)
     steps = tuple(
         StepSpec(
-            kind=step.kind,
+            kind=StepKind(step.kind),
             id=step_id,
             tool=step.tool,
             gate=step.gate,
-            at=step.at or "running",
+            at=PartState(step.at or PartState.RUNNING),
             ms=step.ms,
             error=step.error,
             fail=step.fail,
@@ -744,12 +937,17 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
         for step, step_id, part in zip(run.steps, ids, parts, strict=True)
     )
     return RunSpec(
-        id=run.id, session=run.session, directory=run.directory, start=run.start, steps=steps, tools=tools
+        id=run.id,
+        session=run.session,
+        directory=run.directory,
+        start=RunStart(run.start),
+        steps=steps,
+        tools=tools,
     )
 
 
 def _check_step_keys(run: int, position: int, step: _StepModel) -> None:
-    allowed = _STEP_KEYS[step.kind]
+    allowed = _STEP_KEYS[StepKind(step.kind)]
     for name in _StepModel.model_fields:
         if name in step.model_fields_set and name not in allowed:
             raise _InvalidError(
@@ -773,7 +971,7 @@ def _tool_parts(run: int, steps: Sequence[_StepModel]) -> tuple[list[int | None]
     for position, step in enumerate(steps):
         if opener is not None:
             tool = steps[opener].tool
-            if step.kind != "tool_exec":
+            if step.kind != StepKind.TOOL_EXEC:
                 raise _InvalidError(
                     _key("runs", run, "steps", opener),
                     f"a tool_input must be followed at once by a tool_exec of the same tool ({tool!r}), "
@@ -786,14 +984,14 @@ def _tool_parts(run: int, steps: Sequence[_StepModel]) -> tuple[list[int | None]
                     f"not {step.tool!r}",
                 )
             opener = None
-        elif step.kind == "model":
+        elif step.kind == StepKind.MODEL:
             current = None
-        elif step.kind == "tool_input":
+        elif step.kind == StepKind.TOOL_INPUT:
             assert step.tool is not None  # checked by _check_step_keys
             tools.append(step.tool)
             current = len(tools) - 1
             opener = position
-        elif step.kind == "tool_exec":
+        elif step.kind == StepKind.TOOL_EXEC:
             raise _InvalidError(
                 _key("runs", run, "steps", position),
                 "a tool_exec must come right after a tool_input of the same tool",
@@ -879,19 +1077,19 @@ def _check_namespace(runs: Sequence[_RunModel], actions: Sequence[_ActionModel])
 def _check_action(
     index: int, action: _ActionModel, names: _Names, directories: set[str], gates: frozenset[str]
 ) -> None:
-    do = action.do
+    do = action_do(action.do)
     given = action.model_fields_set
     takes = _ACTION_KEYS[do]
     for name in _ActionModel.model_fields:
         if name in given and name not in ("id", "when", "do", *takes):
             raise _InvalidError(
                 _key("actions", index, name),
-                f"do = {do!r} does not take this key (its keys: {_listing(takes)})",
+                f"do = {do.value!r} does not take this key (its keys: {_listing(takes)})",
             )
     for name in _ACTION_REQUIRED[do]:
         if name not in given:
-            raise _InvalidError(_key("actions", index, name), f"do = {do!r} needs this key")
-    if do in _CLOSES and action.mode not in _CLOSE_MODES:
+            raise _InvalidError(_key("actions", index, name), f"do = {do.value!r} needs this key")
+    if do in CLOSES and action.mode not in _CLOSE_MODES:
         raise _InvalidError(
             _key("actions", index, "mode"),
             f"must be {_one_of(_CLOSE_MODES)}, not {_describe(action.mode)}",
@@ -905,15 +1103,15 @@ def _check_action(
         run = names.runs.get(action.run)
         if run is None:
             raise _InvalidError(_key("actions", index, "run"), f"{action.run!r} names no run of this file")
-        if do == "start_run" and run.start != "manual":
+        if do is UserAction.START_RUN and run.start is not RunStart.MANUAL:
             raise _InvalidError(
                 _key("actions", index, "run"),
                 f"run {run.id!r} starts at begin; start_run needs a run declared with start = 'manual'",
             )
-    if do == "reply_permission" and action.decision not in _DECISIONS:
+    if do is UserAction.REPLY_PERMISSION and action.decision not in _values(Decision):
         raise _InvalidError(
             _key("actions", index, "decision"),
-            f"must be {_one_of(_DECISIONS)}, not {_describe(action.decision)}",
+            f"must be {_one_of(Decision)}, not {_describe(action.decision)}",
         )
     if "answer" in given and _answer(action.answer) is None:
         raise _InvalidError(
@@ -938,24 +1136,45 @@ def _answer(value: object) -> str | None:
 
 
 def _build_action(index: int, action_id: str, action: _ActionModel, names: _Names) -> ActionSpec:
-    do = action.do
+    do = action_do(action.do)
     grace_ms = None
-    if do in ("shutdown", "test_teardown"):
+    if do in SHUTDOWNS:
         grace_ms = _DEFAULT_GRACE_MS if action.grace_ms is None else action.grace_ms
     return ActionSpec(
         id=action_id,
         when=_parse_event(action.when, names, _key("actions", index, "when")),
         do=do,
         directory=action.directory,
-        mode=action.mode,
+        mode=CloseMode(action.mode) if action.mode is not None else None,
         origin=action.origin if action.origin is not None else _DEFAULT_ORIGIN.get(do),
         run=action.run,
-        decision=action.decision,
+        decision=Decision(action.decision) if action.decision is not None else None,
         message=action.message,
         answer=_answer(action.answer) if "answer" in action.model_fields_set else None,
         gate=action.gate,
         grace_ms=grace_ms,
     )
+
+
+def _check_when_cycles(actions: Sequence[ActionSpec]) -> None:
+    """Refuse an action that waits, through ``when``, for itself: it could never fire."""
+    waits_for = {action.id: action.when.action for action in actions if action.when.action is not None}
+    for index, action in enumerate(actions):
+        chain = [action.id]
+        current = waits_for.get(action.id)
+        while current is not None and current not in chain:
+            chain.append(current)
+            current = waits_for.get(current)
+        if current != action.id:
+            continue
+        if len(chain) == 1:
+            reason = "an action cannot wait for its own event"
+        else:
+            through = " which waits for ".join(repr(name) for name in (*chain[1:], action.id))
+            reason = f"it waits for {through}"
+        raise _InvalidError(
+            _key("actions", index, "when"), f"{action.when.raw!r} can never come: {reason}, so it never fires"
+        )
 
 
 _EVENT_FORMS = (
@@ -967,8 +1186,8 @@ _EVENT_FORMS = (
 def _parse_event(raw: str, names: _Names, key: str) -> When:
     """An event named as in ``when``; raises when it names nothing in the file or cannot happen."""
     parts = raw.split(".")
-    if raw == "begin":
-        return When(raw=raw, kind="begin")
+    if raw == WhenKind.BEGIN:
+        return When(raw=raw, kind=WhenKind.BEGIN)
     if len(parts) not in (2, 3) or not all(parts):
         raise _InvalidError(key, f"{raw!r} is not an event name: expected {_EVENT_FORMS}")
     head, *rest = parts
@@ -985,34 +1204,47 @@ def _parse_event(raw: str, names: _Names, key: str) -> When:
             )
         if what not in ("started", "finished"):
             raise _InvalidError(key, f"{raw!r}: a step's events are .started and .finished, not {what!r}")
-        return When(raw=raw, kind=f"step_{what}", run=head, step=step)
+        kind = WhenKind.STEP_STARTED if what == "started" else WhenKind.STEP_FINISHED
+        return When(raw=raw, kind=kind, run=head, step=step)
     (what,) = rest
     if head in names.runs:
         if what not in ("started", "finished"):
             raise _InvalidError(key, f"{raw!r}: a run's events are .started and .finished, not {what!r}")
-        return When(raw=raw, kind=f"run_{what}", run=head)
+        kind = WhenKind.RUN_STARTED if what == "started" else WhenKind.RUN_FINISHED
+        return When(raw=raw, kind=kind, run=head)
     action = names.actions.get(head)
     if action is None:
         if head in names.sessions:
             raise _InvalidError(key, f"{raw!r} names a session; an event names a run, a step or an action")
         raise _InvalidError(key, f"{raw!r} names no run or action of this file")
-    results = _results(action.do, action.mode)
-    if what == "completed" and action.do in _LIFECYCLE:
-        return When(raw=raw, kind="action_completed", action=head)
+    do = action_do(action.do)
+    lifecycle = isinstance(do, CloseAction)
+    results = _results(do, CloseMode(action.mode) if do in CLOSES and action.mode is not None else None)
+    if what == "completed" and lifecycle:
+        return When(raw=raw, kind=WhenKind.ACTION_COMPLETED, action=head)
     if what not in results:
-        events = (*results, "completed") if action.do in _LIFECYCLE else results
-        mode = f" in mode {action.mode}" if action.do in _CLOSES else ""
+        events = (*results, "completed") if lifecycle else results
+        mode = f" in mode {action.mode}" if do in CLOSES else ""
         raise _InvalidError(
             key,
-            f"action {head!r} ({action.do}{mode}) can never give {what!r}; "
+            f"action {head!r} ({do}{mode}) can never give {what!r}; "
             f"its events are {_listing(repr(f'{head}.{event}') for event in events)}",
         )
-    return When(raw=raw, kind="action_result", action=head, result=what)
+    return When(raw=raw, kind=WhenKind.ACTION_RESULT, action=head, result=CloseResult(what))
 
 
 # Expectations
 
 _NULLABLE_RUN_FIELDS = ("outcome", "reason", "origin", "action", "phase", "generation", "error")
+_RUN_FIELD_TYPES: Mapping[str, Callable[[Any], object]] = {
+    "outcome": Outcome,
+    "reason": InterruptReason,
+    "phase": Phase,
+}
+
+
+def _same(value: object) -> object:
+    return value
 
 
 def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> Expectation:
@@ -1022,17 +1254,23 @@ def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> 
         run = _validate(_RunExpectModel, entry, prefix)
         for name in entry:
             value = getattr(run, name)
-            fields[name] = None if name in _NULLABLE_RUN_FIELDS and value == "none" else value
+            fields[name] = (
+                None
+                if name in _NULLABLE_RUN_FIELDS and value == NONE
+                else _RUN_FIELD_TYPES.get(name, _same)(value)
+            )
         if fields.get("action") is not None and fields["action"] not in names.actions:
             raise _InvalidError(_key(*prefix, "action"), f"{fields['action']!r} names no action of this file")
         if run.tool_parts is not None:
             fields["tool_parts"] = _tool_parts_expectation(run.tool_parts, (*prefix, "tool_parts"))
-        return Expectation(target=target, target_kind="run", fields=MappingProxyType(fields))
+        return Expectation(target=target, target_kind=ExpectationTarget.RUN, fields=MappingProxyType(fields))
     if target in names.actions:
         action = _validate(_ActionExpectModel, entry, prefix)
         for name in entry:
             value = getattr(action, name)
-            fields[name] = None if name == "completed" and value == "none" else value
+            if name == "result":
+                value = CloseResult(value) if value in _values(CloseResult) else ScenarioResult(value)
+            fields[name] = None if name == "completed" and value == NONE else value
         if action.completed_after is not None:
             key = _key(*prefix, "completed_after")
             fields["completed_after"] = _parse_event(action.completed_after, names, key)
@@ -1043,26 +1281,30 @@ def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> 
                         _key(*prefix, "interrupted_runs", index), f"{run_id!r} names no run of this file"
                     )
             fields["interrupted_runs"] = tuple(sorted(set(action.interrupted_runs)))
-        return Expectation(target=target, target_kind="action", fields=MappingProxyType(fields))
+        return Expectation(
+            target=target, target_kind=ExpectationTarget.ACTION, fields=MappingProxyType(fields)
+        )
     if target in names.sessions:
         session = _validate(_SessionExpectModel, entry, prefix)
-        fields.update((name, getattr(session, name)) for name in entry)
-        return Expectation(target=target, target_kind="session", fields=MappingProxyType(fields))
+        fields.update((name, SessionStatus(getattr(session, name))) for name in entry)
+        return Expectation(
+            target=target, target_kind=ExpectationTarget.SESSION, fields=MappingProxyType(fields)
+        )
     raise _InvalidError(_key(*prefix), f"{target!r} names no run, action or session of this file")
 
 
 def _tool_parts_expectation(
     items: Sequence[object], prefix: tuple[str | int, ...]
-) -> tuple[str | PartExpectation, ...]:
-    parts: list[str | PartExpectation] = []
+) -> tuple[PartState | PartExpectation, ...]:
+    parts: list[PartState | PartExpectation] = []
     for index, item in enumerate(items):
         if isinstance(item, str):
-            if item not in _PART_STATES:
-                raise _InvalidError(_key(*prefix, index), f"must be {_one_of(_PART_STATES)}, not {item!r}")
-            parts.append(item)
+            if item not in _values(PartState):
+                raise _InvalidError(_key(*prefix, index), f"must be {_one_of(PartState)}, not {item!r}")
+            parts.append(PartState(item))
         elif isinstance(item, dict):
             part = _validate(_PartExpectModel, item, (*prefix, index))
-            parts.append(PartExpectation(state=part.state, tool_started=part.tool_started))
+            parts.append(PartExpectation(state=PartState(part.state), tool_started=part.tool_started))
         else:
             raise _InvalidError(
                 _key(*prefix, index),

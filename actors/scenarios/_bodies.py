@@ -1,0 +1,102 @@
+"""What a scenario's runs and instances stand for: run bodies made of steps, and instance hooks with faults.
+
+A body is ordinary host code: it uses only the public ``RunContext`` (steps, tool calls, asks, the
+cancellation token) and ``Gate``, exactly as an agent backend would.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from run_supervisor import Gate, RunContext, ToolCall
+from run_supervisor.actors.scenarios._format import RunSpec, Scenario, StepSpec
+from run_supervisor.protocol import PartState, StepKind
+
+__all__ = ["ScenarioFault", "ScenarioHooks", "make_body"]
+
+
+class ScenarioFault(Exception):
+    """The error a step's ``fail`` key makes the run body raise."""
+
+
+def _work(ctx: RunContext, step: StepSpec, gates: dict[str, Gate]) -> None:
+    interruptible = not step.ignores_cancel
+    if step.gate is not None and (step.kind is not StepKind.TOOL_EXEC or step.at is PartState.RUNNING):
+        gates[step.gate].wait(ctx.token, interruptible=interruptible)
+    if step.ms:
+        ctx.token.wait_until(lambda: False, step.ms / 1000.0, interruptible=interruptible)
+    if not interruptible:
+        ctx.check()  # the step's work is done: now the decided interrupt takes effect
+    if step.fail is not None:
+        raise ScenarioFault(step.fail)
+
+
+def make_body(spec: RunSpec, gates: dict[str, Gate]) -> Callable[[RunContext], None]:
+    """The run body a scenario run stands for: its steps, gates, work, faults and asks."""
+    last_step_of_part: dict[int, str] = {}
+    for step in spec.steps:
+        if step.part is not None:
+            last_step_of_part[step.part] = step.id
+
+    def body(ctx: RunContext) -> None:
+        # Each step's state is reported *before* its run.step.started event, so an action fired on
+        # that event finds the part (and an immediate ask) exactly where the file says it is.
+        call: ToolCall | None = None
+        for step in spec.steps:
+            kind = step.kind
+            asks = kind in (StepKind.PERMISSION, StepKind.FORM)
+            ask_at_once = asks and step.gate is None and not step.ms and step.fail is None
+            if kind is StepKind.TOOL_INPUT:
+                assert step.tool is not None
+                call = ctx.tool(step.tool)
+            elif kind is StepKind.TOOL_EXEC:
+                assert call is not None
+                call.prepared()
+                if step.at is PartState.RUNNING:
+                    call.running()
+            elif ask_at_once:
+                ctx.raise_ask(form=kind is StepKind.FORM)
+            ctx.step_started(step.id, kind)
+            if kind is StepKind.TOOL_EXEC and step.at is PartState.PREPARED:
+                assert call is not None
+                if step.gate is not None:
+                    gates[step.gate].wait(ctx.token, interruptible=not step.ignores_cancel)
+                    if step.ignores_cancel:
+                        ctx.check()
+                call.running()
+            _work(ctx, step, gates)
+            if kind is StepKind.PERMISSION:
+                ctx.ask_permission(raised=ask_at_once)
+            elif kind is StepKind.FORM:
+                ctx.ask_form(raised=ask_at_once)
+            if kind is StepKind.TOOL_EXEC and step.error is not None:
+                assert call is not None
+                call.failed(step.error)
+            ctx.step_finished(step.id, kind)
+            if step.part is not None and last_step_of_part[step.part] == step.id and call is not None:
+                call.completed()  # ignored by the core if the part already ended in error
+
+    return body
+
+
+class ScenarioHooks:
+    """Instance hooks with the file's faults: a dispose that raises, or that takes ``dispose_ms``."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self._faults = scenario.instance_faults
+        self.release = threading.Event()
+        """Set when the play ends: a dispose hook still waiting out its ``dispose_ms`` returns at once."""
+
+    def load(self, directory: str, generation: int) -> Any:
+        return {"directory": directory, "generation": generation}
+
+    def dispose(self, directory: str, generation: int, cache: Any) -> None:
+        fault = self._faults.get(directory)
+        if fault is None:
+            return
+        if fault.dispose_ms:
+            self.release.wait(fault.dispose_ms / 1000.0)
+        if fault.dispose_error is not None:
+            raise RuntimeError(fault.dispose_error)

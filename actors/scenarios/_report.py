@@ -1,0 +1,243 @@
+"""The scenario report: msgspec Structs that encode to exactly the contract's JSON shape.
+
+Field order is the contract's. A field the contract shows only in some cases (a part's ``message``, an
+interrupted part's ``reason``/``origin``/``phase``, an action's close fields) defaults to ``UNSET`` and is
+then left out of the encoding; ``None`` encodes as ``null``. ``abandoned`` (an extension) appears only when
+true. The events are the library's events as the contract names their fields (``run``, ``action``), kept
+as plain mappings so that a new library event reaches the report without a change here.
+
+:func:`check_expectations` compares a report with the file's ``[expect]`` and returns one readable line
+per expectation that did not hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from run_supervisor.actors.scenarios._format import (
+    ActionDo,
+    Expectation,
+    ExpectationTarget,
+    PartExpectation,
+    ScenarioResult,
+    When,
+)
+from run_supervisor.protocol import (
+    CloseResult,
+    InterruptReason,
+    Outcome,
+    PartState,
+    Phase,
+    SessionStatus,
+)
+
+__all__ = [
+    "ActionReport",
+    "FolderReport",
+    "InvalidScenario",
+    "PartReport",
+    "RunReport",
+    "ScenarioReport",
+    "check_expectations",
+    "to_builtins",
+]
+
+
+class PartReport(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One tool part the run reached, as a UI would show it."""
+
+    tool: str
+    state: PartState
+    tool_started: bool
+    label: str
+    message: str | UnsetType = UNSET
+    """The tool's error, or the feedback of a permission rejected with a message."""
+    reason: InterruptReason | UnsetType | None = UNSET
+    """``interrupted`` parts only (with ``origin`` and ``phase``)."""
+    origin: str | UnsetType | None = UNSET
+    phase: Phase | UnsetType | None = UNSET
+
+
+class RunReport(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What became of one declared run (``outcome`` null when it never started)."""
+
+    session: str
+    directory: str
+    generation: int | None
+    outcome: Outcome | None
+    reason: InterruptReason | None
+    origin: str | None
+    action: str | None
+    """The file's id of the action that interrupted the run."""
+    phase: Phase | None
+    error: str | None
+    tool_parts: list[PartReport]
+    abandoned: bool = False
+    """Extension: the body was still running at shutdown's deadline and was left behind."""
+
+
+class ActionReport(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One action's result; closes (and shutdowns) add what was decided at the request."""
+
+    do: ActionDo
+    result: CloseResult | ScenarioResult | None
+    """``None`` when the action fired and its answer never came."""
+    action_id: str | UnsetType | None = UNSET
+    completed: bool | UnsetType = UNSET
+    completed_directories: list[str] | UnsetType = UNSET
+    pending_directories: list[str] | UnsetType = UNSET
+    blocking_runs: list[str] | UnsetType = UNSET
+    interrupted_runs: list[str] | UnsetType = UNSET
+    abandoned_runs: list[str] | UnsetType = UNSET
+    """``shutdown`` and ``test_teardown`` only: bodies left running at the deadline, sorted."""
+    error: str | UnsetType = UNSET
+    """``rejected`` only: why, in one sentence."""
+
+
+class ScenarioReport(msgspec.Struct, frozen=True):
+    """The report of one played scenario (``run-supervisor scenario FILE --json``)."""
+
+    scenario: str
+    file: str
+    passed: bool
+    runs: dict[str, RunReport]
+    actions: dict[str, ActionReport]
+    sessions: dict[str, SessionStatus]
+    events: list[dict[str, Any]]
+    """The ordered stream: ``seq`` (1, 2, 3…), ``type`` and the event's fields."""
+    failures: list[str]
+
+
+class InvalidScenario(msgspec.Struct, frozen=True):
+    """A folder's entry for a file that is not a valid scenario."""
+
+    file: str
+    error: str
+
+
+class FolderReport(msgspec.Struct, frozen=True):
+    """``run-supervisor scenario FOLDER --json``: every file, sorted by name."""
+
+    passed: bool
+    scenarios: list[ScenarioReport | InvalidScenario]
+
+
+def to_builtins(report: ScenarioReport | InvalidScenario | FolderReport) -> dict[str, Any]:
+    """The report as JSON-ready Python data (dicts, lists, strings, numbers, ``None``)."""
+    data: dict[str, Any] = msgspec.to_builtins(report)
+    return data
+
+
+# ----------------------------------------------------------------------------------------------------
+# Expectations
+
+
+def check_expectations(
+    expect: Sequence[Expectation],
+    report: ScenarioReport,
+    names: Sequence[tuple[int, str]],
+    completions: Mapping[str, int],
+) -> list[str]:
+    """One line per expectation that did not hold.
+
+    ``names`` pairs each report event index with the ``when`` name it stands for (for
+    ``completed_after``); ``completions`` maps an action to the index of its ``lifecycle.completed``.
+    """
+    failures: list[str] = []
+    for expectation in expect:
+        if expectation.target_kind is ExpectationTarget.RUN:
+            failures += _check_run(expectation, report.runs[expectation.target])
+        elif expectation.target_kind is ExpectationTarget.ACTION:
+            failures += _check_action(
+                expectation, report.actions[expectation.target], names, completions.get(expectation.target)
+            )
+        else:
+            got = report.sessions.get(expectation.target, SessionStatus.IDLE)
+            want = expectation.fields.get("status")
+            if want is not None and got != want:
+                failures.append(f"{expectation.target}: expected status {_shown(want)}, got {_shown(got)}")
+    return failures
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "none"
+    return repr(str(value)) if isinstance(value, str) else repr(value)
+
+
+def _check_run(expectation: Expectation, run: RunReport) -> list[str]:
+    failures: list[str] = []
+    rid = expectation.target
+    for key, want in expectation.fields.items():
+        if key == "tool_parts":
+            assert isinstance(want, tuple)
+            failures += _check_parts(rid, want, run.tool_parts)
+            continue
+        got = getattr(run, key)
+        if got != want:
+            context = f" (reason {run.reason})" if key == "outcome" and run.reason else ""
+            failures.append(f"{rid}: expected {key} {_shown(want)}, got {_shown(got)}{context}")
+    return failures
+
+
+def _check_parts(
+    rid: str, wanted: Sequence[PartState | PartExpectation], parts: Sequence[PartReport]
+) -> list[str]:
+    if len(wanted) != len(parts):
+        states = [str(part.state) for part in parts]
+        return [f"{rid}: expected {len(wanted)} tool part(s), got {len(parts)} {states}"]
+    failures = []
+    for index, (expected, part) in enumerate(zip(wanted, parts, strict=True)):
+        state = expected.state if isinstance(expected, PartExpectation) else expected
+        if part.state != state:
+            failures.append(
+                f"{rid}: tool part {index}: expected state {_shown(state)}, got {_shown(part.state)}"
+            )
+        if (
+            isinstance(expected, PartExpectation)
+            and expected.tool_started is not None
+            and part.tool_started != expected.tool_started
+        ):
+            failures.append(
+                f"{rid}: tool part {index}: expected tool_started {expected.tool_started}, "
+                f"got {part.tool_started}"
+            )
+    return failures
+
+
+def _check_action(
+    expectation: Expectation,
+    action: ActionReport,
+    names: Sequence[tuple[int, str]],
+    completion: int | None,
+) -> list[str]:
+    failures: list[str] = []
+    aid = expectation.target
+    for key, want in expectation.fields.items():
+        if key == "completed_after":
+            assert isinstance(want, When)
+            if completion is None:
+                failures.append(f"{aid}: expected to complete after {want.raw}, but it never completed")
+                continue
+            first = next((index for index, name in names if name == want.raw), None)
+            if first is None:
+                failures.append(f"{aid}: expected to complete after {want.raw}, which never happened")
+            elif first >= completion:
+                failures.append(f"{aid}: completed (event {completion + 1}) before {want.raw}")
+            continue
+        got = getattr(action, key)
+        if key == "interrupted_runs":
+            wanted_runs = set(want) if isinstance(want, tuple | list) else set()
+            got_runs = [] if got is UNSET else got
+            if set(got_runs) != wanted_runs:
+                failures.append(f"{aid}: expected interrupted_runs {sorted(wanted_runs)}, got {got_runs}")
+            continue
+        if got is UNSET:
+            got = None
+        if got != want:
+            failures.append(f"{aid}: expected {key} {_shown(want)}, got {_shown(got)}")
+    return failures
