@@ -239,6 +239,21 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------------------------------
+# schema
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from run_supervisor.protocol import wire_schema
+
+    _print_json(wire_schema())
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------
 # The table and the entry point
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -253,6 +268,12 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "serve the supervisor over HTTP + server-sent events (docs/wire.md)",
         _serve_arguments,
         _serve,
+    ),
+    Subcommand(
+        "schema",
+        "print the JSON Schema of every request, answer, snapshot and event (to generate client types)",
+        _no_arguments,
+        _schema,
     ),
 )
 
