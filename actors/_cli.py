@@ -223,7 +223,7 @@ def _timeline(report: ScenarioReport) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------
-# serve (actors/hosts/_serve.py)
+# serve and stdio (actors/hosts/_serve.py)
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -236,6 +236,18 @@ def _serve(args: argparse.Namespace) -> int:
     from run_supervisor.actors.hosts._serve import serve_command
 
     return serve_command(args)
+
+
+def _stdio_arguments(parser: argparse.ArgumentParser) -> None:
+    from run_supervisor.actors.hosts._serve import add_stdio_arguments
+
+    add_stdio_arguments(parser)
+
+
+def _stdio(args: argparse.Namespace) -> int:
+    from run_supervisor.actors.hosts._serve import stdio_command
+
+    return stdio_command(args)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -274,6 +286,12 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "print the JSON Schema of every request, answer, snapshot and event (to generate client types)",
         _no_arguments,
         _schema,
+    ),
+    Subcommand(
+        "stdio",
+        "a sidecar speaking JSON lines on stdin and stdout (docs/wire.md)",
+        _stdio_arguments,
+        _stdio,
     ),
 )
 

@@ -84,7 +84,7 @@ def test_every_event_and_answer_the_scenario_library_emits_validates_against_the
     sent: list[msgspec.Struct],
 ) -> None:
     for path in scenario_files(LIBRARY):
-        assert play(load_scenario(path), timeout=10)["passed"], path.name
+        assert play(load_scenario(path), timeout=10).passed, path.name
     kinds = {struct_name(message) for message in sent}
     assert {
         "RunFinished",
