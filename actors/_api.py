@@ -35,6 +35,7 @@ from run_supervisor.actors._errors import (
     raise_for_rejection,
 )
 from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
+from run_supervisor.actors._journal import Journal, JournaledPublisher, JournalSync, start_journal
 from run_supervisor.actors._relay import Relay, complete
 from run_supervisor.actors._run_actor import RunActor
 from run_supervisor.actors._subscription import Publisher, Subscription
@@ -64,6 +65,7 @@ from run_supervisor.protocol import (
     ReplyPermission,
     Request,
     RequestOutcome,
+    RunRecovered,
     RunSnapshot,
     SessionSnapshot,
     Shutdown,
@@ -204,7 +206,9 @@ class Supervisor:
     """Owns run lifetime. Start it with ``Supervisor.start()``; stop it with ``shutdown()`` (or use
     it as a context manager). Thread-safe: call it from any thread."""
 
-    def __init__(self, config: SupervisorConfig, hooks: InstanceHooks) -> None:
+    def __init__(
+        self, config: SupervisorConfig, hooks: InstanceHooks, journal: Journal | None = None
+    ) -> None:
         if not isinstance(config, SupervisorConfig):
             raise InvalidRequest(f"config must be a SupervisorConfig, not {type(config).__name__}")
         for hook in ("load", "dispose"):
@@ -222,7 +226,17 @@ class Supervisor:
         core = SupervisorCore(
             dispose_budget_ms=config.dispose_budget_ms, retain_finished=config.retain_finished_runs
         )
-        self._publisher = Publisher()
+        self._publisher: Publisher
+        recovered: list[Event] = []
+        if journal is None:
+            self._publisher = Publisher()
+        else:
+            recovered = start_journal(journal, core, retain_finished=config.retain_finished_runs)
+            self._publisher = JournaledPublisher(journal)
+            self.threads.add(self._publisher.thread)
+        # The run.recovered events are the stream's first (seq 1..k), decided before any request and
+        # before any subscription can exist: hosts read them from recovered(), deterministically.
+        self._recovered = tuple(e for e in recovered if isinstance(e, RunRecovered))
         self._ref = SessionSupervisor.start(
             core,
             hooks,
@@ -248,15 +262,31 @@ class Supervisor:
         *,
         hooks: InstanceHooks | None = None,
         directories: Iterable[str | PathLike[str]] = (),
+        journal: str | PathLike[str] | None = None,
+        journal_sync: JournalSync = "normal",
     ) -> Supervisor:
         """Start a supervisor. ``directories`` are loaded (generation 1) before this returns: it waits
         for their load hooks (each bounded by ``load_budget_ms``). If one raised or overran, the
         supervisor is shut down again and ``LoadFailed`` names each directory and its error; a host
-        that wants to keep a supervisor whose loads failed starts it bare and calls ``load()``."""
+        that wants to keep a supervisor whose loads failed starts it bare and calls ``load()``.
+
+        ``journal`` names a run journal (an SQLite file, created if missing): runs, tool parts, open
+        asks and lifecycle actions are recorded there, and runs a dead process left unfinished are
+        recovered at this start (``recovered()``). ``journal_sync`` is ``"normal"`` (a commit survives
+        a process crash) or ``"full"`` (it survives a power loss too). See docs/api.md, "Crashes"."""
         if isinstance(directories, str | bytes) or not isinstance(directories, Iterable):
             raise InvalidRequest("directories must be an iterable of directory names (not one str)")
         dirs = check.directory_names("directories", tuple(directories))
-        supervisor = cls(config or SupervisorConfig(), hooks or NoInstanceHooks())
+        if journal_sync not in ("normal", "full"):
+            raise InvalidRequest(f"journal_sync must be 'normal' or 'full', not {journal_sync!r}")
+        opened = None
+        if journal is not None:
+            if not isinstance(journal, str | PathLike) or isinstance(journal, bytes):
+                raise InvalidRequest(
+                    f"journal must be a path (str or os.PathLike), not {type(journal).__name__}"
+                )
+            opened = Journal.open(journal, synchronous=journal_sync)
+        supervisor = cls(config or SupervisorConfig(), hooks or NoInstanceHooks(), opened)
         if dirs:
             try:
                 supervisor.load(*dirs)
@@ -501,6 +531,7 @@ class Supervisor:
         session: str,
         directory: str | PathLike[str],
         run_id: str | None = None,
+        resume_of: str | None = None,
         timeout: float | None = None,
     ) -> RunHandle:
         """Start a run (or queue it behind the session's active run). The body runs on its own
@@ -509,6 +540,9 @@ class Supervisor:
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = self._start_run_request(session=session, directory=directory, run_id=run_id)
+        if resume_of is not None:
+            check.identifier("resume_of", resume_of)
+            request = msgspec.structs.replace(request, resume_of=resume_of)
         while True:
             finished: Future[RunSnapshot] = Future()
             outcome = self._get(self._call(request, body, finished), limit)
@@ -656,6 +690,14 @@ class Supervisor:
                     _live.discard(self)
         final = self._final
         return final if final is not None else done.outcome
+
+    def recovered(self) -> tuple[RunRecovered, ...]:
+        """The runs the previous process left unfinished in the journal, each ended ``interrupted``
+        with reason ``crash`` at this start (empty without a journal, or after a clean shutdown).
+        They are the first events of this supervisor's stream (``seq`` 1..k), decided before any
+        request was taken and before any subscription could exist, so no subscription receives them:
+        this is where a host reads them."""
+        return self._recovered
 
     @property
     def closed(self) -> bool:

@@ -7,6 +7,9 @@ from run_supervisor.protocol import CloseOutcome, InterruptReason, RejectCode, R
 __all__ = [
     "AlreadyInterrupting",
     "InvalidRequest",
+    "JournalError",
+    "JournalLocked",
+    "JournalUnreadable",
     "LoadFailed",
     "NothingPending",
     "RunAlreadyExists",
@@ -91,6 +94,19 @@ class LoadFailed(SupervisorError):
 
 class SupervisorTimeout(SupervisorError, TimeoutError):
     """A bounded wait ran out before the supervisor answered."""
+
+
+class JournalError(SupervisorError):
+    """The run journal could not be used; the supervisor did not start on it."""
+
+
+class JournalLocked(JournalError):
+    """Another live supervisor (in this process or another) holds the journal; it is never shared."""
+
+
+class JournalUnreadable(JournalError):
+    """The file is not a run-supervisor journal (another file, a corrupt one, a newer schema). It is
+    left untouched: nothing is ever overwritten."""
 
 
 class RunInterrupted(BaseException):  # a signal to unwind, like trio.Cancelled

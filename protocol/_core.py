@@ -44,6 +44,7 @@ from run_supervisor.protocol._events import (
     InstanceStarted,
     RunFinished,
     RunQueued,
+    RunRecovered,
     RunStarted,
     SessionStatusChanged,
     StepFinished,
@@ -62,6 +63,7 @@ from run_supervisor.protocol._requests import (
     DisposeDone,
     GraceExpired,
     PartReport,
+    RecoveredRun,
     ReplyPermission,
     Request,
     RequestOutcome,
@@ -146,6 +148,58 @@ class SupervisorCore(LifecycleMixin):
         """Load the directory's instance now if it has no current generation."""
         if self._shutdown is None and self._directory(directory).current is None:
             self._load(directory)
+        return self._flush()
+
+    def recover(self, runs: Iterable[RecoveredRun]) -> list[Command]:
+        """Take on the runs a dead process left unfinished (read from its journal); call it before
+        any request. Each is known from now on as finished, ``interrupted`` with reason ``crash``
+        (so ``resume_of`` may name it and its id is not reused while it is remembered), and is
+        announced by a ``run.recovered`` event."""
+        for recovered in runs:
+            if recovered.run_id in self._runs:
+                continue
+            interrupt = _Interrupt(
+                reason=InterruptReason.CRASH, origin="crash", action=None, phase=recovered.phase
+            )
+            run = _Run(
+                id=recovered.run_id,
+                session=recovered.session,
+                directory=recovered.directory or "",
+                state=RunState.INTERRUPTED,
+                generation=recovered.generation,
+                interrupt=interrupt,
+                parts=[
+                    _Part(
+                        tool=p.tool,
+                        state=p.state,
+                        tool_started=p.tool_started,
+                        message=p.message,
+                        reason=p.reason,
+                        origin=p.origin,
+                        phase=p.phase,
+                    )
+                    for p in recovered.parts
+                ],
+            )
+            self._runs[run.id] = run
+            self._runs_in[run.state] += 1  # it enters the core already finished: no move to make
+            self._remember_finished(run.id)
+            self._emit(
+                RunRecovered(
+                    seq=0,
+                    run_id=run.id,
+                    session=run.session,
+                    directory=recovered.directory,
+                    generation=recovered.generation,
+                    outcome=Outcome.INTERRUPTED,
+                    reason=InterruptReason.CRASH,
+                    origin=interrupt.origin,
+                    phase=recovered.phase,
+                    parent_run_id=recovered.parent_run_id,
+                    parts=recovered.parts,
+                    withdrawn_asks=recovered.withdrawn_asks,
+                )
+            )
         return self._flush()
 
     def request(self, request: Request, reply_to: Any) -> list[Command]:
@@ -292,7 +346,17 @@ class SupervisorCore(LifecycleMixin):
                 f"run {req.run_id!r} already exists; run ids are unique",
             )
             return
-        run = _Run(id=req.run_id, session=req.session, directory=req.directory)
+        if req.resume_of is not None:
+            resumed = self._runs.get(req.resume_of)
+            if resumed is None or resumed.state not in _OUTCOMES:
+                self._reject(
+                    reply_to,
+                    RejectCode.UNKNOWN_RUN if resumed is None else RejectCode.INVALID_REQUEST,
+                    f"run {req.resume_of!r} to resume "
+                    + ("is not known (or was forgotten)" if resumed is None else "has not finished"),
+                )
+                return
+        run = _Run(id=req.run_id, session=req.session, directory=req.directory, resume_of=req.resume_of)
         self._runs[run.id] = run
         self._runs_in[run.state] += 1
         self._directory(run.directory)
@@ -327,6 +391,7 @@ class SupervisorCore(LifecycleMixin):
                 session=run.session,
                 directory=run.directory,
                 generation=instance.generation,
+                resume_of=run.resume_of,
             )
         )
         self._out.append(

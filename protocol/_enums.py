@@ -73,6 +73,9 @@ class InterruptReason(StrEnum):
     SHUTDOWN = "shutdown"
     TEST_TEARDOWN = "test_teardown"
     TIMEOUT = "timeout"
+    CRASH = "crash"
+    """The process that supervised the run died (a crash, a kill, a power loss); found unfinished in
+    the run journal at the next start and reported by ``run.recovered``."""
 
 
 class Outcome(StrEnum):

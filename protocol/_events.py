@@ -33,6 +33,7 @@ __all__ = [
     "LifecycleRequested",
     "RunFinished",
     "RunQueued",
+    "RunRecovered",
     "RunStarted",
     "SessionStatusChanged",
     "StepFinished",
@@ -66,6 +67,8 @@ class RunStarted(_Event, frozen=True, tag="run.started"):
     session: str
     directory: str
     generation: int
+    resume_of: str | None = None
+    """The finished run this one continues (``start_run(..., resume_of=...)``), if any."""
 
 
 class StepStarted(_Event, frozen=True, tag="run.step.started"):
@@ -94,6 +97,26 @@ class RunFinished(_Event, frozen=True, tag="run.finished"):
     """The instance generation the run was pinned to (None: it never started)."""
     parts: tuple[PartSnapshot, ...] = ()
     """Its tool parts as they ended: what a UI needs to draw the tool cards."""
+
+
+class RunRecovered(_Event, frozen=True, tag="run.recovered"):
+    """A run found unfinished in the journal at start: the process that ran it died. It ends
+    ``interrupted`` with reason ``crash``; published before the supervisor accepts any request."""
+
+    run_id: str
+    session: str
+    directory: str | None
+    generation: int | None
+    outcome: Outcome
+    reason: InterruptReason
+    origin: str
+    phase: Phase | None
+    parent_run_id: str | None
+    parts: tuple[PartSnapshot, ...]
+    """Its tool parts, settled: an unfinished one is ``interrupted``, and ``tool_started`` tells the
+    UI whether the tool may have run."""
+    withdrawn_asks: tuple[str, ...]
+    """Asks that were waiting for the user; they can no longer be answered."""
 
 
 class SessionStatusChanged(_Event, frozen=True, tag="session.status"):
@@ -140,6 +163,7 @@ Event = (
     | StepStarted
     | StepFinished
     | RunFinished
+    | RunRecovered
     | SessionStatusChanged
     | LifecycleRequested
     | LifecycleDeferred

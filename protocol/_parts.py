@@ -24,6 +24,7 @@ _CAUSES = {
     InterruptReason.PERMISSION_REJECTED: "a rejected permission",
     InterruptReason.FORM_DISMISSED: "a dismissed form",
     InterruptReason.TIMEOUT: "a timeout",
+    InterruptReason.CRASH: "a crash of the backend",
 }
 
 

@@ -46,6 +46,7 @@ class _Run:
     interrupt: _Interrupt | None = None
     error: str | None = None
     abandoned: bool = False
+    resume_of: str | None = None
 
     def open_part(self) -> _Part | None:
         if self.parts and self.parts[-1].state in UNFINISHED_PART_STATES:

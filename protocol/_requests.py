@@ -33,6 +33,7 @@ __all__ = [
     "GraceExpired",
     "PartReport",
     "PartSnapshot",
+    "RecoveredRun",
     "ReplyPermission",
     "Request",
     "RequestOutcome",
@@ -54,6 +55,9 @@ class StartRun(_Request, frozen=True, tag="start_run"):
     run_id: str
     session: str
     directory: str
+    resume_of: str | None = None
+    """The id of a finished run (typically one recovered after a crash) that this run continues;
+    echoed on ``run.started`` so a UI and the journal can link the two."""
 
 
 class CancelRun(_Request, frozen=True, tag="cancel"):
@@ -140,6 +144,21 @@ class DisposeDone(msgspec.Struct, frozen=True):
     directory: str
     generation: int
     error: str | None = None
+
+
+class RecoveredRun(msgspec.Struct, frozen=True, kw_only=True):
+    """A run a dead process left unfinished, as its journal recorded it; already settled: its open
+    tool parts are ``interrupted`` (``tool_started`` says whether the tool may have run)."""
+
+    run_id: str
+    session: str
+    directory: str | None
+    generation: int | None
+    """None: it was still queued, it never started."""
+    parent_run_id: str | None = None
+    phase: Phase | None = None
+    parts: tuple[PartSnapshot, ...] = ()
+    withdrawn_asks: tuple[str, ...] = ()
 
 
 class GraceExpired(msgspec.Struct, frozen=True):

@@ -55,6 +55,15 @@ if TYPE_CHECKING:
         InvalidRequest as InvalidRequest,
     )
     from run_supervisor.actors import (
+        JournalError as JournalError,
+    )
+    from run_supervisor.actors import (
+        JournalLocked as JournalLocked,
+    )
+    from run_supervisor.actors import (
+        JournalUnreadable as JournalUnreadable,
+    )
+    from run_supervisor.actors import (
         LoadFailed as LoadFailed,
     )
     from run_supervisor.actors import (
@@ -197,6 +206,9 @@ _HOME: dict[str, str] = {
     "InstanceActor": "run_supervisor.actors",
     "InstanceHooks": "run_supervisor.actors",
     "InvalidRequest": "run_supervisor.actors",
+    "JournalError": "run_supervisor.actors",
+    "JournalLocked": "run_supervisor.actors",
+    "JournalUnreadable": "run_supervisor.actors",
     "NoInstanceHooks": "run_supervisor.actors",
     "NothingPending": "run_supervisor.actors",
     "PermissionReply": "run_supervisor.actors",
@@ -259,6 +271,9 @@ __all__ = [
     "InstanceHooks",
     "InterruptReason",
     "InvalidRequest",
+    "JournalError",
+    "JournalLocked",
+    "JournalUnreadable",
     "LoadFailed",
     "NoInstanceHooks",
     "NothingPending",

@@ -1,0 +1,275 @@
+"""The run journal: after a crash every run, tool card and session reaches a true terminal state."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from run_supervisor import (
+    Gate,
+    InterruptReason,
+    JournalLocked,
+    JournalUnreadable,
+    Outcome,
+    PartState,
+    RunContext,
+    Supervisor,
+    SupervisorConfig,
+    UnknownRun,
+)
+from run_supervisor.actors.testing import EventLog, simulate_crash
+from run_supervisor.protocol import RunRecovered, RunStarted
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = SupervisorConfig(shutdown_at_exit=False)
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Path:
+    return tmp_path / "runs.journal"
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Supervisor]]:
+    """Supervisors a test starts; any still open at the end is torn down."""
+    started: list[Supervisor] = []
+    yield started
+    for sup in started:
+        if not sup.closed:
+            sup.shutdown(grace_ms=500, reason="test_teardown")
+
+
+def start(opened: list[Supervisor], journal: Path, **kwargs: Any) -> Supervisor:
+    sup = Supervisor.start(CONFIG, journal=journal, **kwargs)
+    opened.append(sup)
+    return sup
+
+
+def preparing_bash(gate: Gate) -> Any:
+    """A body held while the model generates a bash call: the tool has not started."""
+
+    def body(ctx: RunContext) -> None:
+        with ctx.step("tool_input"):
+            ctx.wait(gate)
+
+    return body
+
+
+def running_bash(gate: Gate) -> Any:
+    def body(ctx: RunContext) -> None:
+        with ctx.step("tool_input"):
+            call = ctx.tool("bash")
+        with ctx.step("tool_exec"):
+            call.prepared()
+            call.running()
+            ctx.wait(gate)
+
+    return body
+
+
+def test_a_run_preparing_a_bash_call_when_the_backend_dies_is_recovered_as_a_crash_whose_tool_did_not_run(
+    journal: Path, opened: list[Supervisor]
+) -> None:
+    sup = start(opened, journal, directories=["/w/a"])
+    log = EventLog(sup)
+    sup.start_run(preparing_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    log.wait_for("run.step.started", run_id="r1")
+    log.close()
+    simulate_crash(sup)
+
+    after = start(opened, journal)
+    (recovered,) = after.recovered()
+    assert (recovered.run_id, recovered.outcome, recovered.reason) == ("r1", Outcome.INTERRUPTED, "crash")
+    (part,) = recovered.parts
+    assert part.state is PartState.INTERRUPTED and part.tool_started is False
+    snapshot = after.run("r1")
+    assert snapshot is not None and snapshot.reason is InterruptReason.CRASH
+    session = after.session("s1")
+    assert session is None or session.status == "idle"
+    follow_up = after.start_run(lambda ctx: None, session="s1", directory="/w/a", resume_of="r1")
+    assert follow_up.wait(2).outcome is Outcome.COMPLETED
+
+
+def test_a_tool_that_was_running_at_the_crash_is_reported_as_one_that_may_have_run(
+    journal: Path, opened: list[Supervisor]
+) -> None:
+    sup = start(opened, journal, directories=["/w/a"])
+    log = EventLog(sup)
+    sup.start_run(running_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    log.wait_for("run.step.started", run_id="r1", step="tool_exec")
+    log.close()
+    simulate_crash(sup)
+
+    (recovered,) = start(opened, journal).recovered()
+    (part,) = recovered.parts
+    assert part.state is PartState.INTERRUPTED and part.tool_started is True
+
+
+def test_queued_runs_and_pending_closes_are_settled_by_the_restart(
+    journal: Path, opened: list[Supervisor]
+) -> None:
+    sup = start(opened, journal, directories=["/w/a"])
+    log = EventLog(sup)
+    sup.start_run(preparing_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    sup.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r2")
+    log.wait_for("run.queued", run_id="r2")
+    deferred = sup.close("dispose_all", mode="maintenance", origin="settings.provider.connect")
+    assert deferred.result == "deferred"
+    log.wait_for("action.result", action_id=deferred.action_id)
+    log.close()
+    simulate_crash(sup)
+
+    after = start(opened, journal)
+    assert sorted(r.run_id for r in after.recovered()) == ["r1", "r2"]
+    queued = next(r for r in after.recovered() if r.run_id == "r2")
+    assert queued.generation is None and queued.parts == ()
+    assert after.pending_actions() == ()
+    with sqlite3.connect(journal) as db:
+        assert db.execute("SELECT COUNT(*) FROM actions WHERE completed = 0").fetchone()[0] == 0
+
+
+def test_recovered_runs_are_published_first_and_a_second_start_does_not_recover_them_again(
+    journal: Path, opened: list[Supervisor]
+) -> None:
+    sup = start(opened, journal, directories=["/w/a"])
+    log = EventLog(sup)
+    sup.start_run(preparing_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    log.wait_for("run.step.started", run_id="r1")
+    log.close()
+    simulate_crash(sup)
+
+    second = start(opened, journal)
+    (recovered,) = second.recovered()
+    assert isinstance(recovered, RunRecovered) and recovered.seq == 1
+    simulate_crash(second)  # dies again at once: r1 was settled, it is not reported twice
+    assert start(opened, journal).recovered() == ()
+
+
+def test_a_journal_from_a_clean_shutdown_recovers_nothing(journal: Path, opened: list[Supervisor]) -> None:
+    sup = start(opened, journal, directories=["/w/a"])
+    sup.start_run(preparing_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    sup.shutdown(grace_ms=500)
+    assert start(opened, journal).recovered() == ()
+
+
+def test_every_event_a_subscriber_sees_is_already_in_the_journal(
+    journal: Path, opened: list[Supervisor]
+) -> None:
+    sup = start(opened, journal, directories=["/w/a"])
+    seen: list[tuple[str, str | None]] = []
+    reader = sqlite3.connect(journal, check_same_thread=False)
+
+    def check(event: Any) -> None:
+        if isinstance(event, RunStarted):
+            row = reader.execute("SELECT state FROM runs WHERE run_id = ?", (event.run_id,)).fetchone()
+            seen.append((event.run_id, None if row is None else row[0]))
+
+    subscription = sup.subscribe(callback=check)
+    runs = [sup.start_run(lambda ctx: None, session=f"s{i}", directory="/w/a") for i in range(20)]
+    for run in runs:
+        run.wait(2)
+    sup.shutdown(grace_ms=500)
+    assert subscription.closed
+    reader.close()
+    assert len(seen) == 20 and all(state is not None for _, state in seen), seen
+
+
+def test_a_resumed_run_names_the_run_it_continues_and_an_unknown_one_is_refused(
+    journal: Path, opened: list[Supervisor]
+) -> None:
+    sup = start(opened, journal, directories=["/w/a"])
+    log = EventLog(sup)
+    sup.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r1").wait(2)
+    sup.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r2", resume_of="r1").wait(2)
+    assert log.wait_for("run.started", run_id="r2").resume_of == "r1"  # type: ignore[union-attr]
+    log.close()
+    with pytest.raises(UnknownRun, match="r9"):
+        sup.start_run(lambda ctx: None, session="s1", directory="/w/a", resume_of="r9")
+    sup.shutdown(grace_ms=500)
+    with sqlite3.connect(journal) as db:
+        assert db.execute("SELECT resume_of FROM runs WHERE run_id = 'r2'").fetchone() == ("r1",)
+
+
+def test_a_journal_held_by_a_live_supervisor_is_refused(journal: Path, opened: list[Supervisor]) -> None:
+    start(opened, journal)
+    with pytest.raises(JournalLocked, match="held by a live supervisor"):
+        Supervisor.start(CONFIG, journal=journal)
+
+
+def test_a_foreign_file_is_refused_and_left_untouched(tmp_path: Path) -> None:
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("my notes\n")
+    with pytest.raises(JournalUnreadable, match="not a run-supervisor journal"):
+        Supervisor.start(CONFIG, journal=foreign)
+    assert foreign.read_text() == "my notes\n"
+
+
+def test_another_application_s_sqlite_file_and_a_newer_schema_are_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE things (x)")
+    before = other.read_bytes()
+    with pytest.raises(JournalUnreadable, match="another application"):
+        Supervisor.start(CONFIG, journal=other)
+    assert other.read_bytes() == before
+
+    newer = tmp_path / "newer.journal"
+    Supervisor.start(CONFIG, journal=newer).shutdown(grace_ms=200)
+    with sqlite3.connect(newer) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(JournalUnreadable, match="schema version 99"):
+        Supervisor.start(CONFIG, journal=newer)
+
+
+def test_a_corrupt_journal_is_refused(tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.journal"
+    Supervisor.start(CONFIG, journal=corrupt).shutdown(grace_ms=200)
+    data = bytearray(corrupt.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # past the header: the first page's b-tree is garbage
+    corrupt.write_bytes(bytes(data))
+    with pytest.raises(JournalUnreadable, match=r"corrupt|not a readable journal"):
+        Supervisor.start(CONFIG, journal=corrupt)
+
+
+def test_finished_runs_are_compacted_by_the_retention_rule_so_the_file_stays_small(
+    journal: Path, opened: list[Supervisor]
+) -> None:
+    sup = Supervisor.start(
+        SupervisorConfig(shutdown_at_exit=False, retain_finished_runs=50),
+        journal=journal,
+        directories=["/w/a"],
+    )
+    opened.append(sup)
+    for i in range(600):
+        sup.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id=f"r{i}")
+    sup.run("r599")  # a query after the last start: every start was handled
+    log = EventLog(sup)
+    sup.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="last").wait(5)
+    log.wait_for("run.finished", run_id="last", timeout=5)
+    log.close()
+    sup.shutdown(grace_ms=500)
+    with sqlite3.connect(journal) as db:
+        kept = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    assert kept <= 50 + 256, kept  # the retention rule, applied every 256 finished runs
+
+
+def test_the_crash_test_kills_the_supervisor_200_times_and_every_run_is_reported_exactly_once() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "crash_test.py"), "--kills", "200", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    result = json.loads(done.stdout)
+    assert result["violations"] == []
+    assert result["kills"] == 200 and result["journal_opens_failed"] == 0
+    assert result["runs_recovered"] > 0 and result["runs_finished_before_a_kill"] > 0
