@@ -12,6 +12,7 @@ Costs: a request touches only the runs and instances of the directories and sess
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
