@@ -187,7 +187,7 @@ class SupervisorCore(LifecycleMixin):
             self._remember_finished(run.id)
             self._emit(
                 RunRecovered(
-                    seq=0,
+                    seq=self._next_seq(),
                     run_id=run.id,
                     session=run.session,
                     directory=recovered.directory,
