@@ -10,12 +10,17 @@ through the public API. It keeps its own timeline, which merges two sources:
 An answer is recorded once its future is done, *after* every event already delivered: the supervisor
 publishes a request's events before it answers the request, so an answer never precedes an event its
 request caused. While an answer is awaited the loop waits for events in short slices, so it notices the
-answer even when the request caused no event (a rejected cancel). Every library event enters the play
-through one method, :meth:`_Player._on_event`: that is where the event stream can be checked.
+answer even when the request caused no event (a rejected cancel).
+
+Every play is checked by the protocol's oracle, ``run_supervisor.protocol.testing.InvariantChecker``:
+every library event enters the play through one method, :meth:`_Player._on_event`, which feeds it to the
+checker, as :meth:`_Player._submit` and :meth:`_Player._collect_answers` feed it the requests and their
+answers. A broken invariant is a failure of the scenario, whatever its ``[expect]`` says.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future
@@ -76,6 +81,7 @@ from run_supervisor.protocol import (
     StepStarted,
     part_label,
 )
+from run_supervisor.protocol.testing import InvariantChecker, InvariantViolation
 
 __all__ = ["play"]
 
@@ -100,7 +106,6 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
             supervisor.load(*scenario.directories)
         player.run(hooks)
     finally:
-        player.inbox.close()
         hooks.release.set()  # the story is over: a dispose hook still sleeping may go
         if not supervisor.closed:
             try:
@@ -109,6 +114,7 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
                 )
             except SupervisorTimeout:
                 player.failures.append("the supervisor did not shut down within its grace deadline")
+        player.end_of_stream()
     return player.report()
 
 
@@ -175,9 +181,11 @@ class _Player:
         self.sessions = dict.fromkeys(scenario.sessions, SessionStatus.IDLE)
         self.lifecycle_ids: dict[str, str] = {}  # the supervisor's action id -> the file's
         self.begin_pending: set[str] = set()
-        self.awaiting: dict[Future[CloseOutcome | RequestOutcome], _Asked] = {}  # in firing order
-        self.stream: list[Event] = []
-        """The library's events exactly as published, in order."""
+        self.awaiting: dict[Future[CloseOutcome | RequestOutcome], tuple[_Asked, int]] = {}
+        """Requests in flight, in firing order, with the checker's token for each."""
+        self.checker = InvariantChecker()
+        """The protocol's oracle: fed every event, request and answer, in order."""
+        self.tokens = itertools.count(1)
         self.ended = False
         self.failures: list[str] = []
 
@@ -235,7 +243,9 @@ class _Player:
     def _submit(
         self, request: Request, asked: _Asked, body: Callable[[RunContext], None] | None = None
     ) -> None:
-        self.awaiting[self.supervisor.submit(request, body=body)] = asked
+        token = next(self.tokens)
+        self.checker.request(token, request)
+        self.awaiting[self.supervisor.submit(request, body=body)] = (asked, token)
 
     def _collect_answers(self) -> None:
         done = [future for future in self.awaiting if future.done()]
@@ -244,7 +254,10 @@ class _Player:
         for event in self.inbox.drain():  # every event published before these answers comes first
             self._on_event(event)
         for future in done:
-            self._on_answer(self.awaiting.pop(future), future.result())
+            asked, token = self.awaiting.pop(future)
+            outcome = future.result()
+            self.checker.answer(token, outcome)
+            self._on_answer(asked, outcome)
 
     # --- firing actions -------------------------------------------------------------------------
 
@@ -334,7 +347,7 @@ class _Player:
 
     def _on_event(self, event: Event, *, fire: bool = True) -> None:
         """Every library event enters the play here, in the library's order."""
-        self.stream.append(event)  # the stream as published: where an invariant checker reads it
+        self.checker.event(event)
         if isinstance(event, LifecycleRequested) and event.tag is not None:
             self.lifecycle_ids.setdefault(event.action_id, event.tag)
         index = self.timeline.add(*self._row(event))
@@ -421,6 +434,18 @@ class _Player:
                 self.failures.append("the timeout teardown did not finish within its grace deadline")
         for event in self.inbox.drain():
             self._on_event(event, fire=False)
+
+    def end_of_stream(self) -> None:
+        """The supervisor has shut down: the checker reads the rest of the stream (the teardown's
+        events, which the report leaves out) and checks that everything ended."""
+        for event in self.inbox.drain():
+            self.checker.event(event)
+        self.inbox.close()
+        try:
+            self.checker.finish()
+        except InvariantViolation:
+            pass  # each violation is listed in the report's failures
+        self.failures.extend(f"invariant broken: {violation}" for violation in self.checker.violations)
 
     # --- the report -----------------------------------------------------------------------------
 
