@@ -56,13 +56,13 @@ class AsyncSubscription(Subscription):
     ``async for event in subscription`` ends when the supervisor has shut down (or on ``close()``).
 
     Bounded or unbounded exactly like ``Subscription``: with ``maxsize > 0`` a subscriber that falls
-    behind loses its oldest events, counted in ``dropped``. The supervisor never waits for it.
+    behind loses its oldest events, counted in ``dropped``. The supervisor never waits for it. It is
+    bound to no loop: each ``await`` wakes on the loop that awaits.
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, maxsize: int = 0) -> None:
+    def __init__(self, maxsize: int = 0) -> None:
         super().__init__(maxsize=maxsize)
-        self._loop = loop
-        self._waiters: list[asyncio.Future[None]] = []  # guarded by self._cond
+        self._waiters: list[asyncio.Future[None]] = []  # guarded by self._cond; each knows its loop
 
     # Called on the supervisor's thread: must never block.
     def _offer(self, event: Any, *, after_close: bool = False) -> None:
@@ -78,7 +78,7 @@ class AsyncSubscription(Subscription):
             waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             try:
-                self._loop.call_soon_threadsafe(_release, waiter)
+                waiter.get_loop().call_soon_threadsafe(_release, waiter)
             except RuntimeError:
                 pass  # the loop is closed: nobody waits on it any more
 
@@ -93,7 +93,7 @@ class AsyncSubscription(Subscription):
                             return self._items.popleft()
                         if self._closed:
                             raise EOFError("the subscription is closed")
-                        waiter = self._loop.create_future()
+                        waiter = asyncio.get_running_loop().create_future()
                         self._waiters.append(waiter)
                     await waiter
         except TimeoutError:
@@ -372,9 +372,7 @@ class AsyncSupervisor:
     def events(self, *, maxsize: int = 0) -> AsyncSubscription:
         """Every event from now on, in order: ``async for event in sup.events():`` (it ends when
         the shutdown has completed). ``maxsize > 0`` bounds it: a subscriber that falls behind
-        loses its oldest events (counted in ``dropped``). Call it on the loop that will read it."""
-        if self.sync._closed:
-            raise SupervisorClosed("the supervisor has shut down; there are no more events")
-        subscription = AsyncSubscription(asyncio.get_running_loop(), maxsize=maxsize)
+        loses its oldest events (counted in ``dropped``). ``SupervisorClosed`` after shutdown."""
+        subscription = AsyncSubscription(maxsize=maxsize)
         self.sync._add_subscription(subscription)
         return subscription

@@ -19,6 +19,7 @@ import msgspec
 import pykka
 
 from run_supervisor.actors._api import Supervisor
+from run_supervisor.actors._async_api import AsyncSubscription, AsyncSupervisor
 from run_supervisor.actors._errors import SupervisorTimeout
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.protocol import Event
@@ -37,41 +38,59 @@ def _matches(event: Event, kind: str, fields: dict[str, Any]) -> bool:
 
 
 class EventLog:
-    """Every event of a supervisor from the moment it is made, kept in order, waitable."""
+    """Every event of a supervisor (sync or async facade) from the moment it is made, kept in
+    order, waitable from a thread (``wait_for``) or from a coroutine (``wait_for_async``)."""
 
-    def __init__(self, supervisor: Supervisor) -> None:
-        self._subscription: Subscription = supervisor.subscribe()
+    def __init__(self, supervisor: Supervisor | AsyncSupervisor) -> None:
+        sync = supervisor.sync if isinstance(supervisor, AsyncSupervisor) else supervisor
+        self._subscription = AsyncSubscription()
+        sync._add_subscription(self._subscription)
         self.events: list[Event] = []
 
-    def _pull(self, timeout: float) -> bool:
-        try:
-            self.events.append(self._subscription.get(timeout=timeout))
-        except (SupervisorTimeout, EOFError):
-            return False
-        return True
+    def _seen(self, kind: str, fields: dict[str, Any]) -> Event | None:
+        return next((event for event in self.events if _matches(event, kind, fields)), None)
 
-    def wait_for(self, kind: str, *, timeout: float = 2.0, **fields: Any) -> Event:
-        """The first event of this wire type (``"run.finished"``...) whose fields match; waits up to
+    def wait_for(self, kind: str, /, *, timeout: float = 2.0, **fields: Any) -> Event:
+        """The first event of this wire type (``"run.finished"``...) whose fields match (any field,
+        ``kind`` included: ``wait_for("run.step.started", kind="tool_exec")``); waits up to
         ``timeout`` seconds for it, then raises ``SupervisorTimeout``."""
-        for event in self.events:
-            if _matches(event, kind, fields):
-                return event
+        found = self._seen(kind, fields)
         deadline = time.monotonic() + timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            if not self._pull(remaining):
-                if self._subscription.closed and not self._subscription.pending:
-                    break
-                continue
-            if _matches(self.events[-1], kind, fields):
-                return self.events[-1]
-        raise SupervisorTimeout(f"no {kind} event matching {fields} within {timeout} s")
+        while found is None and (remaining := deadline - time.monotonic()) > 0:
+            try:
+                event = Subscription.get(self._subscription, timeout=remaining)
+            except (SupervisorTimeout, EOFError):
+                break
+            self.events.append(event)
+            if _matches(event, kind, fields):
+                found = event
+        if found is None:
+            raise SupervisorTimeout(f"no {kind} event matching {fields} within {timeout} s")
+        return found
+
+    async def wait_for_async(self, kind: str, /, *, timeout: float = 2.0, **fields: Any) -> Event:
+        """``wait_for`` for a coroutine: waits without blocking the event loop."""
+        found = self._seen(kind, fields)
+        deadline = time.monotonic() + timeout
+        while found is None and (remaining := deadline - time.monotonic()) > 0:
+            try:
+                event = await self._subscription.get(timeout=remaining)
+            except (SupervisorTimeout, EOFError):
+                break
+            self.events.append(event)
+            if _matches(event, kind, fields):
+                found = event
+        if found is None:
+            raise SupervisorTimeout(f"no {kind} event matching {fields} within {timeout} s")
+        return found
 
     def collect(self) -> list[Event]:
         """Every event so far (without waiting)."""
         self.events.extend(self._subscription.drain())
         return self.events
 
-    def of(self, kind: str, **fields: Any) -> list[Event]:
+    def of(self, kind: str, /, **fields: Any) -> list[Event]:
+        """Every event so far of this wire type whose fields match."""
         return [e for e in self.collect() if _matches(e, kind, fields)]
 
     def types(self) -> list[str]:

@@ -4,13 +4,13 @@ leaves a thread or a pykka actor running."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from run_supervisor.actors import Gate, Supervisor, SupervisorConfig
-from run_supervisor.actors.testing import EventLog, no_leaks
+from run_supervisor.actors import Gate, Supervisor
+from run_supervisor.actors.testing import EventLog
 
 # Hypothesis profiles: "ci" (the default, 1,000 derandomized sequences of the state machine) and
 # "soak" for a long local run: `python -m pytest tests/test_stateful.py --hypothesis-profile soak`.
@@ -38,28 +38,29 @@ settings.register_profile(
 settings.load_profile(os.environ.get("RUN_SUPERVISOR_HYPOTHESIS_PROFILE", "ci"))  # --hypothesis-profile wins
 
 
+# The supervisor fixtures are the pytest plugin's (run_supervisor.actors.pytest_plugin, which hosts
+# get too); here under the short names this suite uses, with /w/a and /w/b loaded by default.
+
+
+@pytest.fixture
+def run_supervisor_defaults() -> dict[str, Any]:
+    return {"directories": ["/w/a", "/w/b"]}
+
+
 @pytest.fixture(autouse=True)
-def _no_leaked_actors_or_threads() -> Iterator[None]:
-    with no_leaks(timeout=5.0):
-        yield
+def _no_leaked_actors_or_threads(run_supervisor_leak_check: None) -> None:
+    """Every test fails if it leaves a thread or a pykka actor running."""
 
 
 @pytest.fixture
-def supervisor() -> Iterator[Supervisor]:
+def supervisor(run_supervisor: Supervisor) -> Supervisor:
     """A supervisor with /w/a and /w/b loaded (generation 1); torn down after the test."""
-    sup = Supervisor.start(SupervisorConfig(shutdown_at_exit=False), directories=["/w/a", "/w/b"])
-    try:
-        yield sup
-    finally:
-        if not sup.closed:
-            sup.shutdown(grace_ms=1000, reason="test_teardown")
+    return run_supervisor
 
 
 @pytest.fixture
-def events(supervisor: Supervisor) -> Iterator[EventLog]:
-    log = EventLog(supervisor)
-    yield log
-    log.close()
+def events(run_supervisor_events: EventLog) -> EventLog:
+    return run_supervisor_events
 
 
 @pytest.fixture

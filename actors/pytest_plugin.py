@@ -1,0 +1,135 @@
+"""A pytest plugin for a host's own timeout-guarded concurrency tests (installed with the package,
+registered through the ``pytest11`` entry point; nothing to import).
+
+Fixtures (each torn down with a ``test_teardown`` shutdown; every wait bounded):
+
+- ``run_supervisor``: a started ``Supervisor``;
+- ``async_run_supervisor``: the same supervisor's ``AsyncSupervisor`` (for ``async def`` tests under
+  any runner: pytest-asyncio, anyio, or ``asyncio.run`` in the test);
+- ``run_supervisor_events``: an ``EventLog`` of it, to ``wait_for`` events;
+- ``run_supervisor_leak_check``: fails the test, naming them, if it leaves threads or pykka
+  actors running (request it first, so it wraps the other fixtures);
+- ``run_supervisor_defaults``: override it in a ``conftest.py`` to change the defaults below.
+
+The marker configures the supervisor of one test (or of a module, with ``pytestmark``)::
+
+    @pytest.mark.run_supervisor(directories=["/w/a"], hooks=MyCaches(), grace_ms=500,
+                                dispose_budget_ms=200)
+
+``directories`` are loaded before the test starts; ``hooks`` are the ``InstanceHooks``;
+``grace_ms`` bounds the teardown's shutdown; ``leak_timeout_s`` (5 s) is how long the leak check
+joins what the test started; any other keyword is a ``SupervisorConfig`` field.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from run_supervisor.actors._api import Supervisor, SupervisorConfig
+from run_supervisor.actors._async_api import AsyncSupervisor
+from run_supervisor.actors._errors import InvalidRequest
+from run_supervisor.actors.testing import EventLog, LeakError, no_leaks
+
+__all__ = [
+    "async_run_supervisor",
+    "run_supervisor",
+    "run_supervisor_defaults",
+    "run_supervisor_events",
+    "run_supervisor_leak_check",
+]
+
+_MARKER = "run_supervisor"
+_OWN_KEYS = ("directories", "hooks", "grace_ms", "leak_timeout_s")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{_MARKER}(directories=(), hooks=None, grace_ms=1000, leak_timeout_s=5.0, **config): configure "
+        "the run_supervisor fixtures (directories loaded first; any SupervisorConfig field)",
+    )
+
+
+@pytest.fixture
+def run_supervisor_defaults() -> dict[str, Any]:
+    """The supervisor fixtures' settings when a test's marker does not give them. Override this
+    fixture in a ``conftest.py`` to change them for a folder of tests."""
+    return {}
+
+
+def _settings(request: pytest.FixtureRequest, defaults: dict[str, Any]) -> dict[str, Any]:
+    settings = {
+        "directories": (),
+        "hooks": None,
+        "grace_ms": 1000,
+        "leak_timeout_s": 5.0,
+        "shutdown_at_exit": False,
+    }
+    settings.update(defaults)
+    for marker in reversed(list(request.node.iter_markers(_MARKER))):  # the closest one wins
+        if marker.args:
+            raise InvalidRequest(f"@pytest.mark.{_MARKER} takes keyword arguments only, got {marker.args!r}")
+        settings.update(marker.kwargs)
+    known = {*_OWN_KEYS, *SupervisorConfig.model_fields}
+    for key in settings:
+        if key not in known:
+            raise InvalidRequest(
+                f"@pytest.mark.{_MARKER}: unknown setting {key!r}; use one of {', '.join(sorted(known))}"
+            )
+    return settings
+
+
+@pytest.fixture
+def run_supervisor(
+    request: pytest.FixtureRequest, run_supervisor_defaults: dict[str, Any]
+) -> Iterator[Supervisor]:
+    """A started ``Supervisor`` configured by the ``run_supervisor`` marker; after the test it is
+    shut down with reason ``test_teardown`` within ``grace_ms``, and the test fails (``LeakError``)
+    if a thread it started, other than an abandoned body's, is still running."""
+    settings = _settings(request, run_supervisor_defaults)
+    config = SupervisorConfig(**{k: v for k, v in settings.items() if k not in _OWN_KEYS})
+    supervisor = Supervisor.start(config, hooks=settings["hooks"], directories=settings["directories"])
+    try:
+        yield supervisor
+    finally:
+        if not supervisor.closed:
+            supervisor.shutdown(grace_ms=settings["grace_ms"], reason="test_teardown")
+        stragglers = supervisor.threads.join(time.monotonic())
+        if stragglers:
+            raise LeakError(
+                f"the supervisor's threads still run after its shutdown: {[t.name for t in stragglers]}"
+            )
+
+
+@pytest.fixture
+def async_run_supervisor(run_supervisor: Supervisor) -> AsyncSupervisor:
+    """The ``run_supervisor`` fixture's supervisor, through the asyncio facade (same supervisor,
+    same teardown). Its calls are awaited on whichever loop runs the test."""
+    return AsyncSupervisor(run_supervisor)
+
+
+@pytest.fixture
+def run_supervisor_events(run_supervisor: Supervisor) -> Iterator[EventLog]:
+    """Every event of the test's supervisor, from before the test starts: ``wait_for(kind,
+    timeout=..., **fields)`` from a thread, ``await wait_for_async(...)`` from a coroutine."""
+    log = EventLog(run_supervisor)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+@pytest.fixture
+def run_supervisor_leak_check(
+    request: pytest.FixtureRequest, run_supervisor_defaults: dict[str, Any]
+) -> Iterator[None]:
+    """Fail the test (``LeakError``, naming each one) if it leaves a thread or a pykka actor it
+    started running after ``leak_timeout_s`` (marker; 5 s by default) of joining. Request it before
+    the supervisor fixtures (or make it autouse in a conftest) so it is checked after their
+    teardown."""
+    with no_leaks(timeout=_settings(request, run_supervisor_defaults)["leak_timeout_s"]):
+        yield
