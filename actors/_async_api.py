@@ -13,27 +13,35 @@ import asyncio
 import threading
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Future
+from os import PathLike
 from types import TracebackType
 from typing import Any, TypeVar
 
-from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
+import msgspec
+
+from run_supervisor.actors import _validate as check
+from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig, _next_run_number
 from run_supervisor.actors._context import RunBody
-from run_supervisor.actors._errors import SupervisorClosed, SupervisorTimeout, raise_for_rejection
+from run_supervisor.actors._errors import (
+    InvalidRequest,
+    RunAlreadyExists,
+    SupervisorClosed,
+    SupervisorTimeout,
+    raise_for_rejection,
+)
 from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
+from run_supervisor.actors._relay import complete
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.actors._validate import CloseActionName, CloseModeName, ShutdownReasonName
 from run_supervisor.protocol import (
     ActionSnapshot,
-    AnswerForm,
-    CancelRun,
     CloseAction,
     CloseMode,
     CloseOutcome,
     CoreStatistics,
-    DismissForm,
     Event,
     InterruptReason,
-    ReplyPermission,
     Request,
     RequestOutcome,
     RunSnapshot,
@@ -118,19 +126,36 @@ class AsyncSubscription(Subscription):
 class AsyncRunHandle:
     """A started (or queued) run, for an asyncio host."""
 
-    def __init__(self, supervisor: AsyncSupervisor, run_id: str) -> None:
+    def __init__(self, supervisor: AsyncSupervisor, handle: RunHandle) -> None:
         self._supervisor = supervisor
-        self.run_id = run_id
+        self._handle = handle
+        self.run_id = handle.run_id
+        self._finished: asyncio.Future[RunSnapshot] | None = None  # on the loop of the first wait
+
+    @property
+    def sync(self) -> RunHandle:
+        """The same run's handle for code on other threads."""
+        return self._handle
+
+    def _finished_on(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[RunSnapshot]:
+        finished = self._finished
+        if finished is None or finished.get_loop() is not loop:
+            source = self._handle._finished
+            if source is None:  # not made by start_run: ask the supervisor (cancelled on time-out)
+                return asyncio.wrap_future(self._handle.wait_async(), loop=loop)
+            finished = self._finished = asyncio.wrap_future(source, loop=loop)
+        return finished
 
     async def wait(self, timeout: float | None = None) -> RunSnapshot:
-        """Wait until the run has finished; return what is known of it. ``SupervisorTimeout`` after
-        ``timeout`` seconds (default: the config's ``request_timeout_s``)."""
-        waiting = RunHandle(self._supervisor.sync, self.run_id).wait_async()
-        snapshot = await self._supervisor._await(waiting, timeout)
-        if snapshot is None:
-            raise SupervisorClosed(f"the supervisor shut down before run {self.run_id!r} was known to finish")
-        result: RunSnapshot = snapshot
-        return result
+        """Wait until the run has finished; return its final snapshot. ``SupervisorTimeout`` after
+        ``timeout`` seconds (default: the config's ``request_timeout_s``), which leaves nothing
+        behind; ``SupervisorClosed`` if the supervisor stopped without it finishing."""
+        limit = self._supervisor.sync._timeout(check.timeout("timeout", timeout))
+        finished = self._finished_on(asyncio.get_running_loop())
+        done, _ = await asyncio.wait({finished}, timeout=limit)  # never cancels the shared future
+        if not done:
+            raise SupervisorTimeout(f"run {self.run_id!r} did not finish within {limit} s")
+        return finished.result()
 
     async def cancel(self, *, origin: str = "user", timeout: float | None = None) -> None:
         """Interrupt the run now (``user_cancel``), or end it unstarted if it is queued."""
@@ -190,9 +215,12 @@ class AsyncSupervisor:
         hooks: InstanceHooks | None = None,
         directories: Iterable[str] = (),
     ) -> _Starting:
-        """Start a supervisor; ``directories`` are loaded (generation 1) before it is returned.
+        """Start a supervisor; ``directories`` are loaded (generation 1) before it is returned (if
+        a load fails, the supervisor is shut down again and ``LoadFailed`` names each directory).
         ``async with AsyncSupervisor.start(...) as sup:`` shuts it down on leaving the block."""
-        dirs = tuple(directories)
+        if isinstance(directories, str | bytes) or not isinstance(directories, Iterable):
+            raise InvalidRequest("directories must be an iterable of directory names (not one str)")
+        dirs = check.directory_names("directories", tuple(directories))
 
         async def open_() -> AsyncSupervisor:
             supervisor = cls(Supervisor(config or SupervisorConfig(), hooks or NoInstanceHooks()))
@@ -238,8 +266,14 @@ class AsyncSupervisor:
         except TimeoutError:
             raise SupervisorTimeout(f"the supervisor did not answer within {limit} s") from None
 
-    async def _request(self, request: Request, timeout: float | None, body: RunBody | None = None) -> Any:
-        outcome = await self._await(self.sync.submit(request, body=body), timeout)
+    async def _request(
+        self,
+        request: Request,
+        timeout: float | None,
+        body: RunBody | None = None,
+        finished: Future[RunSnapshot] | None = None,
+    ) -> Any:
+        outcome = await self._await(self.sync._call(request, body, finished), timeout)
         raise_for_rejection(outcome)
         return outcome
 
@@ -249,43 +283,57 @@ class AsyncSupervisor:
         self, request: Request, *, body: RunBody | None = None, timeout: float | None = None
     ) -> CloseOutcome | RequestOutcome:
         """Send any request and return its outcome: a rejection is a value here, never an
-        exception (the raw entry point for hosts that speak the wire protocol). Only a wait that
-        runs out raises (``SupervisorTimeout``)."""
-        return await self._await(self.sync.submit(request, body=body), timeout)
+        exception (the raw entry point for hosts that speak the wire protocol; a malformed request
+        is rejected ``invalid_request``). Only a wait that runs out raises (``SupervisorTimeout``)."""
+        limit = check.timeout("timeout", timeout)
+        return await self._await(self.sync.submit(request, body=body), limit)
 
     async def start_run(
         self,
         body: RunBody,
         *,
         session: str,
-        directory: str,
+        directory: str | PathLike[str],
         run_id: str | None = None,
         timeout: float | None = None,
     ) -> AsyncRunHandle:
         """Start a run (or queue it behind the session's active run), pinned to the directory's
-        current instance generation. See ``Supervisor.start_run``."""
+        current instance generation. Without ``run_id`` one is made (``run-N``), never one a host
+        already used. See ``Supervisor.start_run``."""
+        limit = check.timeout("timeout", timeout)
+        check.callback("body", body)
         request = self.sync._start_run_request(session=session, directory=directory, run_id=run_id)
-        await self._request(request, timeout, body)
-        return AsyncRunHandle(self, request.run_id)
+        while True:
+            finished: Future[RunSnapshot] = Future()
+            try:
+                await self._request(request, limit, body, finished)
+            except RunAlreadyExists:
+                if run_id is None:  # a host took this name meanwhile (a raw submit?): the next one
+                    request = msgspec.structs.replace(request, run_id=f"run-{_next_run_number()}")
+                    continue
+                raise
+            return AsyncRunHandle(self, RunHandle(self.sync, request.run_id, finished))
 
     async def cancel(self, run_id: str, *, origin: str = "user", timeout: float | None = None) -> None:
         """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""
-        await self._request(CancelRun(run_id=run_id, origin=origin), timeout)
+        limit = check.timeout("timeout", timeout)
+        await self._request(self.sync._cancel_request(run_id, origin=origin), limit)
 
     async def close(
         self,
-        do: CloseAction | str,
+        do: CloseActionName | CloseAction,
         *,
-        mode: CloseMode | str,
+        mode: CloseModeName | CloseMode,
         origin: str,
-        directory: str | None = None,
+        directory: str | PathLike[str] | None = None,
         tag: str | None = None,
         timeout: float | None = None,
     ) -> CloseOutcome:
         """Request a lifecycle close and get its structured result (``completed``, ``deferred`` or
         ``interrupted``); rejections raise. See ``Supervisor.close``."""
+        limit = check.timeout("timeout", timeout)
         request = self.sync._close_request(do, mode=mode, origin=origin, directory=directory, tag=tag)
-        outcome = await self._request(request, timeout)
+        outcome = await self._request(request, limit)
         assert isinstance(outcome, CloseOutcome)
         return outcome
 
@@ -293,23 +341,32 @@ class AsyncSupervisor:
         self, run_id: str, *, approve: bool, message: str | None = None, timeout: float | None = None
     ) -> None:
         """Answer a run's permission ask (a rejection without ``message`` interrupts the run)."""
-        await self._request(ReplyPermission(run_id=run_id, approve=approve, message=message), timeout)
+        limit = check.timeout("timeout", timeout)
+        request = self.sync._reply_permission_request(run_id, approve=approve, message=message)
+        await self._request(request, limit)
 
     async def answer_form(self, run_id: str, answer: str, *, timeout: float | None = None) -> None:
         """Answer a run's question form."""
-        await self._request(AnswerForm(run_id=run_id, answer=answer), timeout)
+        limit = check.timeout("timeout", timeout)
+        await self._request(self.sync._answer_form_request(run_id, answer), limit)
 
     async def dismiss_form(self, run_id: str, *, timeout: float | None = None) -> None:
         """Dismiss a run's question form: the run ends ``interrupted`` / ``form_dismissed``."""
-        await self._request(DismissForm(run_id=run_id), timeout)
+        limit = check.timeout("timeout", timeout)
+        await self._request(self.sync._dismiss_form_request(run_id), limit)
 
-    async def load(self, *directories: str, timeout: float | None = None) -> None:
-        """Load these directories' instances now (those without a current generation)."""
-        await self._await(self.sync._preload_future(directories, load=True), timeout)
+    async def load(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
+        """Load these directories' instances now (those without a current generation) and wait for
+        their load hooks; ``LoadFailed`` names each that raised or overran. See ``Supervisor.load``."""
+        limit = check.timeout("timeout", timeout)
+        if limit is None:  # as the sync call: an answer, then each load within its budget
+            limit = self.config.request_timeout_s + self.config.load_budget_ms / 1000.0
+        await self._await(self.sync._preload_future(directories, load=True), limit)
 
-    async def declare(self, *directories: str, timeout: float | None = None) -> None:
+    async def declare(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
         """Make directories known without loading them, so closes may name them."""
-        await self._await(self.sync._preload_future(directories, load=False), timeout)
+        limit = check.timeout("timeout", timeout)
+        await self._await(self.sync._preload_future(directories, load=False), limit)
 
     # --- shutdown ----------------------------------------------------------------------------
 
@@ -317,41 +374,40 @@ class AsyncSupervisor:
         self,
         *,
         grace_ms: int | None = None,
-        reason: InterruptReason | str = InterruptReason.SHUTDOWN,
+        reason: ShutdownReasonName | InterruptReason = "shutdown",
         origin: str | None = None,
         tag: str | None = None,
     ) -> CloseOutcome:
-        """Interrupt everything with ``reason`` and stop every actor and thread we started, within
-        ``grace_ms``; return once the shutdown has completed, with its final outcome. Idempotent:
-        a second call returns the first one's outcome."""
+        """Interrupt everything with ``reason`` and stop every actor and thread we started; return
+        once the shutdown has completed, with its final outcome (within ``grace_ms`` plus
+        ``stop_timeout_s``: see ``Supervisor.shutdown``). Idempotent: a second call returns the first
+        one's outcome."""
         request = self.sync._shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
-        config = self.sync.config
-        limit = request.grace_ms / 1000.0 + config.request_timeout_s + config.stop_timeout_s
-        outcome = await self._await(self.sync._shutdown_future(request), limit)
-        raise_for_rejection(outcome)
-        assert isinstance(outcome, CloseOutcome)
-        return outcome
+        config = self.config
+        # The closer thread's own bounds come first; this one only guards against a lost answer.
+        limit = request.grace_ms / 1000.0 + config.request_timeout_s + config.stop_timeout_s + 1.0
+        return await self._await(self.sync._shutdown_future(request), limit)
 
     async def wait_closed(self, timeout: float | None = None) -> CloseOutcome:
         """Wait until a shutdown (requested anywhere) has completed and our threads have ended;
         return its final outcome. ``SupervisorTimeout`` if it has not completed in time."""
         sync = self.sync
-        limit = sync._timeout(timeout)
+        limit = sync._timeout(check.timeout("timeout", timeout))
         done: Future[CloseOutcome] = Future()
 
         def close_into() -> None:  # joining threads blocks: never on the loop
             try:
-                done.set_result(sync.wait_closed(timeout=limit))
+                complete(done, sync.wait_closed(timeout=limit))
             except BaseException as exc:
-                done.set_exception(exc)
+                complete(done, error=exc)
 
         threading.Thread(target=close_into, name="run-supervisor-closer", daemon=True).start()
-        return await self._await(done, limit + sync.config.stop_timeout_s)
+        return await self._await(done, limit + sync.config.stop_timeout_s + 1.0)
 
     # --- queries and events ------------------------------------------------------------------
 
     async def _query(self, read: Callable[[SupervisorCore], T], timeout: float | None) -> T:
-        return await self._await(self.sync._query_future(read), timeout)
+        return await self._await(self.sync._query_future(read), check.timeout("timeout", timeout))
 
     async def run(self, run_id: str, *, timeout: float | None = None) -> RunSnapshot | None:
         """What is known of a run (None if unknown or forgotten)."""
@@ -373,6 +429,9 @@ class AsyncSupervisor:
         """Every event from now on, in order: ``async for event in sup.events():`` (it ends when
         the shutdown has completed). ``maxsize > 0`` bounds it: a subscriber that falls behind
         loses its oldest events (counted in ``dropped``). ``SupervisorClosed`` after shutdown."""
-        subscription = AsyncSubscription(maxsize=maxsize)
+        size = check.size("maxsize", maxsize)
+        if self.sync._closed:
+            raise SupervisorClosed("the supervisor has shut down; there are no more events")
+        subscription = AsyncSubscription(maxsize=size)
         self.sync._add_subscription(subscription)
         return subscription

@@ -20,7 +20,7 @@ import pykka
 
 from run_supervisor.actors._api import Supervisor
 from run_supervisor.actors._async_api import AsyncSubscription, AsyncSupervisor
-from run_supervisor.actors._errors import SupervisorTimeout
+from run_supervisor.actors._errors import SupervisorClosed, SupervisorTimeout
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.protocol import Event
 
@@ -43,6 +43,8 @@ class EventLog:
 
     def __init__(self, supervisor: Supervisor | AsyncSupervisor) -> None:
         sync = supervisor.sync if isinstance(supervisor, AsyncSupervisor) else supervisor
+        if sync._closed:
+            raise SupervisorClosed("the supervisor has shut down; there are no more events")
         self._subscription = AsyncSubscription()
         sync._add_subscription(self._subscription)
         self.events: list[Event] = []

@@ -21,6 +21,7 @@ from run_supervisor import (
     CloseOutcome,
     CloseResult,
     Gate,
+    InvalidRequest,
     NothingPending,
     Outcome,
     RequestOutcome,
@@ -167,6 +168,30 @@ def test_rejections_raise_the_same_exception_types_sync_or_async() -> None:
 
     assert sync_seen == expected
     assert run_async(host) == expected
+
+
+def test_bad_arguments_raise_invalid_request_naming_the_argument_sync_or_async() -> None:
+    bad: list[tuple[str, dict[str, Any]]] = [
+        ("mode", {"do": "dispose_all", "mode": "maintenace", "origin": "t"}),
+        ("do", {"do": "dispose_everything", "mode": "maintenance", "origin": "t"}),
+        ("timeout", {"do": "dispose_all", "mode": "maintenance", "origin": "t", "timeout": float("nan")}),
+    ]
+    with Supervisor.start(CONFIG, directories=["/w/a"]) as sync:
+        for argument, kwargs in bad:
+            with pytest.raises(InvalidRequest, match=argument):
+                sync.close(**kwargs)
+
+    async def host() -> None:
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            for argument, kwargs in bad:
+                with pytest.raises(InvalidRequest, match=argument):
+                    await sup.close(**kwargs)
+            with pytest.raises(InvalidRequest, match="run_id"):
+                await sup.cancel("")
+            with pytest.raises(InvalidRequest, match="grace_ms"):
+                await sup.shutdown(grace_ms=-1)
+
+    run_async(host)
 
 
 def test_an_answer_with_nothing_pending_raises_nothing_pending_from_the_async_facade() -> None:
