@@ -96,7 +96,7 @@ def _timeout(text: str) -> float:
     except ValueError:
         raise UsageError(f"--timeout must be a number of seconds, not {text!r}") from None
     if math.isnan(value) or value <= 0:
-        raise UsageError(f"--timeout must be positive, got {text}")
+        raise UsageError(f"--timeout must be a positive number of seconds, got {text}")
     if value > MAX_TIMEOUT_S:
         raise UsageError(f"--timeout must be at most {MAX_TIMEOUT_S:g} seconds (one day), got {text}")
     return value

@@ -17,6 +17,7 @@ import os
 import pathlib
 import re
 import stat
+import sys
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -609,6 +610,9 @@ def _translate(exc: ValidationError, root: type[BaseModel], prefix: tuple[str | 
         return _InvalidError(key, f"must be {ctx['expected']}, not {_describe(value)}")
     if kind == "greater_than_equal":
         return _InvalidError(key, f"must be at least {ctx['ge']}, not {_describe(value)}")
+    if kind == "less_than_equal":
+        bound = " (one day)" if ctx["le"] == MAX_MS else ""
+        return _InvalidError(key, f"must be at most {ctx['le']}{bound}, not {_describe(value)}")
     if kind in ("too_short", "string_too_short"):
         return _InvalidError(key, "must not be empty")
     return _InvalidError(key, str(error["msg"]))
@@ -790,20 +794,20 @@ def _decode(text: str | bytes, fmt: Literal["toml", "json"]) -> dict[str, Any]:
             document = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise _InvalidError(None, f"invalid TOML: {exc}") from None
-        except ValueError as exc:  # an integer too long to convert (more than sys.get_int_max_str_digits())
-            raise _InvalidError(None, f"invalid TOML: {_one_line(exc)}") from None
+        except ValueError:  # an integer too long to convert (more than sys.get_int_max_str_digits())
+            raise _InvalidError(None, f"invalid TOML: {_too_long_integer(text)}") from None
         _check_values(document, ())
         return document
     if fmt != "json":
         raise ValueError(f"fmt must be 'toml' or 'json', not {fmt!r}")
     try:
-        document = json.loads(text, object_pairs_hook=_json_object, parse_constant=_json_constant)
+        document = json.loads(
+            text, object_pairs_hook=_json_object, parse_constant=_json_constant, parse_int=_json_int
+        )
     except json.JSONDecodeError as exc:
         raise _InvalidError(
             None, f"invalid JSON: {exc.msg} (at line {exc.lineno}, column {exc.colno})"
         ) from None
-    except ValueError as exc:  # an integer too long to convert (more than sys.get_int_max_str_digits())
-        raise _InvalidError(None, f"invalid JSON: {_one_line(exc)}") from None
     if not isinstance(document, dict):
         raise _InvalidError(None, f"a JSON scenario must be an object, not {_describe(document)}")
     _check_values(document, ())
@@ -819,6 +823,27 @@ def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
+class _TooLongInteger:
+    """A JSON integer with more digits than Python converts: refused with its key by _check_values."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def _json_int(digits: str) -> int | _TooLongInteger:
+    if len(digits.lstrip("-")) > sys.get_int_max_str_digits() > 0:
+        return _TooLongInteger(len(digits.lstrip("-")))
+    return int(digits)
+
+
+def _too_long_integer(text: str) -> str:
+    """Where a TOML document holds an integer too long to convert (tomllib does not say)."""
+    limit = sys.get_int_max_str_digits()
+    found = re.search(rf"[0-9][0-9_]{{{limit},}}", text)
+    line = f" (at line {text.count(chr(10), 0, found.start()) + 1})" if found else ""
+    return f"an integer has more than {limit} digits{line}; no scenario value is that large"
+
+
 def _json_constant(name: str) -> NoReturn:
     raise _InvalidError(None, f"invalid JSON: {name} is not a JSON number")
 
@@ -828,6 +853,10 @@ def _check_values(value: object, path: tuple[str | int, ...]) -> None:
     and no lone surrogate in a key or a string (JSON can spell one, ``"\\ud800"``; it is not text)."""
     if value is None:
         raise _InvalidError(_key(*path), "null is not a value here: leave the key out instead")
+    if isinstance(value, _TooLongInteger):
+        raise _InvalidError(
+            _key(*path), f"an integer of {value.digits} digits: no scenario value is that large"
+        )
     if isinstance(value, str):
         _check_text(value, path)
     elif isinstance(value, dict):
