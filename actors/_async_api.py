@@ -23,13 +23,13 @@ from run_supervisor.actors import _validate as check
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig, _next_run_number
 from run_supervisor.actors._context import RunBody
 from run_supervisor.actors._errors import (
-    InvalidRequest,
     RunAlreadyExists,
     SupervisorClosed,
     SupervisorTimeout,
     raise_for_rejection,
 )
-from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
+from run_supervisor.actors._instance_actor import InstanceHooks
+from run_supervisor.actors._journal import JournalSync
 from run_supervisor.actors._relay import complete
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors._threads import ThreadBook
@@ -44,6 +44,7 @@ from run_supervisor.protocol import (
     InterruptReason,
     Request,
     RequestOutcome,
+    RunRecovered,
     RunSnapshot,
     SessionSnapshot,
     SupervisorCore,
@@ -169,6 +170,11 @@ class AsyncRunHandle:
         return f"AsyncRunHandle({self.run_id!r})"
 
 
+def _shut_down_unwanted(started: Future[Supervisor]) -> None:
+    if not started.cancelled() and started.exception() is None:
+        started.result().shutdown_async(grace_ms=0)
+
+
 class _Starting:
     """What ``AsyncSupervisor.start()`` returns: await it, or use it with ``async with``."""
 
@@ -213,24 +219,40 @@ class AsyncSupervisor:
         config: SupervisorConfig | None = None,
         *,
         hooks: InstanceHooks | None = None,
-        directories: Iterable[str] = (),
+        directories: Iterable[str | PathLike[str]] = (),
+        journal: str | PathLike[str] | None = None,
+        journal_sync: JournalSync = "normal",
     ) -> _Starting:
-        """Start a supervisor; ``directories`` are loaded (generation 1) before it is returned (if
-        a load fails, the supervisor is shut down again and ``LoadFailed`` names each directory).
+        """Start a supervisor, exactly as ``Supervisor.start`` (same arguments, same errors):
+        ``directories`` are loaded (generation 1) before it is returned, and if a load fails the
+        supervisor is shut down again and ``LoadFailed`` names each directory; ``journal`` recovers
+        the runs a dead process left unfinished (``recovered()``). The start (opening the journal,
+        waiting for the load hooks) runs on a short-lived thread, never on the loop.
         ``async with AsyncSupervisor.start(...) as sup:`` shuts it down on leaving the block."""
-        if isinstance(directories, str | bytes) or not isinstance(directories, Iterable):
-            raise InvalidRequest("directories must be an iterable of directory names (not one str)")
-        dirs = check.directory_names("directories", tuple(directories))
 
         async def open_() -> AsyncSupervisor:
-            supervisor = cls(Supervisor(config or SupervisorConfig(), hooks or NoInstanceHooks()))
-            if dirs:
+            started: Future[Supervisor] = Future()
+
+            def starting() -> None:
                 try:
-                    await supervisor.load(*dirs)
-                except BaseException:
-                    await supervisor.shutdown(grace_ms=0)
-                    raise
-            return supervisor
+                    supervisor = Supervisor.start(
+                        config,
+                        hooks=hooks,
+                        directories=directories,
+                        journal=journal,
+                        journal_sync=journal_sync,
+                    )
+                except BaseException as exc:
+                    complete(started, error=exc)
+                else:
+                    complete(started, supervisor)
+
+            threading.Thread(target=starting, name="run-supervisor-starting", daemon=True).start()
+            try:  # the sync start bounds itself (request timeout, load budget)
+                return cls(await asyncio.shield(asyncio.wrap_future(started)))
+            except asyncio.CancelledError:  # the host gave up: shut down what it will not get
+                started.add_done_callback(_shut_down_unwanted)
+                raise
 
         return _Starting(open_)
 
@@ -253,6 +275,11 @@ class AsyncSupervisor:
     def closed(self) -> bool:
         """Shutdown has completed."""
         return self.sync.closed
+
+    def recovered(self) -> tuple[RunRecovered, ...]:
+        """The runs the previous process left unfinished in the journal (see
+        ``Supervisor.recovered``); read at start, so this never waits."""
+        return self.sync.recovered()
 
     # --- plumbing ----------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -22,6 +23,7 @@ from run_supervisor import (
     CloseResult,
     Gate,
     InvalidRequest,
+    LoadFailed,
     NothingPending,
     Outcome,
     RequestOutcome,
@@ -36,6 +38,7 @@ from run_supervisor import (
     UnknownDirectory,
     UnknownRun,
 )
+from run_supervisor.actors.testing import simulate_crash
 from run_supervisor.protocol import CancelRun, Event, InterruptReason, RejectCode
 
 T = TypeVar("T")
@@ -110,6 +113,33 @@ def test_awaiting_start_gives_a_supervisor_the_host_shuts_down_itself() -> None:
 
     outcome = run_async(host)
     assert outcome.result is CloseResult.FORCED and outcome.completed
+
+
+def test_an_async_start_on_a_journal_recovers_the_runs_a_dead_process_left(tmp_path: Path) -> None:
+    journal = tmp_path / "runs.sqlite"
+    gate = Gate("never")
+
+    async def host() -> tuple[str, ...]:
+        first = await AsyncSupervisor.start(CONFIG, directories=["/w/a"], journal=journal)
+        await first.start_run(held(gate), session="s1", directory="/w/a", run_id="r1")
+        await first.run("r1")  # answered after the start was journaled
+        simulate_crash(first.sync)
+        async with AsyncSupervisor.start(CONFIG, journal=journal, journal_sync="full") as second:
+            return tuple(event.run_id for event in second.recovered())
+
+    assert run_async(host) == ("r1",)
+
+
+def test_a_failing_load_at_an_async_start_raises_load_failed_and_leaves_nothing_running() -> None:
+    class BrokenLoad(RecordingHooks):
+        def load(self, directory: str, generation: int) -> Any:
+            raise RuntimeError("no provider configured")
+
+    async def host() -> None:
+        with pytest.raises(LoadFailed, match="no provider configured"):
+            await AsyncSupervisor.start(CONFIG, hooks=BrokenLoad(), directories=["/w/a"])
+
+    run_async(host)
 
 
 def _rejections_sync(sup: Supervisor) -> list[type[BaseException]]:
