@@ -13,8 +13,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from run_supervisor.actors._api import Supervisor
-from run_supervisor.actors._errors import SupervisorClosed
-from run_supervisor.actors._supervisor import Preload, Query
+from run_supervisor.actors._errors import SupervisorClosed, SupervisorError
 from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS, ExternalReport, ExternalRuns
 from run_supervisor.actors.hosts._hub import EventHub
 from run_supervisor.protocol import (
@@ -116,7 +115,7 @@ class WireHost:
     async def query(self, read: Callable[[SupervisorCore], T]) -> T:
         """Read the core on the supervisor's thread; ``HostError(supervisor_closed)`` after shutdown."""
         try:
-            result: T = await self._await(self.supervisor._post(lambda reply: Query(read, reply)))
+            result: T = await self._await(self.supervisor._query_future(read))
         except SupervisorClosed as exc:
             raise HostError(RejectCode.SUPERVISOR_CLOSED.value, str(exc)) from None
         return result
@@ -126,6 +125,8 @@ class WireHost:
         if any(not d for d in directories):
             raise HostError(RejectCode.INVALID_REQUEST.value, "directories must be non-empty strings")
         try:
-            await self._await(self.supervisor._post(lambda reply: Preload(directories, load, reply)))
+            await self._await(self.supervisor._preload_future(directories, load=load))
         except SupervisorClosed as exc:
             raise HostError(RejectCode.SUPERVISOR_CLOSED.value, str(exc)) from None
+        except SupervisorError as exc:  # a load hook failed: the directory is known, its instance is not
+            raise HostError(RejectCode.INTERNAL_ERROR.value, str(exc)) from None
