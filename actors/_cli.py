@@ -88,6 +88,11 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help=f"seconds a scenario may take before it is torn down (default 10, at most {MAX_TIMEOUT_S:g})",
     )
+    parser.add_argument(
+        "--html",
+        metavar="DIR",
+        help="also write a self-contained HTML timeline of each scenario into DIR",
+    )
 
 
 def _timeout(text: str) -> float:
@@ -132,6 +137,7 @@ def _scenario_file(args: argparse.Namespace, path: Path, timeout: float) -> int:
 
     code, report = _play_file(path, timeout)
     _show(args, code, report)
+    _write_html(args, [report])
     if args.json:
         _print_json(to_builtins(report))
     return code
@@ -147,12 +153,23 @@ def _scenario_folder(args: argparse.Namespace, files: Sequence[Path], timeout: f
         status = max(status, code)
         reports.append(report)
         _show(args, code, report)
+    _write_html(args, reports)
     if args.json:
         _print_json(to_builtins(FolderReport(passed=status == 0, scenarios=reports)))
     else:
         failed = sum(1 for report in reports if isinstance(report, InvalidScenario) or not report.passed)
         _write(sys.stdout, f"{len(reports) - failed} passed, {failed} failed\n")
     return status
+
+
+def _write_html(args: argparse.Namespace, reports: Sequence[ScenarioReport | InvalidScenario]) -> None:
+    if args.html is None:
+        return
+    from run_supervisor.actors.hosts._timeline import write_scenario_pages
+    from run_supervisor.actors.scenarios import to_builtins
+
+    for page in write_scenario_pages([to_builtins(report) for report in reports], Path(args.html)):
+        _write(sys.stderr, f"run-supervisor: wrote {page}\n")
 
 
 def _play_file(path: Path, timeout: float) -> tuple[int, ScenarioReport | InvalidScenario]:

@@ -149,3 +149,36 @@ def of_type(wire_type: str, /, **fields: Any) -> Callable[[SseEvent], bool]:
         return event.type == wire_type and all(props.get(k) == v for k, v in fields.items())
 
     return match
+
+
+# --- headless Chromium (Debian's `chromium`; .ci/run installs it) ------------------------------------
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    # Run the page's timers and network until it has rendered, then dump or shoot.
+    "--virtual-time-budget=4000",
+)
+
+
+def chromium(url: str, user_data_dir: str, *extra: str, timeout: float = 90.0) -> str:
+    """Run headless Chromium once on ``url`` with a fresh profile; returns its stdout."""
+    import shutil
+    import subprocess
+
+    binary = shutil.which("chromium")
+    assert binary is not None, "chromium is not installed"
+    done = subprocess.run(
+        [binary, *CHROMIUM_FLAGS, f"--user-data-dir={user_data_dir}", *extra, url],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout

@@ -384,14 +384,14 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
 
             async def stream() -> AsyncIterator[bytes]:
                 try:
-                    yield b"retry: 1000\n\n"
+                    # The preamble and the whole replay go out as one chunk.
+                    head = [b"retry: 1000\n\n"]
                     if compat_shape:
-                        yield b'data: {"type":"server.connected","properties":{}}\n\n'
+                        head.append(b'data: {"type":"server.connected","properties":{}}\n\n')
                     if reset is not None:
-                        yield b"data: " + msgspec.json.encode(reset) + b"\n\n"
-                    for item in replay:
-                        if (chunk := frame(item)) is not None:
-                            yield chunk
+                        head.append(b"data: " + msgspec.json.encode(reset) + b"\n\n")
+                    head.extend(c for item in replay if (c := frame(item)) is not None)
+                    yield b"".join(head)
                     while True:
                         try:
                             batch = await asyncio.wait_for(listener.next_batch(), settings.sse_heartbeat_s)

@@ -1,0 +1,101 @@
+"""The timeline page: static for a scenario, live at / of the HTTP host, checked in real headless
+Chromium (Debian's package; the browser tests are skipped where it is not installed)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+from wire_support import chromium, served
+
+from run_supervisor.actors import RunHandle
+from run_supervisor.actors._cli import main
+from run_supervisor.actors.hosts._timeline import live_page, scenario_page
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_chromium = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+
+
+def test_scenario_html_writes_one_self_contained_page_per_scenario(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = ROOT / "docs/scenarios/04-dispose-all-with-runs-in-two-directories.toml"
+    assert main(["scenario", str(scenario), "--html", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / f"{scenario.stem}.html").read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)  # no CDN, no network
+    assert '"type":"lifecycle.deferred"' in page
+    assert "wrote" in capsys.readouterr().err
+
+
+def test_embedded_data_cannot_close_its_script_element() -> None:
+    page = scenario_page(
+        {"scenario": "x", "events": [{"seq": 1, "type": "run.queued", "run": "</script><b>"}]}
+    )
+    assert "</script><b>" not in page
+    assert "<\\/script><b>" in page
+    assert "__DATA__" not in live_page() and "null" in live_page()
+
+
+@needs_chromium
+def test_a_static_scenario_timeline_renders_a_deferred_close_and_tool_cards_in_chromium(
+    tmp_path: Path,
+) -> None:
+    scenario = ROOT / "docs/scenarios/04-dispose-all-with-runs-in-two-directories.toml"
+    assert main(["scenario", str(scenario), "--html", str(tmp_path)]) == 0
+    dom = chromium((tmp_path / f"{scenario.stem}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
+    assert re.search(
+        r'class="lane action" data-action="a1" data-do="dispose_all" data-state="deferred, then completed"',
+        dom,
+    )
+    assert 'data-blocking-run="r1"' in dom and 'data-blocking-run="r2"' in dom
+    assert (
+        '<div class="card" data-tool="bash" data-state="completed"><b>bash</b> · completed — bash ran</div>'
+        in dom
+    )
+
+
+@needs_chromium
+def test_the_live_page_shows_a_waiting_deferred_close_and_a_tool_card_from_the_event_stream(
+    tmp_path: Path,
+) -> None:
+    with served() as srv, httpx.Client(base_url=srv.url, headers=srv.auth, timeout=10) as client:
+        client.post("/runs", json={"run_id": "r1", "session": "s1", "directory": "/w/b"})
+        for state in ("pending", "prepared", "running", "completed"):
+            client.post("/runs/r1/reports", json={"type": "part", "tool": "bash", "state": state})
+        client.post("/runs/r1/reports", json={"type": "end"})
+        assert RunHandle(srv.supervisor, "r1").wait(timeout=10).outcome == "completed"
+        client.post("/runs", json={"run_id": "r2", "session": "s2", "directory": "/w/a"})
+        client.post("/runs/r2/reports", json={"type": "step", "kind": "model"})
+        deferred = client.post(
+            "/global/dispose", headers={"x-opencode-client-action-kind": "settings.provider.connect"}
+        )
+        assert deferred.json()["status"] == "deferred"
+        url = f"{srv.url}/#token={srv.server.token}"
+        for attempt in range(3):  # the browser renders on its own clock: a bounded retry, not a sleep
+            dom = chromium(url, str(tmp_path / f"profile{attempt}"), "--dump-dom")
+            if 'data-last-seq="' in dom:
+                break
+        shot = tmp_path / "timeline-live.png"
+        chromium(url, str(tmp_path / "profile-shot"), f"--screenshot={shot}", "--window-size=1100,620")
+        client.post("/runs/r2/reports", json={"type": "end"})
+    assert '<span id="status" class="live">live</span>' in dom
+    assert re.search(
+        r'class="lane action waiting" data-action="lc-1" data-do="dispose_all" data-state="deferred"', dom
+    )
+    assert re.search(r'Deferred: waits for <span data-blocking-run="r2">r2</span> in /w/a', dom)
+    assert (
+        '<div class="card" data-tool="bash" data-state="completed"><b>bash</b> · completed — bash ran</div>'
+        in dom
+    )
+    assert re.search(r'class="lane run" data-run="r2" data-outcome="active"', dom)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@needs_chromium
+def test_the_live_page_without_a_token_says_how_to_open_it(tmp_path: Path) -> None:
+    with served() as srv:
+        dom = chromium(f"{srv.url}/", str(tmp_path / "profile"), "--dump-dom")
+    assert "unauthorized: open this page as /#token=" in dom
