@@ -48,6 +48,7 @@ from run_supervisor.actors._validate import (
     CloseModeName,
     ShutdownReasonName,
 )
+from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     ActionSnapshot,
     AnswerForm,
@@ -237,11 +238,13 @@ class Supervisor:
         # The run.recovered events are the stream's first (seq 1..k), decided before any request and
         # before any subscription can exist: hosts read them from recovered(), deterministically.
         self._recovered = tuple(e for e in recovered if isinstance(e, RunRecovered))
+        self._view = View(core, recovered)
         self._ref = SessionSupervisor.start(
             core,
             hooks,
             self.threads,
             self._publisher,
+            view=self._view,
             ask_timeout=config.request_timeout_s,
             load_budget_ms=config.load_budget_ms,
             on_shutdown_complete=self._on_shutdown_complete,
@@ -705,26 +708,37 @@ class Supervisor:
         return self._shutdown_complete.done()
 
     # --- queries -----------------------------------------------------------------------------
+    # Served from the state the supervisor published after its last message (``View``), without a
+    # hop to its mailbox: they never block, never time out, and keep answering after shutdown
+    # (with the final state). The rule: that state includes every request whose answer has been
+    # delivered and every event that has been delivered. ``timeout`` is checked, then unused.
 
     def _query(self, read: Callable[[SupervisorCore], T], timeout: float | None) -> T:
+        """Run ``read`` on the supervisor's thread, behind every message already sent (one hop)."""
         result: T = self._get(self._post(lambda reply: Query(read, reply)), check.timeout("timeout", timeout))
         return result
 
     def run(self, run_id: str, *, timeout: float | None = None) -> RunSnapshot | None:
         """What is known of a run (None if unknown or forgotten)."""
         run_id = check.identifier("run_id", run_id)
-        return self._query(lambda core: core.run_snapshot(run_id), timeout)
+        check.timeout("timeout", timeout)
+        return self._view.runs.get(run_id)
 
     def session(self, session_id: str, *, timeout: float | None = None) -> SessionSnapshot | None:
+        """A session's status, active run and queue (None if no run ever named it)."""
         session_id = check.identifier("session_id", session_id)
-        return self._query(lambda core: core.session_snapshot(session_id), timeout)
+        check.timeout("timeout", timeout)
+        return self._view.sessions.get(session_id)
 
     def pending_actions(self, *, timeout: float | None = None) -> tuple[ActionSnapshot, ...]:
         """Lifecycle actions that have not completed, with the runs each still waits for."""
-        return self._query(lambda core: core.pending_actions(), timeout)
+        check.timeout("timeout", timeout)
+        return self._view.pending_actions
 
     def statistics(self, *, timeout: float | None = None) -> CoreStatistics:
-        return self._query(lambda core: core.statistics(), timeout)
+        """Counters of runs, sessions, instances, actions and events; O(1)."""
+        check.timeout("timeout", timeout)
+        return self._view.statistics
 
     def subscribe(
         self, *, maxsize: int = 0, callback: Callable[[Event], object] | None = None

@@ -2,7 +2,9 @@
 
 It feeds each message to the decision core (``protocol.SupervisorCore``) and carries out the
 commands the core returns, in order. It never asks another actor (and never itself): children get
-``tell``s, answers travel in futures carried inside the messages.
+``tell``s, answers travel in futures carried inside the messages. After the core has decided on a
+message, and before any of its commands is carried out, it publishes the read side (``View``), so
+queries never need its mailbox and always see the effect of a request already answered.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from run_supervisor.actors._instance_actor import Dispose, InstanceActor, Instan
 from run_supervisor.actors._run_actor import Go, RunSlot
 from run_supervisor.actors._subscription import Publisher
 from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     AbandonRun,
     BodyEnded,
@@ -145,6 +148,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         threads: ThreadBook,
         publisher: Publisher,
         *,
+        view: View,
         ask_timeout: float,
         load_budget_ms: int,
         on_shutdown_complete: Callable[[ShutdownComplete, float | None], None],
@@ -164,6 +168,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._finishing: dict[str, tuple[Future[Any], str, str]] = {}  # run -> (future, session, dir)
         self._loads: dict[str, Loading] = {}  # directory -> the load of its latest instance
         self._publisher = publisher
+        self._view = view
         self._timer: threading.Timer | None = None
         self._deadline: float | None = None
 
@@ -199,7 +204,9 @@ class SessionSupervisor(pykka.ThreadingActor):
 
     def _receive(self, message: Any) -> None:
         if isinstance(message, _REPORTS):
-            self._execute(self.core.report(message))
+            commands = self.core.report(message)
+            self._view.refresh(self.core, message, commands)
+            self._execute(commands)
         elif isinstance(message, Submit):
             self._submit(message)
         elif isinstance(message, Query):
@@ -217,17 +224,21 @@ class SessionSupervisor(pykka.ThreadingActor):
             loads: list[Loading] = []
             for directory in message.directories:
                 if message.load:
-                    self._execute(self.core.preload(directory))
+                    commands = self.core.preload(directory)
+                    self._view.refresh(self.core, message, commands)
+                    self._execute(commands)
                     loading = self._loads.get(directory)
                     if loading is not None:
                         loads.append(loading)
                 else:
                     self.core.declare(directory)
+            self._view.refresh(self.core, message, ())
             _settle(message.reply, tuple(loads))
 
     def _submit(self, message: Submit) -> None:
         request = message.request
         commands = self.core.request(request, message.reply)
+        self._view.refresh(self.core, message, commands)  # published before any reply or event
         if isinstance(request, StartRun) and message.run is not None:
             accepted = any(
                 isinstance(c, Reply) and c.reply_to is message.reply and c.answer.result is CloseResult.OK

@@ -1,0 +1,128 @@
+"""The read side: what queries see, published by the supervisor after each message.
+
+The supervisor's thread is the only writer. After it has fed a message to the core, and *before* it
+carries out that message's commands (replies, events, spawns), it refreshes the view: so a caller
+whose request was answered, or a subscriber who got an event, always reads a state that includes
+it. Readers (any thread) never hop to the supervisor's mailbox: a query is a dict lookup.
+
+Publication is cheap because it is copy-on-write per record: every record is an immutable snapshot
+(msgspec frozen structs), and only the records the message may have changed are rebuilt and
+swapped in, each with one atomic store (see ``View.refresh`` for which). The statistics are O(1)
+counters, rebuilt every time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from run_supervisor.protocol import (
+    ActionSnapshot,
+    Command,
+    CoreStatistics,
+    Emit,
+    Event,
+    InstanceClosed,
+    ReleaseRun,
+    RunFinished,
+    RunRecovered,
+    RunSnapshot,
+    RunStarted,
+    SessionSnapshot,
+    SupervisorCore,
+)
+
+__all__ = ["View"]
+
+
+class View:
+    """The last published state. Read from any thread; written only by the supervisor's thread."""
+
+    def __init__(self, core: SupervisorCore, recovered: Iterable[Event] = ()) -> None:
+        """The state of a core no message has reached yet, with the runs it ``recovered``."""
+        self.version = 0
+        """How many messages have been published; grows by one per message the supervisor handled."""
+        self.statistics: CoreStatistics = core.statistics()
+        self.runs: dict[str, RunSnapshot] = {}
+        self.sessions: dict[str, SessionSnapshot] = {}
+        self.pending_actions: tuple[ActionSnapshot, ...] = core.pending_actions()
+        self._actions: dict[str, ActionSnapshot] = {a.action_id: a for a in self.pending_actions}
+        self._finished: deque[str] = deque()  # in the core's order of finishing: it forgets oldest first
+        self.refresh(core, None, recovered)
+
+    def refresh(self, core: SupervisorCore, message: Any, commands: Iterable[Command | Event]) -> None:
+        """Publish what ``message`` (and the ``commands`` the core returned for it) may have changed.
+
+        Every change the core makes to a run comes with a command or an event that names it (a
+        report names its run; a start, a spawn, an interrupt, an answer, an abandonment, a finish
+        each name theirs), so the named runs are the ones to rebuild; their sessions with them. An
+        action is rebuilt when named, or when, in a directory it waits on, an instance closed or a
+        run was pinned (started) or unpinned (finished): nothing else changes what it waits for.
+        ``tests/test_view.py`` checks all of this against the core after every message.
+        """
+        touched: dict[str, None] = {}  # ordered, deduplicated
+        sessions: dict[str, None] = {}
+        actions: dict[str, None] = {}
+        directories: set[str] = set()  # where an instance closed or a run was pinned or unpinned
+        unpinned: list[str] = []
+        released: list[str] = []
+        for given in (getattr(message, "request", message), *commands):
+            item = given.event if isinstance(given, Emit) else given
+            run_id = getattr(item, "run_id", None)
+            if isinstance(run_id, str):
+                touched[run_id] = None
+            session = getattr(item, "session", None)
+            if isinstance(session, str):
+                sessions[session] = None
+            action_id = getattr(item, "action_id", None)
+            if isinstance(action_id, str):
+                actions[action_id] = None
+            if isinstance(item, RunStarted | InstanceClosed):
+                directories.add(item.directory)
+            elif isinstance(item, RunFinished) and item.generation is not None:
+                unpinned.append(item.run_id)
+            elif isinstance(item, ReleaseRun | RunRecovered):  # the core remembers it as finished
+                released.append(item.run_id)
+        for run_id in touched:
+            snapshot = core.run_snapshot(run_id)
+            if snapshot is None:
+                self.runs.pop(run_id, None)
+                continue
+            self.runs[run_id] = snapshot
+            sessions[snapshot.session] = None
+        directories.update(self.runs[r].directory for r in unpinned if r in self.runs)
+        self._forget(core, released)
+        for session_id in sessions:
+            session_snapshot = core.session_snapshot(session_id)
+            if session_snapshot is None:
+                self.sessions.pop(session_id, None)
+            else:
+                self.sessions[session_id] = session_snapshot
+        if self._actions or actions:
+            self._refresh_actions(core, actions, directories)
+        self.statistics = core.statistics()
+        self.version += 1
+
+    def _refresh_actions(self, core: SupervisorCore, named: dict[str, None], directories: set[str]) -> None:
+        for action_id, snapshot in self._actions.items():
+            if action_id not in named and not directories.isdisjoint(snapshot.pending_directories):
+                named[action_id] = None
+        changed = False
+        for action_id in named:  # a new action is named by its lifecycle.requested, in creation order
+            fresh = core.action_snapshot(action_id)
+            if fresh is None:
+                changed |= self._actions.pop(action_id, None) is not None
+            elif self._actions.get(action_id) != fresh:
+                self._actions[action_id] = fresh
+                changed = True
+        if changed:
+            self.pending_actions = tuple(self._actions.values())
+
+    def _forget(self, core: SupervisorCore, released: list[str]) -> None:
+        """The core keeps ``retain_finished`` finished runs and forgets the oldest: so do we."""
+        self._finished.extend(released)
+        while len(self._finished) > core.retain_finished:
+            oldest = self._finished.popleft()
+            if core.run_snapshot(oldest) is None:
+                self.runs.pop(oldest, None)
