@@ -31,3 +31,15 @@ def test_the_state_tables_in_the_architecture_doc_are_generated_from_the_rules()
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_readme_links_only_to_files_inside_the_repository() -> None:
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)", readme)
+    assert targets, "the README links to the docs"
+    for target in targets:
+        assert "://" not in target and not target.startswith(("/", "..")), target
+        assert (ROOT / target).exists(), f"README links to {target}, which is not in the repository"
+    assert "../shared" not in readme

@@ -116,3 +116,19 @@ def test_the_import_check_catches_private_modules_private_names_and_unexported_n
 @pytest.mark.parametrize("path", sorted((ROOT / "actors" / "scenarios").rglob("*.py")), ids=lambda p: p.name)
 def test_the_scenario_tooling_uses_only_the_public_api_of_the_rest_of_the_package(path: Path) -> None:
     assert private_imports(path.read_text()) == []
+
+
+SHARED_FORMAT = ROOT.parent / "shared" / "contracts" / "scenario-format.md"
+
+
+@pytest.mark.skipif(not SHARED_FORMAT.exists(), reason="no shared contract folder beside this checkout")
+def test_the_project_s_scenario_format_holds_the_whole_contract_in_order() -> None:
+    ours = (ROOT / "docs" / "scenario-format.md").read_text().splitlines()
+    position = 0
+    for line in SHARED_FORMAT.read_text().splitlines()[1:]:  # the title differs
+        if not line.strip():
+            continue
+        assert line in ours[position:], (
+            f"docs/scenario-format.md lacks, or reorders, the contract's line: {line}"
+        )
+        position = ours.index(line, position) + 1
