@@ -61,16 +61,17 @@ from run_supervisor.protocol import (
     CoreStatistics,
     DismissForm,
     Event,
-    InterruptReason,
     RejectCode,
     ReplyPermission,
     Request,
     RequestOutcome,
+    RequestResult,
     RunRecovered,
     RunSnapshot,
     SessionSnapshot,
     Shutdown,
     ShutdownComplete,
+    ShutdownReason,
     StartRun,
     SupervisorCore,
 )
@@ -646,7 +647,7 @@ class Supervisor:
         self,
         *,
         grace_ms: int | None = None,
-        reason: ShutdownReasonName | InterruptReason = "shutdown",
+        reason: ShutdownReasonName | ShutdownReason = "shutdown",
         origin: str | None = None,
         tag: str | None = None,
     ) -> Future[CloseOutcome]:
@@ -662,7 +663,7 @@ class Supervisor:
         self,
         *,
         grace_ms: int | None = None,
-        reason: ShutdownReasonName | InterruptReason = "shutdown",
+        reason: ShutdownReasonName | ShutdownReason = "shutdown",
         origin: str | None = None,
     ) -> CloseOutcome:
         """Interrupt everything with ``reason`` and stop every actor and thread we started. Returns
@@ -764,7 +765,7 @@ def _raise_or_return(done: Future[Any]) -> Any:
 def _rejected(request: object, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:
     if isinstance(request, CloseRequest | Shutdown):
         return CloseOutcome(result=CloseResult.REJECTED, error=error, code=code)
-    return RequestOutcome(result=CloseResult.REJECTED, error=error, code=code)
+    return RequestOutcome(result=RequestResult.REJECTED, error=error, code=code)
 
 
 _live: weakref.WeakSet[Supervisor] = weakref.WeakSet()

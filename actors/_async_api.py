@@ -41,12 +41,12 @@ from run_supervisor.protocol import (
     CloseOutcome,
     CoreStatistics,
     Event,
-    InterruptReason,
     Request,
     RequestOutcome,
     RunRecovered,
     RunSnapshot,
     SessionSnapshot,
+    ShutdownReason,
     SupervisorCore,
 )
 
@@ -401,7 +401,7 @@ class AsyncSupervisor:
         self,
         *,
         grace_ms: int | None = None,
-        reason: ShutdownReasonName | InterruptReason = "shutdown",
+        reason: ShutdownReasonName | ShutdownReason = "shutdown",
         origin: str | None = None,
         tag: str | None = None,
     ) -> CloseOutcome:

@@ -28,7 +28,6 @@ from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     AbandonRun,
     BodyEnded,
-    CloseResult,
     Command,
     DeliverAnswer,
     DisposeDone,
@@ -41,8 +40,10 @@ from run_supervisor.protocol import (
     ReleaseRun,
     Reply,
     Request,
+    RequestResult,
     RunFinished,
     RunSnapshot,
+    RunState,
     ShutdownComplete,
     SignalInterrupt,
     SpawnRun,
@@ -126,7 +127,7 @@ def _snapshot_of(event: RunFinished, session: str, directory: str) -> RunSnapsho
         session=session,
         directory=directory,
         generation=event.generation,
-        state=event.outcome.value,
+        state=RunState(event.outcome.value),  # a finished state is spelled as its outcome
         outcome=event.outcome,
         reason=event.reason,
         origin=event.origin,
@@ -241,7 +242,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._view.refresh(self.core, message, commands)  # published before any reply or event
         if isinstance(request, StartRun) and message.run is not None:
             accepted = any(
-                isinstance(c, Reply) and c.reply_to is message.reply and c.answer.result is CloseResult.OK
+                isinstance(c, Reply) and c.reply_to is message.reply and c.answer.result is RequestResult.OK
                 for c in commands
             )
             if accepted:

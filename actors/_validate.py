@@ -36,6 +36,7 @@ from run_supervisor.protocol import (
     ReplyPermission,
     Request,
     Shutdown,
+    ShutdownReason,
     StartRun,
 )
 
@@ -79,13 +80,13 @@ CloseActionName = Literal["dispose", "dispose_all", "reload", "invalidate_config
 CloseModeName = Literal["maintenance", "user_confirmed_interrupt"]
 """How a lifecycle close treats active runs (``CloseMode`` spelled as a string)."""
 ShutdownReasonName = Literal["shutdown", "test_teardown", "timeout"]
-"""Why the supervisor shuts down (an ``InterruptReason`` spelled as a string)."""
+"""Why the supervisor shuts down (a ``ShutdownReason`` spelled as a string)."""
 
 _CLOSE_ACTIONS = ("dispose", "dispose_all", "reload", "invalidate_config")
 _CLOSE_MODES = ("maintenance", "user_confirmed_interrupt")
 _SHUTDOWN_REASONS = ("shutdown", "test_teardown", "timeout")
 
-E = TypeVar("E", CloseAction, CloseMode, InterruptReason)
+E = TypeVar("E", CloseAction, CloseMode, ShutdownReason)
 _REQUESTS = (StartRun, CancelRun, CloseRequest, Shutdown, ReplyPermission, AnswerForm, DismissForm)
 
 
@@ -200,8 +201,8 @@ def close_mode(name: str, value: object) -> CloseMode:
     return _choice(name, value, CloseMode, _CLOSE_MODES)
 
 
-def shutdown_reason(name: str, value: object) -> InterruptReason:
-    return _choice(name, value, InterruptReason, _SHUTDOWN_REASONS)
+def shutdown_reason(name: str, value: object) -> ShutdownReason:
+    return _choice(name, value, ShutdownReason, _SHUTDOWN_REASONS)
 
 
 def _check_fields(req: Request) -> None:
@@ -223,8 +224,10 @@ def _check_fields(req: Request) -> None:
             raise InvalidRequest(f"directories must be a tuple, not {_kind(req.directories)}")
         directory_names("directories", req.directories)
     elif isinstance(req, Shutdown):
-        if not isinstance(req.reason, InterruptReason):
-            raise InvalidRequest(f"reason must be an InterruptReason, not {_kind(req.reason)}")
+        # An InterruptReason of the same value is tolerated (untyped callers); the core rejects
+        # one a shutdown may not give.
+        if not isinstance(req.reason, ShutdownReason | InterruptReason):
+            raise InvalidRequest(f"reason must be a ShutdownReason, not {_kind(req.reason)}")
         optional_text("origin", req.origin)
         milliseconds("grace_ms", req.grace_ms)
     elif isinstance(req, ReplyPermission):

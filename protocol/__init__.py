@@ -31,8 +31,10 @@ from run_supervisor.protocol._enums import (
     PartState,
     Phase,
     RejectCode,
+    RequestResult,
     RunState,
     SessionStatus,
+    ShutdownReason,
     StepKind,
 )
 from run_supervisor.protocol._events import (
@@ -144,6 +146,7 @@ __all__ = [
     "Report",
     "Request",
     "RequestOutcome",
+    "RequestResult",
     "RunFinished",
     "RunQueued",
     "RunRecovered",
@@ -156,6 +159,7 @@ __all__ = [
     "SessionStatusChanged",
     "Shutdown",
     "ShutdownComplete",
+    "ShutdownReason",
     "SignalInterrupt",
     "SpawnRun",
     "StartGraceTimer",

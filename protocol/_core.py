@@ -37,6 +37,7 @@ from run_supervisor.protocol._enums import (
     Outcome,
     PartState,
     RejectCode,
+    RequestResult,
     RunState,
     SessionStatus,
 )
@@ -269,7 +270,7 @@ class SupervisorCore(LifecycleMixin):
             session=run.session,
             directory=run.directory,
             generation=run.generation,
-            state=run.state.value,
+            state=run.state,
             outcome=outcome,
             reason=interrupt.reason if interrupt else None,
             origin=interrupt.origin if interrupt else None,
@@ -693,7 +694,7 @@ class SupervisorCore(LifecycleMixin):
         if close:
             answer = CloseOutcome(result=CloseResult.REJECTED, error=error, code=code)
         else:
-            answer = RequestOutcome(result=CloseResult.REJECTED, error=error, code=code)
+            answer = RequestOutcome(result=RequestResult.REJECTED, error=error, code=code)
         self._reply(reply_to, answer)
 
     def _flush(self) -> list[Command]:
@@ -706,7 +707,7 @@ class SupervisorCore(LifecycleMixin):
         return out
 
 
-_OK = RequestOutcome(result=CloseResult.OK)
+_OK = RequestOutcome(result=RequestResult.OK)
 _CANCEL_REASONS = frozenset({InterruptReason.USER_CANCEL, InterruptReason.TIMEOUT})
 
 _OUTCOMES = {

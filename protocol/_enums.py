@@ -20,8 +20,10 @@ __all__ = [
     "PartState",
     "Phase",
     "RejectCode",
+    "RequestResult",
     "RunState",
     "SessionStatus",
+    "ShutdownReason",
     "StepKind",
 ]
 
@@ -76,6 +78,20 @@ class InterruptReason(StrEnum):
     CRASH = "crash"
     """The process that supervised the run died (a crash, a kill, a power loss); found unfinished in
     the run journal at the next start and reported by ``run.recovered``."""
+
+
+class ShutdownReason(StrEnum):
+    """The reasons a shutdown may give: the ``InterruptReason``s a shutdown interrupts with."""
+
+    SHUTDOWN = InterruptReason.SHUTDOWN.value
+    TEST_TEARDOWN = InterruptReason.TEST_TEARDOWN.value
+    TIMEOUT = InterruptReason.TIMEOUT.value
+    """A watchdog (the scenario runner's ``--timeout``) tearing down what hung."""
+
+    @property
+    def interrupt_reason(self) -> InterruptReason:
+        """The reason every run this shutdown interrupts carries."""
+        return InterruptReason(self.value)
 
 
 class Outcome(StrEnum):
@@ -156,14 +172,20 @@ class InstanceState(StrEnum):
 
 
 class CloseResult(StrEnum):
-    """The answer to a request. Closes answer the first five; other requests ``ok`` or ``rejected``."""
+    """The answer to a close or a shutdown (``CloseOutcome.result``)."""
 
     COMPLETED = "completed"
     DEFERRED = "deferred"
     INTERRUPTED = "interrupted"
     FORCED = "forced"
     REJECTED = "rejected"
+
+
+class RequestResult(StrEnum):
+    """The answer to any other request (``RequestOutcome.result``): it was applied, or not at all."""
+
     OK = "ok"
+    REJECTED = CloseResult.REJECTED.value
 
 
 class RejectCode(StrEnum):

@@ -28,6 +28,7 @@ from run_supervisor.protocol._enums import (
     InterruptReason,
     RejectCode,
     RunState,
+    ShutdownReason,
 )
 from run_supervisor.protocol._events import (
     ActionResult,
@@ -55,10 +56,10 @@ _LIFECYCLE_CLOSES = frozenset(
 )
 _ONE_DIRECTORY = frozenset({CloseAction.DISPOSE, CloseAction.RELOAD})
 _SHUTDOWN_MODES = {
-    InterruptReason.SHUTDOWN: (CloseAction.SHUTDOWN, CloseMode.SHUTDOWN),
-    InterruptReason.TEST_TEARDOWN: (CloseAction.TEST_TEARDOWN, CloseMode.TEST_TEARDOWN),
+    ShutdownReason.SHUTDOWN: (CloseAction.SHUTDOWN, CloseMode.SHUTDOWN),
+    ShutdownReason.TEST_TEARDOWN: (CloseAction.TEST_TEARDOWN, CloseMode.TEST_TEARDOWN),
     # A watchdog (the scenario runner's --timeout) tearing down what hung: a shutdown that says why.
-    InterruptReason.TIMEOUT: (CloseAction.SHUTDOWN, CloseMode.SHUTDOWN),
+    ShutdownReason.TIMEOUT: (CloseAction.SHUTDOWN, CloseMode.SHUTDOWN),
 }
 
 
@@ -185,7 +186,7 @@ class LifecycleMixin:
         self._answer_or_hold(action)
 
     def _shutdown_request(self, req: Shutdown, reply_to: Any) -> None:
-        if req.reason not in _SHUTDOWN_MODES:
+        if req.reason not in _SHUTDOWN_MODES:  # the type forbids it; an untyped caller may not know
             self._reject(
                 reply_to,
                 RejectCode.INVALID_REQUEST,
@@ -197,7 +198,8 @@ class LifecycleMixin:
             self._reject(reply_to, RejectCode.INVALID_REQUEST, "grace_ms cannot be negative", close=True)
             return
         do, mode = _SHUTDOWN_MODES[req.reason]
-        origin = req.origin or req.reason.value
+        reason = ShutdownReason(req.reason).interrupt_reason
+        origin = req.origin or reason.value
         first = self._shutdown
         if first is not None:
             self._join(first, do=do, mode=mode, origin=origin, tag=req.tag, reply_to=reply_to)
@@ -216,11 +218,11 @@ class LifecycleMixin:
         for session in self._sessions.values():
             while session.queue:
                 run = self._runs[session.queue.popleft()]
-                self._decide_interrupt(run, req.reason, origin, action.id)
+                self._decide_interrupt(run, reason, origin, action.id)
                 self._move_run(run, RunTrigger.CANCEL_QUEUED)
                 self._finish(run)
         self._out.append(StartGraceTimer(action_id=action.id, grace_ms=req.grace_ms))
-        self._cover(action, names, req.reason)
+        self._cover(action, names, reason)
         self._answer_or_hold(action)
 
     def _join(

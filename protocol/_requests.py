@@ -17,7 +17,10 @@ from run_supervisor.protocol._enums import (
     PartState,
     Phase,
     RejectCode,
+    RequestResult,
+    RunState,
     SessionStatus,
+    ShutdownReason,
     StepKind,
 )
 from run_supervisor.protocol._parts import PartSnapshot
@@ -78,8 +81,9 @@ class CloseRequest(_Request, frozen=True, tag="close"):
 
 
 class Shutdown(_Request, frozen=True, tag="shutdown"):
-    reason: InterruptReason = InterruptReason.SHUTDOWN
-    """``shutdown`` or ``test_teardown`` (or ``timeout``, for a watchdog tearing down what hung)."""
+    reason: ShutdownReason = ShutdownReason.SHUTDOWN
+    """``shutdown`` or ``test_teardown`` (or ``timeout``, for a watchdog tearing down what hung): the
+    reason every interrupted run carries."""
     origin: str | None = None
     """What asked; by default the reason's own name."""
     grace_ms: int = 1000
@@ -171,9 +175,14 @@ class GraceExpired(msgspec.Struct, frozen=True):
 class RequestOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """The answer to a request that is not a lifecycle action."""
 
-    result: CloseResult
+    result: RequestResult
     error: str | None = None
     code: RejectCode | None = None
+
+    @property
+    def rejected(self) -> bool:
+        """It was not applied at all (``code`` says why)."""
+        return self.result is RequestResult.REJECTED
 
 
 class CloseOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -194,6 +203,11 @@ class CloseOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """A shutdown's final outcome only: host code still running when it returned, left behind (a load
     or dispose hook, a subscriber callback, a future's done-callback), by name. Filled by the shell."""
 
+    @property
+    def rejected(self) -> bool:
+        """It was not applied at all (``code`` says why)."""
+        return self.result is CloseResult.REJECTED
+
 
 class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """What the supervisor knows of one run."""
@@ -202,7 +216,7 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     session: str
     directory: str
     generation: int | None
-    state: str
+    state: RunState
     outcome: Outcome | None = None
     reason: InterruptReason | None = None
     origin: str | None = None

@@ -77,7 +77,9 @@ from run_supervisor.protocol._enums import (
     InterruptReason,
     Outcome,
     PartState,
+    RequestResult,
     SessionStatus,
+    ShutdownReason,
 )
 from run_supervisor.protocol._events import (
     ActionResult,
@@ -729,7 +731,7 @@ class InvariantChecker:
         closing = isinstance(request, CloseRequest | Shutdown)
         if closing != isinstance(answer, CloseOutcome):
             self.violation(f"{token!r}: {type(request).__name__} answered with {type(answer).__name__}")
-        if answer.result is CloseResult.REJECTED:
+        if answer.rejected:
             if answer.code is None or not answer.error:
                 self.violation(f"{token!r} rejected without a code and a message: {answer}")
             return
@@ -738,7 +740,7 @@ class InvariantChecker:
         if after_shutdown and not isinstance(request, Shutdown):
             self.violation(f"{token!r}: {type(request).__name__} accepted after the shutdown")
         if not isinstance(answer, CloseOutcome):
-            if answer.result is not CloseResult.OK:
+            if answer.result is not RequestResult.OK:
                 self.violation(f"{token!r} answered {answer.result.value}")
             return
         if isinstance(request, Shutdown):
@@ -774,7 +776,7 @@ class InvariantChecker:
 
         for token, asked in self.asked.items():
             request, answer = asked.request, asked.answer
-            if answer is None or answer.result is CloseResult.REJECTED:
+            if answer is None or answer.rejected:
                 continue
             by = f"{type(request).__name__} {token!r}"
             if isinstance(request, CancelRun):
@@ -805,7 +807,7 @@ class InvariantChecker:
         )
         if shutdown is not None and isinstance(shutdown.answer, CloseOutcome):
             assert isinstance(shutdown.request, Shutdown)
-            reason = shutdown.request.reason
+            reason = ShutdownReason(shutdown.request.reason).interrupt_reason
             for run_id in shutdown.answer.interrupted_runs:
                 add(run_id, _Decision(reason, None, self.shutdown_id, "the shutdown"))
         return decided
@@ -965,7 +967,7 @@ class CoreShell:
 
     def shutdown(
         self,
-        reason: InterruptReason = InterruptReason.SHUTDOWN,
+        reason: ShutdownReason = ShutdownReason.SHUTDOWN,
         origin: str = "shutdown",
         grace_ms: int = 1000,
         tag: str | None = None,

@@ -27,6 +27,7 @@ from run_supervisor import (
     NothingPending,
     Outcome,
     RequestOutcome,
+    RequestResult,
     RunAlreadyExists,
     RunAlreadyFinished,
     RunContext,
@@ -248,8 +249,8 @@ def test_async_submit_returns_a_rejection_as_a_value_never_raising() -> None:
         return unknown, closed
 
     unknown, closed = run_async(host)
-    assert unknown.result is CloseResult.REJECTED and unknown.code is RejectCode.UNKNOWN_RUN
-    assert closed.result is CloseResult.REJECTED and closed.code is RejectCode.SUPERVISOR_CLOSED
+    assert unknown.result is RequestResult.REJECTED and unknown.code is RejectCode.UNKNOWN_RUN
+    assert closed.result is RequestResult.REJECTED and closed.code is RejectCode.SUPERVISOR_CLOSED
 
 
 def test_a_run_wait_that_runs_out_raises_supervisor_timeout_and_the_supervisor_keeps_serving() -> None:

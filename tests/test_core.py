@@ -53,6 +53,7 @@ from run_supervisor.protocol import (
     ReplyPermission,
     Request,
     RequestOutcome,
+    RequestResult,
     RunFinished,
     RunQueued,
     RunStarted,
@@ -660,7 +661,7 @@ def test_a_user_cancel_interrupts_the_run_at_once_with_user_cancel() -> None:
     shell.start("r1", directory=A)
     shell.tool("r1", upto=PartState.RUNNING)
     out = shell.cancel("r1", tag="c1")
-    assert out == RequestOutcome(result=CloseResult.OK)
+    assert out == RequestOutcome(result=RequestResult.OK)
     assert shell.commands(SignalInterrupt, within=shell.last) == [
         SignalInterrupt("r1", InterruptReason.USER_CANCEL)
     ]
@@ -698,7 +699,7 @@ def test_a_cancel_of_a_finished_run_is_rejected_and_never_reaches_the_next_run_o
     shell.finish("r1")
     assert shell.spawned["r2"]
     out = shell.cancel("r1", tag="c1")
-    assert out.result is CloseResult.REJECTED and out.code is RejectCode.RUN_FINISHED
+    assert out.result is RequestResult.REJECTED and out.code is RejectCode.RUN_FINISHED
     assert "r1" in (out.error or "")
     assert shell.last == [Reply(shell.last_token, out)]
     assert shell.commands(SignalInterrupt) == []
@@ -711,7 +712,7 @@ def test_a_cancel_of_a_queued_run_ends_it_interrupted_without_starting_it() -> N
     shell.start("r1", session="s1")
     shell.start("r2", session="s1")
     out = shell.cancel("r2", tag="c1")
-    assert out.result is CloseResult.OK
+    assert out.result is RequestResult.OK
     r2 = shell.finished("r2")
     assert (r2.outcome, r2.reason, r2.origin, r2.action_id, r2.generation, r2.phase, r2.parts) == (
         Outcome.INTERRUPTED,
@@ -734,7 +735,7 @@ def test_a_cancel_of_a_queued_run_ends_it_interrupted_without_starting_it() -> N
 def test_a_cancel_of_an_unknown_run_is_rejected_as_unknown_run() -> None:
     shell = Shell(A)
     out = shell.cancel("ghost")
-    assert out.result is CloseResult.REJECTED and out.code is RejectCode.UNKNOWN_RUN
+    assert out.result is RequestResult.REJECTED and out.code is RejectCode.UNKNOWN_RUN
     assert shell.events_in(shell.last) == []
 
 
@@ -744,7 +745,7 @@ def test_a_second_interrupt_of_the_same_run_keeps_the_first_reason() -> None:
     shell.ask("r1")
     shell.cancel("r1", tag="c1")
     again = shell.cancel("r1", tag="c2", origin="keyboard")
-    assert again.result is CloseResult.REJECTED and again.code is RejectCode.ALREADY_INTERRUPTING
+    assert again.result is RequestResult.REJECTED and again.code is RejectCode.ALREADY_INTERRUPTING
     late_reply = shell.request(ReplyPermission(run_id="r1", approve=False, tag="p1"))
     assert late_reply.code is RejectCode.NOTHING_PENDING
     assert len(shell.commands(SignalInterrupt)) == 1
@@ -771,7 +772,7 @@ def test_a_permission_rejected_without_a_message_interrupts_the_run_with_origin_
     shell.start("r1")
     shell.ask("r1")
     out = shell.request(ReplyPermission(run_id="r1", approve=False))
-    assert out.result is CloseResult.OK
+    assert out.result is RequestResult.OK
     assert shell.commands(SignalInterrupt) == [SignalInterrupt("r1", InterruptReason.PERMISSION_REJECTED)]
     assert shell.commands(DeliverAnswer) == []
     shell.finish("r1")
@@ -790,7 +791,7 @@ def test_a_permission_rejected_with_a_message_turns_the_open_part_to_error_and_t
     shell.start("r1")
     shell.ask("r1")
     out = shell.request(ReplyPermission(run_id="r1", approve=False, message="use rg instead"))
-    assert out.result is CloseResult.OK
+    assert out.result is RequestResult.OK
     assert shell.commands(DeliverAnswer) == [DeliverAnswer("r1", approved=False, message="use rg instead")]
     assert shell.commands(SignalInterrupt) == []
     (part,) = shell.core.run_snapshot("r1").parts
@@ -811,7 +812,7 @@ def test_an_approved_permission_is_delivered_to_the_body_and_the_run_completes()
     shell = Shell(A)
     shell.start("r1")
     shell.ask("r1")
-    assert shell.request(ReplyPermission(run_id="r1", approve=True)).result is CloseResult.OK
+    assert shell.request(ReplyPermission(run_id="r1", approve=True)).result is RequestResult.OK
     assert shell.commands(DeliverAnswer) == [DeliverAnswer("r1", approved=True)]
     shell.report(PartReport(run_id="r1", tool="bash", state=PartState.COMPLETED))
     shell.finish("r1")
@@ -846,7 +847,7 @@ def test_a_reply_when_nothing_of_its_kind_is_pending_is_rejected_as_nothing_pend
     if waiting is not None:
         shell.ask("r1", form=waiting == "form")
     out = shell.request(req)
-    assert out.result is CloseResult.REJECTED and out.code is RejectCode.NOTHING_PENDING
+    assert out.result is RequestResult.REJECTED and out.code is RejectCode.NOTHING_PENDING
     assert shell.commands(DeliverAnswer) == [] and shell.commands(SignalInterrupt) == []
 
 
@@ -863,7 +864,7 @@ def test_an_answered_form_is_delivered_to_the_body_and_the_run_completes() -> No
     shell = Shell(A)
     shell.start("r1")
     shell.ask("r1", form=True)
-    assert shell.request(AnswerForm(run_id="r1", answer="blue")).result is CloseResult.OK
+    assert shell.request(AnswerForm(run_id="r1", answer="blue")).result is RequestResult.OK
     assert shell.commands(DeliverAnswer) == [DeliverAnswer("r1", approved=True, answer="blue")]
     shell.report(PartReport(run_id="r1", tool="question", state=PartState.COMPLETED))
     shell.finish("r1")
@@ -874,7 +875,7 @@ def test_a_dismissed_form_interrupts_the_run_with_form_dismissed_and_origin_form
     shell = Shell(A)
     shell.start("r1")
     shell.ask("r1", form=True)
-    assert shell.request(DismissForm(run_id="r1")).result is CloseResult.OK
+    assert shell.request(DismissForm(run_id="r1")).result is RequestResult.OK
     assert shell.commands(SignalInterrupt) == [SignalInterrupt("r1", InterruptReason.FORM_DISMISSED)]
     shell.finish("r1")
     r1 = shell.finished("r1")
@@ -1282,7 +1283,7 @@ def test_every_request_after_a_shutdown_is_rejected_as_supervisor_closed(req: Re
         assert shell.core.closed
     events = len(shell.events)
     out = shell.request(req)
-    assert out.result is CloseResult.REJECTED and out.code is RejectCode.SUPERVISOR_CLOSED
+    assert out.rejected and out.code is RejectCode.SUPERVISOR_CLOSED
     assert isinstance(out, CloseOutcome) == isinstance(req, CloseRequest)
     assert len(shell.events) == events and shell.last == [Reply(shell.last_token, out)]
     assert shell.core.preload(B) == []
@@ -1390,7 +1391,7 @@ def test_late_reports_after_shutdown_are_ignored_and_counted() -> None:
 def test_a_start_run_with_an_empty_field_is_an_invalid_request(req: StartRun) -> None:
     shell = Shell(A)
     out = shell.request(req)
-    assert out.result is CloseResult.REJECTED and out.code is RejectCode.INVALID_REQUEST
+    assert out.result is RequestResult.REJECTED and out.code is RejectCode.INVALID_REQUEST
     assert shell.events_in(shell.last) == [] and shell.spawned == {}
 
 

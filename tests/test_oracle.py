@@ -23,6 +23,7 @@ from run_supervisor.protocol import (
     LifecycleRequested,
     Outcome,
     RequestOutcome,
+    RequestResult,
     RunFinished,
     RunQueued,
     RunStarted,
@@ -168,8 +169,8 @@ def test_every_request_is_answered_exactly_once() -> None:
     request = StartRun(run_id="r1", session="s1", directory=A)
     checker.request("t1", request)
     checker.request("t2", CancelRun(run_id="r1"))
-    checker.answer("t1", RequestOutcome(result=CloseResult.OK))
-    checker.answer("t1", RequestOutcome(result=CloseResult.OK))
+    checker.answer("t1", RequestOutcome(result=RequestResult.OK))
+    checker.answer("t1", RequestOutcome(result=RequestResult.OK))
     assert any("'t1' answered 2 times" in text for text in checker.violations)
     with pytest.raises(InvariantViolation, match="requests never answered: \\['t2'\\]"):
         checker.finish(require_shutdown=False)

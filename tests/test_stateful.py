@@ -87,6 +87,7 @@ from run_supervisor.protocol import (
     RejectCode,
     ReplyPermission,
     RequestOutcome,
+    RequestResult,
     RunFinished,
     RunQueued,
     RunStarted,
@@ -1007,8 +1008,8 @@ class SupervisorMachine(RuleBasedStateMachine):
             two = self.sup.submit(CancelRun(run_id=run.id, origin="user.again", tag="second"))
             answers = (one.result(timeout=WAIT_S), two.result(timeout=WAIT_S))
             self.answers += 2
-            assert answers[0].result is CloseResult.OK, answers[0]
-            assert answers[1].result is CloseResult.REJECTED, answers[1]
+            assert answers[0].result is RequestResult.OK, answers[0]
+            assert answers[1].result is RequestResult.REJECTED, answers[1]
             assert answers[1].code in (RejectCode.ALREADY_INTERRUPTING, RejectCode.RUN_FINISHED), answers[1]
             self.model.interrupt(run, interrupt)
             self.model.settle()

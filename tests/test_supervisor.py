@@ -37,6 +37,7 @@ from run_supervisor.protocol import (
     Outcome,
     PartState,
     Phase,
+    RequestResult,
     RunFinished,
     SessionStatus,
     SupervisorCore,
@@ -504,7 +505,7 @@ def test_every_request_after_shutdown_is_rejected_and_a_second_shutdown_gets_the
     with pytest.raises(SupervisorClosed):
         sup.cancel("r1")
     raw = sup.submit(CancelRun(run_id="r1")).result(timeout=2)  # the raw API answers with a value
-    assert raw.result is CloseResult.REJECTED and raw.error
+    assert raw.result is RequestResult.REJECTED and raw.error
     second = sup.shutdown(grace_ms=100, reason="test_teardown")
     assert second.action_id == first.action_id and second.result is CloseResult.FORCED
 

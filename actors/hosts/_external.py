@@ -34,12 +34,12 @@ from run_supervisor.actors._context import RunContext, ToolCall
 from run_supervisor.actors._errors import RunInterrupted
 from run_supervisor.protocol import (
     CancelRun,
-    CloseResult,
     DeliverAnswer,
     InterruptReason,
     PartState,
     RejectCode,
     RequestOutcome,
+    RequestResult,
     StartRun,
     StepKind,
 )
@@ -134,11 +134,11 @@ def _has_ended(run_id: str) -> RequestOutcome:
 
 
 def _ok() -> RequestOutcome:
-    return RequestOutcome(result=CloseResult.OK)
+    return RequestOutcome(result=RequestResult.OK)
 
 
 def _rejected(code: RejectCode, error: str) -> RequestOutcome:
-    return RequestOutcome(result=CloseResult.REJECTED, code=code, error=error)
+    return RequestOutcome(result=RequestResult.REJECTED, code=code, error=error)
 
 
 @dataclass

@@ -46,7 +46,9 @@ from run_supervisor.protocol import (
     Outcome,
     PartState,
     Phase,
+    RequestResult,
     SessionStatus,
+    ShutdownReason,
     StepKind,
 )
 
@@ -163,7 +165,7 @@ class When:
     run: str | None = None
     step: str | None = None
     action: str | None = None
-    result: CloseResult | None = None
+    result: CloseResult | RequestResult | None = None
     """For ``ACTION_RESULT``: the result, for example ``DEFERRED``, ``OK`` or ``FORCED``."""
 
 
@@ -311,8 +313,8 @@ NONE = "none"
 MAX_MS = 86_400_000
 """The largest ``ms``, ``grace_ms`` or ``dispose_ms`` a file may give: one day (a story, not a soak)."""
 
-_SHUTDOWN_REASONS: Mapping[CloseAction, InterruptReason] = MappingProxyType(
-    {CloseAction.SHUTDOWN: InterruptReason.SHUTDOWN, CloseAction.TEST_TEARDOWN: InterruptReason.TEST_TEARDOWN}
+_SHUTDOWN_REASONS: Mapping[CloseAction, ShutdownReason] = MappingProxyType(
+    {CloseAction.SHUTDOWN: ShutdownReason.SHUTDOWN, CloseAction.TEST_TEARDOWN: ShutdownReason.TEST_TEARDOWN}
 )
 SHUTDOWNS: frozenset[CloseAction] = frozenset(_SHUTDOWN_REASONS)
 """``shutdown`` and ``test_teardown``."""
@@ -324,7 +326,7 @@ _TOOL_EXEC_AT = (PartState.PREPARED, PartState.RUNNING)
 _DO_VALUES: tuple[str, ...] = (*(do.value for do in CloseAction), *(do.value for do in UserAction))
 
 
-def shutdown_reason(do: CloseAction) -> InterruptReason:
+def shutdown_reason(do: CloseAction) -> ShutdownReason:
     """The reason a ``shutdown`` or ``test_teardown`` action interrupts runs with."""
     return _SHUTDOWN_REASONS[do]
 
@@ -388,7 +390,12 @@ _DEFAULT_ORIGIN: Mapping[ActionDo, str] = {
 _DEFAULT_GRACE_MS = 1000
 
 
-def _results(do: ActionDo, mode: CloseMode | None) -> tuple[CloseResult, ...]:
+def _answer_result(value: str) -> CloseResult | RequestResult:
+    """``ok`` answers a request that is not a close; any other result is spelled as a close's."""
+    return RequestResult.OK if value == RequestResult.OK else CloseResult(value)
+
+
+def _results(do: ActionDo, mode: CloseMode | None) -> tuple[CloseResult | RequestResult, ...]:
     """The results an action can give (``<action>.completed`` aside: see :func:`_parse_event`)."""
     if do in CLOSES:
         if mode is CloseMode.USER_CONFIRMED_INTERRUPT:
@@ -397,8 +404,8 @@ def _results(do: ActionDo, mode: CloseMode | None) -> tuple[CloseResult, ...]:
     if do in SHUTDOWNS:
         return (CloseResult.FORCED,)  # never rejected: a second one gets the first one's result
     if do is UserAction.OPEN_GATE:
-        return (CloseResult.OK,)  # always ok, even after shutdown
-    return (CloseResult.OK, CloseResult.REJECTED)
+        return (RequestResult.OK,)  # always ok, even after shutdown
+    return (RequestResult.OK, RequestResult.REJECTED)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -531,7 +538,9 @@ class _PartExpectModel(_Model):
 
 
 class _ActionExpectModel(_Model):
-    result: Annotated[StrictStr, _one_of_values((*CloseResult, *ScenarioResult))] | None = None
+    result: Annotated[StrictStr, _one_of_values((*CloseResult, RequestResult.OK, *ScenarioResult))] | None = (
+        None
+    )
     completed: Annotated[Any, AfterValidator(_bool_or_none)] = None
     completed_after: StrictStr | None = None
     interrupted_runs: list[StrictStr] | None = None
@@ -1259,7 +1268,7 @@ def _parse_event(raw: str, names: _Names, key: str) -> When:
             f"action {head!r} ({do}{mode}) can never give {what!r}; "
             f"its events are {_listing(repr(f'{head}.{event}') for event in events)}",
         )
-    return When(raw=raw, kind=WhenKind.ACTION_RESULT, action=head, result=CloseResult(what))
+    return When(raw=raw, kind=WhenKind.ACTION_RESULT, action=head, result=_answer_result(what))
 
 
 # Expectations
@@ -1298,7 +1307,7 @@ def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> 
         for name in entry:
             value = getattr(action, name)
             if name == "result":
-                value = CloseResult(value) if value in _values(CloseResult) else ScenarioResult(value)
+                value = ScenarioResult(value) if value in _values(ScenarioResult) else _answer_result(value)
             fields[name] = None if name == "completed" and value == NONE else value
         if action.completed_after is not None:
             key = _key(*prefix, "completed_after")

@@ -62,7 +62,6 @@ from run_supervisor.protocol import (
     CloseResult,
     DismissForm,
     Event,
-    InterruptReason,
     LifecycleCompleted,
     LifecycleRequested,
     PartSnapshot,
@@ -70,12 +69,14 @@ from run_supervisor.protocol import (
     ReplyPermission,
     Request,
     RequestOutcome,
+    RequestResult,
     RunFinished,
     RunQueued,
     RunStarted,
     SessionStatus,
     SessionStatusChanged,
     Shutdown,
+    ShutdownReason,
     StartRun,
     StepFinished,
     StepStarted,
@@ -110,7 +111,7 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
         if not supervisor.closed:
             try:
                 supervisor.shutdown(
-                    grace_ms=_TEARDOWN_GRACE_MS, reason=InterruptReason.TEST_TEARDOWN, origin="scenario.end"
+                    grace_ms=_TEARDOWN_GRACE_MS, reason=ShutdownReason.TEST_TEARDOWN, origin="scenario.end"
                 )
             except SupervisorTimeout:
                 player.failures.append("the supervisor did not shut down within its grace deadline")
@@ -236,7 +237,7 @@ class _Player:
         return (
             isinstance(action.spec.do, CloseAction)
             and action.outcome is not None
-            and action.outcome.result is not CloseResult.REJECTED
+            and not action.outcome.rejected
             and action.completion is None
         )
 
@@ -270,7 +271,7 @@ class _Player:
             if spec.do is UserAction.OPEN_GATE:  # the runner's own action: no request
                 assert spec.gate is not None
                 self.gates[spec.gate].open()
-                self._on_answer(_Asked(spec.id), RequestOutcome(result=CloseResult.OK))
+                self._on_answer(_Asked(spec.id), RequestOutcome(result=RequestResult.OK))
                 continue
             body = None
             if spec.do is UserAction.START_RUN:
@@ -428,7 +429,7 @@ class _Player:
         if not self.supervisor.closed:
             try:
                 self.supervisor.shutdown(
-                    grace_ms=_TEARDOWN_GRACE_MS, reason=InterruptReason.TIMEOUT, origin="scenario.timeout"
+                    grace_ms=_TEARDOWN_GRACE_MS, reason=ShutdownReason.TIMEOUT, origin="scenario.timeout"
                 )
             except SupervisorTimeout:
                 self.failures.append("the timeout teardown did not finish within its grace deadline")
@@ -524,7 +525,7 @@ def _action_report(record: _ActionRecord) -> ActionReport:
         return ActionReport(do=do, result=ScenarioResult.NOT_FIRED)
     if outcome is None:
         return ActionReport(do=do, result=None)
-    if outcome.result is CloseResult.REJECTED:
+    if outcome.rejected:
         return ActionReport(do=do, result=outcome.result, error=outcome.error or "rejected, without a reason")
     if not isinstance(outcome, CloseOutcome):
         return ActionReport(do=do, result=outcome.result)

@@ -32,6 +32,7 @@ from run_supervisor.protocol import (
     Outcome,
     PartState,
     Phase,
+    RequestResult,
     SessionStatus,
 )
 
@@ -84,7 +85,7 @@ class ActionReport(msgspec.Struct, frozen=True, omit_defaults=True):
     """One action's result; closes (and shutdowns) add what was decided at the request."""
 
     do: ActionDo
-    result: CloseResult | ScenarioResult | None
+    result: CloseResult | RequestResult | ScenarioResult | None
     """``None`` when the action fired and its answer never came."""
     action_id: str | UnsetType | None = UNSET
     completed: bool | UnsetType = UNSET

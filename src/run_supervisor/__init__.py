@@ -172,6 +172,9 @@ if TYPE_CHECKING:
         RequestOutcome as RequestOutcome,
     )
     from run_supervisor.protocol import (
+        RequestResult as RequestResult,
+    )
+    from run_supervisor.protocol import (
         RunSnapshot as RunSnapshot,
     )
     from run_supervisor.protocol import (
@@ -182,6 +185,9 @@ if TYPE_CHECKING:
     )
     from run_supervisor.protocol import (
         SessionStatus as SessionStatus,
+    )
+    from run_supervisor.protocol import (
+        ShutdownReason as ShutdownReason,
     )
     from run_supervisor.protocol import (
         StepKind as StepKind,
@@ -243,10 +249,12 @@ _HOME: dict[str, str] = {
     "Phase": "run_supervisor.protocol",
     "RejectCode": "run_supervisor.protocol",
     "RequestOutcome": "run_supervisor.protocol",
+    "RequestResult": "run_supervisor.protocol",
     "RunSnapshot": "run_supervisor.protocol",
     "RunState": "run_supervisor.protocol",
     "SessionSnapshot": "run_supervisor.protocol",
     "SessionStatus": "run_supervisor.protocol",
+    "ShutdownReason": "run_supervisor.protocol",
     "StepKind": "run_supervisor.protocol",
     "part_label": "run_supervisor.protocol",
 }
@@ -284,6 +292,7 @@ __all__ = [
     "Phase",
     "RejectCode",
     "RequestOutcome",
+    "RequestResult",
     "RunActor",
     "RunAlreadyExists",
     "RunAlreadyFinished",
@@ -296,6 +305,7 @@ __all__ = [
     "SessionSnapshot",
     "SessionStatus",
     "SessionSupervisor",
+    "ShutdownReason",
     "ShutdownReasonName",
     "StepKind",
     "Subscription",
