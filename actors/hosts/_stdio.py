@@ -30,10 +30,10 @@ from run_supervisor.actors.hosts._external import decode_report
 from run_supervisor.actors.hosts._hub import WireItem
 from run_supervisor.actors.hosts._wire import HostError, WireHost, http_status
 from run_supervisor.protocol import (
-    InterruptReason,
     ProtocolDecodeError,
     RejectCode,
     Shutdown,
+    ShutdownReason,
     decode_request,
 )
 
@@ -233,7 +233,7 @@ async def _serve(
     if pending:
         await asyncio.gather(*pending)
     if not host.hub.closed:
-        await host.submit(Shutdown(reason=InterruptReason.SHUTDOWN, origin="stdin.closed", grace_ms=grace_ms))
+        await host.submit(Shutdown(reason=ShutdownReason.SHUTDOWN, origin="stdin.closed", grace_ms=grace_ms))
     await events_task
 
 
