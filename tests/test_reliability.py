@@ -34,7 +34,15 @@ from run_supervisor.actors import (
     SupervisorTimeout,
 )
 from run_supervisor.actors.testing import EventLog
-from run_supervisor.protocol import CancelRun, CloseResult, Event, Outcome, RejectCode, StartRun
+from run_supervisor.protocol import (
+    CancelRun,
+    CloseResult,
+    Event,
+    Outcome,
+    RejectCode,
+    RequestResult,
+    StartRun,
+)
 
 CONFIG = SupervisorConfig(shutdown_at_exit=False)
 
@@ -204,7 +212,7 @@ def test_the_raw_submit_answers_a_malformed_request_with_a_rejection_value_and_k
 ) -> None:
     malformed = StartRun(run_id=5, session=None, directory=b"/w/a")  # type: ignore[arg-type]
     outcome = sup.submit(malformed).result(timeout=2)
-    assert outcome.result is CloseResult.REJECTED and outcome.code is RejectCode.INVALID_REQUEST
+    assert outcome.result is RequestResult.REJECTED and outcome.code is RejectCode.INVALID_REQUEST
     assert "run_id must be a str" in (outcome.error or "")
     not_a_request = sup.submit("cancel r1").result(timeout=2)  # type: ignore[arg-type]
     assert not_a_request.code is RejectCode.INVALID_REQUEST
