@@ -1,19 +1,22 @@
 #!/usr/bin/env python
-"""Benchmark run-supervisor against bare threads and bare pykka actors, in one process and one run.
+"""Benchmark run-supervisor against what a user would write instead, in one process and one run.
 
-Not a timed test: it measures, repeats each figure to quote a median, and prints a table (or, with
-``--json``, one JSON object with exactly the keys of issue #4). Ratios are computed from figures
-taken in this same run; the baselines are measured interleaved with the supervisor where they can
-be, so drift in the machine's speed hits both sides alike.
+Not a timed test: it measures, repeats each figure over rounds, and prints a table (or, with
+``--json``, one JSON object: the issue's keys as medians over the rounds, and under ``spread`` each
+key's p10 and p90 over the same rounds). Every baseline is what a host would pick if it did not use
+the library -- a plain thread per run, a ``ThreadPoolExecutor``, a parked bare thread, a bare thread
+woken twice, a parallel stop of bare actors -- plus the older pykka-shaped ones, kept for their keys.
+Baseline and supervisor alternate round by round, and each side waits for the same things (its
+threads have exited), so drift in the machine's speed hits both alike.
 
     python scripts/bench.py            # full run: the table, targets, and growth with live runs
     python scripts/bench.py --json     # the figures only, as one JSON object
     python scripts/bench.py --quick    # fewer repetitions: about a minute on 2 cores (CI smoke)
+    python scripts/bench.py --pin      # take the latencies with every thread pinned to one CPU
 
-Latencies are taken with the threads involved pinned to one CPU (see ``pinned``); throughput,
-memory and shutdown are taken unpinned. Each section cleans up after itself (every actor stopped,
-every thread joined) before the next one starts, and checks that it did. Linux only: memory is read
-from ``/proc/self/status`` and pinning uses ``os.sched_setaffinity``. Results: docs/performance.md.
+Unpinned by default, as every host runs. Each section cleans up after itself (every actor stopped,
+every thread joined) and checks that it did. Linux only: memory is read from ``/proc/self/status``
+and ``--pin`` uses ``os.sched_setaffinity``. Results: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from typing import Any
 
@@ -53,7 +57,7 @@ from run_supervisor.protocol import (
 )
 
 ns = time.perf_counter_ns
-TIMEOUT_S = 30.0
+TIMEOUT_S = 60.0
 """Bound on every wait of the benchmark itself; a wait that hits it is a failure, not a figure."""
 
 
@@ -62,60 +66,67 @@ TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class Reps:
-    """How many times each figure is taken (medians are over these samples)."""
+    """How many times each figure is taken. Every key's median and spread are over ``rounds``."""
 
-    rtt_rounds: int  # interleaved rounds of (thread queue, pykka ask, status query)
+    rtt_rounds: int  # interleaved rounds of (thread queue, pykka ask, status query, run query)
     rtt_per_round: int  # round trips per kind per round
-    cancel: int  # runs cancelled, one sample each
-    deferred: int  # deferred closes, one sample each
-    close_decisions: int  # decisions per shape (pure core)
-    runs_rounds: int  # interleaved rounds of (bare cycles, supervisor runs)
-    runs_per_session: int  # runs per session (8 sessions) or cycles per thread (8 threads), per round
-    live_1000: int  # times 1,000 runs (and 1,000 bare actors) are opened, measured and stopped
-    overrun: int  # shutdowns with 10 bodies that ignore cancellation
+    busy_rounds: int  # rounds of (status query, pykka ask) while the supervisor is kept busy
+    cancel_rounds: int  # rounds of cancel latency, each alternating supervisor and bare samples
+    cancel_per_round: int
+    deferred_rounds: int
+    deferred_per_round: int
+    close_decisions: int  # decisions per shape (pure core), in 10 chunks
+    runs_rounds: int  # alternating rounds of (actor cycle, thread per run, pool, supervisor)
+    runs_per_session: int  # runs per session (8 sessions) or per thread, per round
+    live_1000: int  # times 1,000 runs (and the baselines) are opened, measured and stopped
+    overrun: tuple[tuple[int, int], ...]  # (deaf bodies, shutdowns measured)
     growth: bool  # measure 10 and 100 live runs too (table mode only)
 
 
 FULL = Reps(
-    rtt_rounds=10,
+    rtt_rounds=11,
     rtt_per_round=1000,
-    cancel=300,
-    deferred=300,
+    busy_rounds=11,
+    cancel_rounds=11,
+    cancel_per_round=30,
+    deferred_rounds=11,
+    deferred_per_round=30,
     close_decisions=3000,
     runs_rounds=11,
     runs_per_session=60,
     live_1000=9,
-    overrun=7,
+    overrun=((10, 9), (100, 9), (1000, 9)),
     growth=True,
 )
 QUICK = Reps(
     rtt_rounds=5,
     rtt_per_round=400,
-    cancel=60,
-    deferred=60,
+    busy_rounds=5,
+    cancel_rounds=5,
+    cancel_per_round=12,
+    deferred_rounds=5,
+    deferred_per_round=12,
     close_decisions=1000,
     runs_rounds=5,
     runs_per_session=30,
     live_1000=3,
-    overrun=5,
+    overrun=((10, 3), (100, 3), (1000, 3)),
     growth=False,
 )
 
 SESSIONS = 8
-"""Sessions (and bare-cycle threads) working in parallel for the throughput figures."""
+"""Sessions (and baseline threads) working in parallel for the throughput figures."""
 LIVE = 1000
-"""Live runs (and bare actors) for the memory and shutdown figures."""
+"""Live runs (and bare actors, parked threads) for the memory and shutdown figures."""
 DIRECTORIES = 100
 """Directories the live runs are spread over."""
-UNCOOPERATIVE = 10
-"""Bodies that ignore cancellation in the overrun figure."""
 GRACE_MS = 200
-"""The shutdown grace deadline in the overrun figure."""
+"""The shutdown grace deadline in the overrun figures."""
 
 
 def _config() -> SupervisorConfig:
     # Nothing the benchmark starts may outlive its section: never rely on the exit hook.
-    return SupervisorConfig(shutdown_at_exit=False)
+    return SupervisorConfig(shutdown_at_exit=False, request_timeout_s=TIMEOUT_S)
 
 
 # --- tools -----------------------------------------------------------------------------------------
@@ -127,12 +138,53 @@ def median(samples: list[float]) -> float:
     return float(statistics.median(samples))
 
 
+def spread(samples: list[float]) -> tuple[float, float]:
+    """p10 and p90 of the samples (the whole range when there are fewer than 3)."""
+    if len(samples) < 3:
+        return (min(samples), max(samples))
+    cuts = statistics.quantiles(samples, n=10, method="inclusive")
+    return (cuts[0], cuts[-1])
+
+
 def us(samples_ns: list[int]) -> float:
     return median([s / 1000.0 for s in samples_ns])
 
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+@dataclass
+class Figures:
+    """Per-round values of every figure; a key's figure is their median, its spread their p10-p90."""
+
+    rounds: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, key: str, value: float) -> None:
+        self.rounds.setdefault(key, []).append(value)
+
+    def extend(self, key: str, values: list[float]) -> None:
+        self.rounds.setdefault(key, []).extend(values)
+
+    def ratio(self, key: str, top: str, bottom: str) -> None:
+        """Per-round ratio of two figures taken in the same (alternating) rounds."""
+        for a, b in zip(self.rounds[top], self.rounds[bottom], strict=True):
+            self.add(key, a / b)
+
+    def ratio_of_medians(self, key: str, top: str, bottom: str) -> None:
+        """Ratio of each round of ``top`` to the median of ``bottom`` (taken in another section)."""
+        base = self.median(bottom)
+        for a in self.rounds[top]:
+            self.add(key, a / base)
+
+    def median(self, key: str) -> float:
+        return median(self.rounds[key])
+
+    def spread(self, key: str) -> tuple[float, float]:
+        return spread(self.rounds[key])
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.rounds
 
 
 class Arrivals:
@@ -315,11 +367,30 @@ def time_each(call: Callable[[], object], n: int) -> list[int]:
     return samples
 
 
+def maybe_pinned(pin: bool) -> Any:
+    """``pinned(0)`` with ``--pin`` (this thread and every thread it starts), else nothing."""
+    return pinned(0) if pin else nullcontext()
+
+
+def _short_body(ctx: RunContext) -> None:
+    with ctx.step("model"):
+        pass
+
+
+def _join_run_threads(supervisor: Supervisor) -> None:
+    """Wait until the threads of every finished run have exited, as a thread-per-run baseline
+    waits for its joins (``run.wait()`` returns at ``run.finished``, a moment before)."""
+    for thread in supervisor.threads.alive():
+        if thread.name.startswith("run-supervisor-run-"):
+            thread.join(timeout=TIMEOUT_S)
+
+
 # --- round trips -----------------------------------------------------------------------------------
 
 
-def round_trips(rounds: int, per_round: int) -> dict[str, float]:
-    """Thread queue, pykka ask and a supervisor status query, interleaved round by round."""
+def round_trips(fig: Figures, rounds: int, per_round: int) -> None:
+    """Thread queue, pykka ask, and the supervisor's status and run queries, interleaved round by
+    round, on an idle supervisor."""
     with ExitStack() as cleanup:  # every step runs, even if an earlier one raised
         echo = QueueEcho()
         cleanup.callback(echo.close)
@@ -337,32 +408,89 @@ def round_trips(rounds: int, per_round: int) -> dict[str, float]:
             "thread_queue_rtt_us": queue_rtt,
             "pykka_ask_us": lambda: actor.ask(1),
             "status_query_us": supervisor.statistics,
+            "run_query_us": lambda: supervisor.run("q-1"),
         }
-        samples: dict[str, list[int]] = {key: [] for key in kinds}
         for call in kinds.values():  # warm up
             time_each(call, 200)
         for _ in range(rounds):
             for key, call in kinds.items():
-                samples[key] += time_each(call, per_round)
-        # The other public read: one run's snapshot.
-        run_query = time_each(lambda: supervisor.run("q-1"), rounds * per_round)
-    figures = {key: us(values) for key, values in samples.items()}
-    figures["run_query_us"] = us(run_query)
-    return figures
+                fig.add(key, us(time_each(call, per_round)))
+    fig.ratio("status_query_ratio", "status_query_us", "pykka_ask_us")
+
+
+def busy_queries(fig: Figures, rounds: int, per_round: int) -> None:
+    """The status query and a pykka ask (to an idle actor), interleaved, while two threads keep the
+    supervisor busy starting and finishing short runs."""
+    supervisor = Supervisor.start(_config(), directories=["/bench/b"])
+    actor = Echo.start()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def churn(i: int) -> None:
+        try:
+            while not stop.is_set():
+                supervisor.start_run(_short_body, session=f"b{i}", directory="/bench/b").wait(TIMEOUT_S)
+        except BaseException as exc:
+            errors.append(exc)
+
+    churners = [threading.Thread(target=churn, args=(i,), name=f"bench-churn-{i}") for i in range(2)]
+    try:
+        for thread in churners:
+            thread.start()
+        time_each(supervisor.statistics, 200)
+        for _ in range(rounds):
+            fig.add("status_query_busy_us", us(time_each(supervisor.statistics, per_round)))
+            fig.add("pykka_ask_busy_us", us(time_each(lambda: actor.ask(1), per_round)))
+    finally:
+        stop.set()
+        for thread in churners:
+            thread.join(timeout=TIMEOUT_S)
+        actor.stop()
+        supervisor.shutdown(grace_ms=1000)
+    if errors:
+        raise errors[0]
+    fig.ratio("status_query_busy_ratio", "status_query_busy_us", "pykka_ask_busy_us")
 
 
 # --- cancel and deferred close latency -------------------------------------------------------------
 
 
-def cancel_latency(reps: Reps) -> float:
-    """From the cancel call to the run's ``run.finished``, for a body waiting at a step boundary;
-    microseconds, median."""
+def _bare_cancel_sample() -> int:
+    """A bare thread parked on a condition; the "cancel" sets its flag and wakes it (one wakeup), it
+    reports the end on a queue the caller waits on (two). Nanoseconds from the cancel to the report."""
+    cond = threading.Condition()
+    cancelled = [False]
+    arrived = threading.Event()
+    ended: queue.SimpleQueue[int] = queue.SimpleQueue()
+
+    def body() -> None:
+        with cond:
+            arrived.set()
+            cond.wait_for(lambda: cancelled[0], TIMEOUT_S)
+        ended.put(1)
+
+    thread = threading.Thread(target=body, name="bench-bare-cancel")
+    thread.start()
+    arrived.wait(TIMEOUT_S)
+    time.sleep(0.002)  # let it block in its wait, as the supervised body does
+    t0 = ns()
+    with cond:
+        cancelled[0] = True
+        cond.notify_all()
+    ended.get(timeout=TIMEOUT_S)
+    elapsed = ns() - t0
+    thread.join(timeout=TIMEOUT_S)
+    return elapsed
+
+
+def cancel_latency(fig: Figures, reps: Reps) -> None:
+    """From ``run.cancel()`` to the run's ``run.finished`` at the caller, for a body waiting inside a
+    step; alternating sample by sample with the bare two-wakeup thread. Per round: the medians."""
     supervisor = Supervisor.start(_config(), directories=["/bench/c"])
     subscription = supervisor.subscribe()
     gate = Gate("never")  # never opened: only the cancel ends these bodies
-    samples: list[int] = []
     try:
-        for i in range(reps.cancel + 5):
+        for i in range(reps.cancel_rounds * reps.cancel_per_round + 5):
             arrivals = Arrivals()
 
             def body(ctx: RunContext, arrivals: Arrivals = arrivals) -> None:
@@ -371,27 +499,36 @@ def cancel_latency(reps: Reps) -> float:
                     ctx.wait(gate)
 
             run = supervisor.start_run(body, session="s", directory="/bench/c", run_id=f"c{i}")
-            next_event(subscription, StepStarted, run_id=run.id)
+            next_event(subscription, StepStarted, run_id=run.run_id)
             arrivals.wait(1)
             time.sleep(0.002)  # let the body block in its wait (the slow path we mean to measure)
             t0 = ns()
             run.cancel()
-            next_event(subscription, RunFinished, run_id=run.id)
-            if i >= 5:  # the first few warm up
-                samples.append(ns() - t0)
+            next_event(subscription, RunFinished, run_id=run.run_id)
+            ours = ns() - t0
+            bare = _bare_cancel_sample()
+            if i < 5:  # the first few warm up
+                continue
+            fig.extend("_cancel_ns", [ours])
+            fig.extend("_bare_cancel_ns", [bare])
     finally:
         supervisor.shutdown(grace_ms=1000)
-    return us(samples)
+    per = reps.cancel_per_round
+    ours_all, bare_all = fig.rounds.pop("_cancel_ns"), fig.rounds.pop("_bare_cancel_ns")
+    for r in range(reps.cancel_rounds):
+        fig.add("cancel_latency_us", median(ours_all[r * per : (r + 1) * per]) / 1000)
+        fig.add("cancel_bare_us", median(bare_all[r * per : (r + 1) * per]) / 1000)
+    fig.ratio("cancel_latency_bare_ratio", "cancel_latency_us", "cancel_bare_us")
 
 
-def deferred_close_latency(reps: Reps) -> float:
+def deferred_close_latency(fig: Figures, reps: Reps) -> None:
     """From the end of the run that blocks a maintenance dispose to the action's
-    ``lifecycle.completed``; microseconds, median."""
+    ``lifecycle.completed`` at the caller; per round: the median, in microseconds."""
     supervisor = Supervisor.start(_config(), directories=["/bench/d"])
     subscription = supervisor.subscribe()
-    samples: list[int] = []
+    samples: list[float] = []
     try:
-        for i in range(reps.deferred + 5):
+        for i in range(reps.deferred_rounds * reps.deferred_per_round + 5):
             gate = Gate(f"g{i}")
             arrivals = Arrivals()
             ended: list[int] = []
@@ -414,10 +551,12 @@ def deferred_close_latency(reps: Reps) -> float:
             next_event(subscription, LifecycleCompleted, action_id=outcome.action_id)
             done = ns()
             if i >= 5:
-                samples.append(done - ended[0])
+                samples.append((done - ended[0]) / 1000)
     finally:
         supervisor.shutdown(grace_ms=1000)
-    return us(samples)
+    per = reps.deferred_per_round
+    for r in range(reps.deferred_rounds):
+        fig.add("deferred_close_latency_us", median(samples[r * per : (r + 1) * per]))
 
 
 # --- close decisions on the pure core --------------------------------------------------------------
@@ -438,10 +577,10 @@ def _core_with(live_runs: int, directories: int) -> SupervisorCore:
     return core
 
 
-def close_decisions(shapes: list[tuple[int, int]], per_shape: int) -> dict[tuple[int, int], float]:
+def close_decisions(shapes: list[tuple[int, int]], per_shape: int) -> dict[tuple[int, int], list[float]]:
     """Time to decide a maintenance dispose of one directory that holds live runs, for each shape
-    (live runs, directories); microseconds, median. Each decision is fresh: a state is built, each
-    of its directories that hold runs is closed once (every close meets the same kind of state),
+    (live runs, directories); microseconds, as the medians of 10 chunks taken in order. Each
+    decision is fresh: a state is built, each of its directories that hold runs is closed once,
     then the state is rebuilt. Shapes are interleaved build by build."""
     samples: dict[tuple[int, int], list[int]] = {shape: [] for shape in shapes}
     while any(len(samples[shape]) < per_shape for shape in shapes):
@@ -463,14 +602,19 @@ def close_decisions(shapes: list[tuple[int, int]], per_shape: int) -> dict[tuple
                 samples[shape].append(ns() - t0)
                 if not commands:
                     raise RuntimeError("a close decided nothing")
-    return {shape: us(values) for shape, values in samples.items()}
+    chunks: dict[tuple[int, int], list[float]] = {}
+    for shape, values in samples.items():
+        size = len(values) // 10
+        chunks[shape] = [us(values[c * size : (c + 1) * size]) for c in range(10)]
+    return chunks
 
 
 # --- throughput ------------------------------------------------------------------------------------
 
 
-def _parallel(work: Callable[[int], None], n: int) -> float:
-    """Run ``work(i)`` on n threads at once; seconds from the common start to the last end."""
+def _parallel(work: Callable[[int], None], n: int, then: Callable[[], None] = lambda: None) -> float:
+    """Run ``work(i)`` on n threads at once, then ``then()``; seconds from the common start to the
+    end of ``then``."""
     barrier = threading.Barrier(n + 1)
     errors: list[BaseException] = []
 
@@ -488,6 +632,7 @@ def _parallel(work: Callable[[int], None], n: int) -> float:
     t0 = ns()
     for thread in threads:
         thread.join()
+    then()
     elapsed = (ns() - t0) / 1e9
     if errors:
         raise errors[0]
@@ -498,12 +643,14 @@ def _noop() -> None:
     pass
 
 
-def throughput(reps: Reps) -> dict[str, float]:
-    """Short runs (one model step, no work) through the supervisor, start to ``run.finished``, in
-    SESSIONS sessions at once; and bare cycles (start an actor, start and join a thread, stop the
-    actor) on as many threads. Rounds interleave the two; rates are medians over rounds."""
+def throughput(fig: Figures, reps: Reps) -> None:
+    """Short runs, start to end, in SESSIONS sessions at once, against what a host would do
+    without the library, round by round in turn: a plain thread per run (start, join); a
+    ``ThreadPoolExecutor(SESSIONS)`` (submit, wait); and the older actor cycle (start a pykka
+    actor, start and join a thread, stop the actor). A supervisor round ends when every run's
+    thread has exited, as the baselines' joins do."""
 
-    def bare_cycles(_: int) -> None:
+    def actor_cycles(_: int) -> None:
         for _ in range(reps.runs_per_session):
             ref = Bare.start()
             thread = threading.Thread(target=_noop)
@@ -511,29 +658,47 @@ def throughput(reps: Reps) -> dict[str, float]:
             thread.join()
             ref.stop()
 
-    def short_body(ctx: RunContext) -> None:
-        with ctx.step("model"):
-            pass
+    def thread_per_run(_: int) -> None:
+        for _ in range(reps.runs_per_session):
+            thread = threading.Thread(target=_noop)
+            thread.start()
+            thread.join()
+
+    pool = ThreadPoolExecutor(max_workers=SESSIONS, thread_name_prefix="bench-pool")
+
+    def pooled(_: int) -> None:
+        for _ in range(reps.runs_per_session):
+            pool.submit(_noop).result(timeout=TIMEOUT_S)
 
     supervisor = Supervisor.start(_config(), directories=["/bench/t"])
 
     def supervised_runs(i: int) -> None:
         for _ in range(reps.runs_per_session):
-            run = supervisor.start_run(short_body, session=f"s{i}", directory="/bench/t")
+            run = supervisor.start_run(_short_body, session=f"s{i}", directory="/bench/t")
             run.wait(timeout=TIMEOUT_S)
 
+    kinds: dict[str, tuple[Callable[[int], None], Callable[[], None]]] = {
+        "bare_cycles_per_s": (actor_cycles, _noop),
+        "thread_runs_per_s": (thread_per_run, _noop),
+        "pool_runs_per_s": (pooled, _noop),
+        "runs_per_s": (supervised_runs, lambda: _join_run_threads(supervisor)),
+    }
     total = SESSIONS * reps.runs_per_session
-    bare: list[float] = []
-    runs: list[float] = []
     try:
-        _parallel(bare_cycles, SESSIONS)  # warm up both
-        _parallel(supervised_runs, SESSIONS)
-        for _ in range(reps.runs_rounds):
-            bare.append(total / _parallel(bare_cycles, SESSIONS))
-            runs.append(total / _parallel(supervised_runs, SESSIONS))
+        for work, then in kinds.values():  # warm up
+            _parallel(work, SESSIONS, then)
+        for r in range(reps.runs_rounds):
+            order = list(kinds.items())
+            if r % 2:
+                order.reverse()  # alternate who goes first
+            for key, (work, then) in order:
+                fig.add(key, total / _parallel(work, SESSIONS, then))
     finally:
         supervisor.shutdown(grace_ms=1000)
-    return {"runs_per_s": median(runs), "bare_cycles_per_s": median(bare)}
+        pool.shutdown(wait=True)
+    fig.ratio("runs_per_s_ratio", "runs_per_s", "bare_cycles_per_s")
+    fig.ratio("runs_per_s_thread_ratio", "runs_per_s", "thread_runs_per_s")
+    fig.ratio("runs_per_s_pool_ratio", "runs_per_s", "pool_runs_per_s")
 
 
 # --- many live runs: memory, queries, shutdown -----------------------------------------------------
@@ -542,7 +707,7 @@ def throughput(reps: Reps) -> dict[str, float]:
 def live_runs(n: int, *, query_samples: int) -> dict[str, float]:
     """Open ``n`` gated runs over DIRECTORIES directories (each in its own session), then measure
     resident memory per run, the status queries (and, as a control, a pykka ask among as many
-    threads), and a full shutdown of them all."""
+    threads), and a full shutdown of them all (until every thread it started has exited)."""
     directories = [_dir(d) for d in range(DIRECTORIES)]
     supervisor = Supervisor.start(_config(), directories=directories)
     control = Echo.start()
@@ -556,6 +721,7 @@ def live_runs(n: int, *, query_samples: int) -> dict[str, float]:
     try:
         # Warm every code path once, then take the floor.
         supervisor.start_run(_noop_body, session="warm", directory=directories[0]).wait(TIMEOUT_S)
+        _join_run_threads(supervisor)
         release_memory()
         before = rss_kib()
         for i in range(n):
@@ -565,20 +731,15 @@ def live_runs(n: int, *, query_samples: int) -> dict[str, float]:
         arrivals.wait(n)
         release_memory()
         after = rss_kib()
-        supervisor_tid = next(
-            t.native_id or 0 for t in supervisor.threads.alive() if t.name.startswith("SessionSupervisor")
-        )
-        control_tid = int(control.ask(WHO, block=True))
         queries: dict[str, Callable[[], object]] = {
             "status_query_us": supervisor.statistics,
             "run_query_us": lambda: supervisor.run(f"live-{n // 2}"),
             "pykka_ask_us": lambda: control.ask(1),
         }
         samples: dict[str, list[int]] = {key: [] for key in queries}
-        with pinned(0, supervisor_tid, control_tid):
-            for _ in range(5):  # interleaved rounds
-                for key, call in queries.items():
-                    samples[key] += time_each(call, query_samples // 5)
+        for _ in range(5):  # interleaved rounds
+            for key, call in queries.items():
+                samples[key] += time_each(call, query_samples // 5)
         t0 = ns()
         outcome = supervisor.shutdown(grace_ms=int(TIMEOUT_S * 1000))
         shutdown_ms = (ns() - t0) / 1e6
@@ -618,6 +779,36 @@ def bare_actor_memory(n: int) -> float:
     return (after - before) / n
 
 
+def bare_thread_memory(n: int) -> float:
+    """Resident memory per plain thread parked on an event (what a host's thread per run costs
+    while its run waits), in KiB."""
+    release = threading.Event()
+    arrivals = Arrivals()
+
+    def park() -> None:
+        arrivals.arrive()
+        release.wait(TIMEOUT_S * 10)
+
+    threads = [threading.Thread(target=park, name="bench-parked")]
+    threads[0].start()  # warms the paths
+    try:
+        arrivals.wait(1)
+        release_memory()
+        before = rss_kib()
+        more = [threading.Thread(target=park, name="bench-parked") for _ in range(n)]
+        threads += more
+        for thread in more:
+            thread.start()
+        arrivals.wait(n + 1)
+        release_memory()
+        after = rss_kib()
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(timeout=TIMEOUT_S)
+    return (after - before) / n
+
+
 def _stop_all(refs: list[pykka.ActorRef[Any]]) -> None:
     for future in [ref.stop(block=False) for ref in refs]:
         future.get(timeout=TIMEOUT_S)
@@ -637,102 +828,96 @@ def bare_actor_stop(n: int) -> float:
     return (ns() - t0) / 1e6
 
 
-def many_live(reps: Reps) -> dict[str, float]:
-    """LIVE runs against LIVE bare actors: memory per unit and shutdown, interleaved rep by rep,
-    after one unmeasured pass (whichever is measured first otherwise pays for the heap's growth).
-    The order alternates rep by rep: whichever is measured second may reuse heap the first freed."""
-    run_memory: list[float] = []
-    bare_memory: list[float] = []
-    shutdowns: list[float] = []
-    stops: list[float] = []
-    statuses: list[float] = []
-    run_queries: list[float] = []
-    asks: list[float] = []
+def many_live(fig: Figures, reps: Reps) -> None:
+    """LIVE runs against LIVE parked bare actors and LIVE parked bare threads (memory), and against
+    a parallel stop of LIVE bare actors (shutdown), rep by rep, after one unmeasured pass (whichever
+    is measured first otherwise pays for the heap's growth). The order alternates rep by rep:
+    whichever is measured second may reuse heap the first freed."""
     for rep in range(reps.live_1000 + 1):
-        live: dict[str, float] = {}
-        bare_kib = 0.0
-        for which in ("bare", "runs") if rep % 2 == 0 else ("runs", "bare"):
+        got: dict[str, float] = {}
+        order = ["bare", "thread", "runs"] if rep % 2 == 0 else ["runs", "thread", "bare"]
+        for which in order:
             if which == "bare":
-                bare_kib = bare_actor_memory(LIVE)
+                got["rss_kib_per_bare_actor"] = bare_actor_memory(LIVE)
+            elif which == "thread":
+                got["rss_kib_per_bare_thread"] = bare_thread_memory(LIVE)
             else:
                 live = live_runs(LIVE, query_samples=2000)
+                got.update(
+                    rss_kib_per_run=live["rss_kib_per_run"],
+                    shutdown_1000_ms=live["shutdown_ms"],
+                    status_query_1000_us=live["status_query_us"],
+                    run_query_1000_us=live["run_query_us"],
+                    pykka_ask_1000_us=live["pykka_ask_us"],
+                )
             release_memory()
-        stop_ms = bare_actor_stop(LIVE)
+        got["bare_stop_1000_ms"] = bare_actor_stop(LIVE)
         release_memory()
         if rep == 0:
             continue  # the first pass grows the heap and the thread-stack cache: not a figure
-        bare_memory.append(bare_kib)
-        stops.append(stop_ms)
-        run_memory.append(live["rss_kib_per_run"])
-        shutdowns.append(live["shutdown_ms"])
-        statuses.append(live["status_query_us"])
-        run_queries.append(live["run_query_us"])
-        asks.append(live["pykka_ask_us"])
-    return {
-        "rss_kib_per_run": median(run_memory),
-        "rss_kib_per_bare_actor": median(bare_memory),
-        "shutdown_1000_ms": median(shutdowns),
-        "bare_stop_1000_ms": median(stops),
-        "status_query_1000_us": median(statuses),
-        "run_query_1000_us": median(run_queries),
-        "pykka_ask_1000_us": median(asks),
-    }
+        for key, value in got.items():
+            fig.add(key, value)
+    fig.ratio("rss_per_run_ratio", "rss_kib_per_run", "rss_kib_per_bare_actor")
+    fig.ratio("rss_per_run_thread_ratio", "rss_kib_per_run", "rss_kib_per_bare_thread")
+    fig.ratio("shutdown_1000_ratio", "shutdown_1000_ms", "bare_stop_1000_ms")
 
 
 # --- uncooperative bodies --------------------------------------------------------------------------
 
 
-def uncooperative_overrun(reps: Reps) -> dict[str, float]:
-    """How far past its grace deadline ``shutdown(grace_ms=GRACE_MS)`` returns when UNCOOPERATIVE
-    bodies ignore cancellation (they wait on a plain event nobody sets); milliseconds, median and
-    worst (the worst shows an overrun that only some shutdowns suffer)."""
-    overruns: list[float] = []
-    for _ in range(reps.overrun):
+def _overrun_key(n: int) -> str:
+    return "uncooperative_overrun_ms" if n == 10 else f"uncooperative_overrun_{n}_ms"
+
+
+def uncooperative_overrun(fig: Figures, deaf_bodies: int, shutdowns: int) -> None:
+    """How far past its grace deadline ``shutdown(grace_ms=GRACE_MS)`` returns when ``deaf_bodies``
+    bodies ignore cancellation (they wait on a plain event nobody sets); milliseconds per shutdown.
+    After each, the bodies are released and their threads joined before the next."""
+    key = _overrun_key(deaf_bodies)
+    for _ in range(shutdowns):
         supervisor = Supervisor.start(_config(), directories=["/bench/u"])
-        stuck: list[threading.Event] = []
+        release = threading.Event()
         arrivals = Arrivals()
 
-        def deaf(
-            ctx: RunContext, stuck: list[threading.Event] = stuck, arrivals: Arrivals = arrivals
-        ) -> None:
-            event = threading.Event()
-            stuck.append(event)
+        def deaf(ctx: RunContext, release: threading.Event = release, arrivals: Arrivals = arrivals) -> None:
             arrivals.arrive()
-            event.wait(TIMEOUT_S)  # ignores the run's cancellation
+            release.wait(TIMEOUT_S)  # ignores the run's cancellation
 
         try:
-            for i in range(UNCOOPERATIVE):
+            for i in range(deaf_bodies):
                 supervisor.start_run(deaf, session=f"s{i}", directory="/bench/u")
-            arrivals.wait(UNCOOPERATIVE)
+            arrivals.wait(deaf_bodies)
             t0 = ns()
             outcome = supervisor.shutdown(grace_ms=GRACE_MS)
-            overruns.append((ns() - t0) / 1e6 - GRACE_MS)
-            if len(outcome.abandoned_runs) != UNCOOPERATIVE:
-                raise RuntimeError(f"expected {UNCOOPERATIVE} abandoned runs, got {outcome.abandoned_runs}")
+            fig.add(key, (ns() - t0) / 1e6 - GRACE_MS)
+            if len(outcome.abandoned_runs) != deaf_bodies:
+                raise RuntimeError(
+                    f"expected {deaf_bodies} abandoned runs, got {len(outcome.abandoned_runs)}"
+                )
         finally:
-            for event in stuck:  # let the abandoned threads end, so the process can exit
-                event.set()
+            release.set()  # let the abandoned threads end, so the process can exit
             if not supervisor.closed:
                 supervisor.shutdown(grace_ms=1000)
-    return {
-        "uncooperative_overrun_ms": median(overruns),
-        "uncooperative_overrun_max_ms": max(overruns),
-        "uncooperative_shutdowns": len(overruns),
-        "uncooperative_shutdowns_over_100ms": sum(1 for o in overruns if o > 100),
-    }
+            for thread in supervisor.threads.alive():
+                thread.join(timeout=TIMEOUT_S)
+        release_memory()
 
 
 # --- the report ------------------------------------------------------------------------------------
 
 TARGETS: dict[str, tuple[str, float]] = {
-    "status_query_ratio": ("<=", 1.5),
+    "status_query_ratio": ("<=", 0.1),
     "cancel_latency_ratio": ("<=", 40),
-    "deferred_close_latency_ratio": ("<=", 40),
-    "close_decision_growth": ("<=", 2),
-    "runs_per_s_ratio": (">=", 0.5),
+    "cancel_latency_bare_ratio": ("<=", 3),
+    "deferred_close_latency_ratio": ("<=", 5),
+    "close_decision_growth": ("<=", 1.2),
+    "runs_per_s_ratio": (">=", 1.1),
+    "runs_per_s_thread_ratio": (">=", 0.3),
     "rss_per_run_ratio": ("<=", 2.5),
-    "shutdown_1000_ratio": ("<=", 3),
+    "rss_per_run_thread_ratio": ("<=", 1.5),
+    "shutdown_1000_ratio": ("<=", 1.5),
     "uncooperative_overrun_ms": ("<=", 100),
+    "uncooperative_overrun_1000_ms": ("<=", 30),
 }
 
 KEYS = (
@@ -748,6 +933,14 @@ KEYS = (
     "rss_per_run_ratio",
     "shutdown_1000_ratio",
     "uncooperative_overrun_ms",
+    # issue #13
+    "status_query_busy_ratio",
+    "cancel_latency_bare_ratio",
+    "runs_per_s_thread_ratio",
+    "runs_per_s_pool_ratio",
+    "rss_per_run_thread_ratio",
+    "uncooperative_overrun_100_ms",
+    "uncooperative_overrun_1000_ms",
 )
 
 GROWTH_RUNS = (10, 100, LIVE)
@@ -765,44 +958,48 @@ def passes(key: str, value: float) -> bool | None:
 
 @dataclass
 class Results:
-    keys: dict[str, float]
-    """Exactly the issue's keys."""
-    raw: dict[str, float]
-    """The figures behind the ratios."""
+    fig: Figures
+    """Every figure, round by round."""
     growth: list[dict[str, float]]
     """One row per live-run count: close decision, queries, memory, shutdown."""
     by_directories: dict[int, float]
     """Close decision (us) with LIVE runs over this many directories."""
+    load: tuple[float, float]
+    """The 1-minute load average before and after."""
 
 
-def measure(reps: Reps) -> Results:
+def measure(reps: Reps, *, pin: bool) -> Results:
     """Everything, in order, each section cleaned up before the next."""
-    raw: dict[str, float] = {}
-    with section("round trips, one CPU"), pinned(0):
-        raw.update(round_trips(reps.rtt_rounds, reps.rtt_per_round))
-    with section("round trips, unpinned"):
-        free = round_trips(max(2, reps.rtt_rounds // 2), reps.rtt_per_round)
-        for key in ("pykka_ask_us", "status_query_us"):
-            raw[key.replace("_us", "_unpinned_us")] = free[key]
-    with section("cancel latency, one CPU"), pinned(0):
-        raw["cancel_latency_us"] = cancel_latency(reps)
-    with section("deferred close latency, one CPU"), pinned(0):
-        raw["deferred_close_latency_us"] = deferred_close_latency(reps)
+    load_before = os.getloadavg()[0]
+    fig = Figures()
+    where = "one CPU" if pin else "unpinned"
+    with section(f"round trips, {where}"), maybe_pinned(pin):
+        round_trips(fig, reps.rtt_rounds, reps.rtt_per_round)
+    with section("queries on a busy supervisor"):
+        busy_queries(fig, reps.busy_rounds, reps.rtt_per_round)
+    with section(f"cancel latency, {where}"), maybe_pinned(pin):
+        cancel_latency(fig, reps)
+    fig.ratio_of_medians("cancel_latency_ratio", "cancel_latency_us", "pykka_ask_us")
+    with section(f"deferred close latency, {where}"), maybe_pinned(pin):
+        deferred_close_latency(fig, reps)
+    fig.ratio_of_medians("deferred_close_latency_ratio", "deferred_close_latency_us", "pykka_ask_us")
     shapes = [(10, DIRECTORIES), (LIVE, DIRECTORIES)]
     if reps.growth:
         shapes += [(100, DIRECTORIES)]
         shapes += [(LIVE, d) for d in GROWTH_DIRECTORIES if d != DIRECTORIES]
     with section("close decisions (pure core)"):
         decisions = close_decisions(shapes, reps.close_decisions)
-    for (runs, directories), value in decisions.items():
+    for (runs, directories), chunks in decisions.items():
         if directories == DIRECTORIES:
-            raw[f"close_decision_{runs}_us"] = value
+            fig.extend(f"close_decision_{runs}_us", chunks)
+    fig.ratio("close_decision_growth", f"close_decision_{LIVE}_us", "close_decision_10_us")
     with section("throughput"):
-        raw.update(throughput(reps))
+        throughput(fig, reps)
     with section(f"{LIVE:,} live runs"):
-        raw.update(many_live(reps))
-    with section("uncooperative bodies"):
-        raw.update(uncooperative_overrun(reps))
+        many_live(fig, reps)
+    for deaf_bodies, shutdowns in reps.overrun:
+        with section(f"{deaf_bodies:,} uncooperative bodies"):
+            uncooperative_overrun(fig, deaf_bodies, shutdowns)
     growth: list[dict[str, float]] = []
     by_directories: dict[int, float] = {}
     if reps.growth:
@@ -810,36 +1007,22 @@ def measure(reps: Reps) -> Results:
             for n in GROWTH_RUNS:
                 if n == LIVE:
                     row = {
-                        "rss_kib_per_run": raw["rss_kib_per_run"],
-                        "status_query_us": raw["status_query_1000_us"],
-                        "run_query_us": raw["run_query_1000_us"],
-                        "pykka_ask_us": raw["pykka_ask_1000_us"],
-                        "shutdown_ms": raw["shutdown_1000_ms"],
+                        "rss_kib_per_run": fig.median("rss_kib_per_run"),
+                        "status_query_us": fig.median("status_query_1000_us"),
+                        "run_query_us": fig.median("run_query_1000_us"),
+                        "pykka_ask_us": fig.median("pykka_ask_1000_us"),
+                        "shutdown_ms": fig.median("shutdown_1000_ms"),
                     }
                 else:
-                    row = live_runs(n, query_samples=3000)
+                    rows = [live_runs(n, query_samples=3000) for _ in range(3)]
+                    row = {key: median([r[key] for r in rows]) for key in rows[0]}
                     release_memory()
-                growth.append({"runs": n, "close_decision_us": decisions[(n, DIRECTORIES)], **row})
-        by_directories = {d: decisions[(LIVE, d)] for d in GROWTH_DIRECTORIES}
-
-    ask = raw["pykka_ask_us"]
-    keys = {
-        "thread_queue_rtt_us": raw["thread_queue_rtt_us"],
-        "pykka_ask_us": ask,
-        "status_query_us": raw["status_query_us"],
-        "status_query_ratio": raw["status_query_us"] / ask,
-        "cancel_latency_ratio": raw["cancel_latency_us"] / ask,
-        "deferred_close_latency_ratio": raw["deferred_close_latency_us"] / ask,
-        "close_decision_growth": raw[f"close_decision_{LIVE}_us"] / raw["close_decision_10_us"],
-        "runs_per_s": raw["runs_per_s"],
-        "runs_per_s_ratio": raw["runs_per_s"] / raw["bare_cycles_per_s"],
-        "rss_per_run_ratio": raw["rss_kib_per_run"] / raw["rss_kib_per_bare_actor"],
-        "shutdown_1000_ratio": raw["shutdown_1000_ms"] / raw["bare_stop_1000_ms"],
-        "uncooperative_overrun_ms": raw["uncooperative_overrun_ms"],
-    }
-    if tuple(keys) != KEYS:
-        raise AssertionError("the JSON keys drifted from the issue's list")
-    return Results(keys, raw, growth, by_directories)
+                growth.append({"runs": n, "close_decision_us": median(decisions[(n, DIRECTORIES)]), **row})
+        by_directories = {d: median(decisions[(LIVE, d)]) for d in GROWTH_DIRECTORIES}
+    missing = [key for key in KEYS if key not in fig]
+    if missing:
+        raise AssertionError(f"keys not measured: {missing}")
+    return Results(fig, growth, by_directories, (load_before, os.getloadavg()[0]))
 
 
 WHAT = {
@@ -850,33 +1033,41 @@ WHAT = {
     "cancel_latency_ratio": ("x", "cancel call -> run.finished, / pykka ask"),
     "deferred_close_latency_ratio": ("x", "blocking run's end -> lifecycle.completed, / pykka ask"),
     "close_decision_growth": ("x", f"decide a dispose (core): {LIVE:,} live runs / 10"),
-    "runs_per_s": ("1/s", f"short runs, {SESSIONS} sessions in parallel"),
-    "runs_per_s_ratio": ("x", "runs per s / bare cycles per s"),
+    "runs_per_s": ("1/s", f"short runs, {SESSIONS} sessions in parallel, threads exited"),
+    "runs_per_s_ratio": ("x", "runs per s / actor cycles per s"),
     "rss_per_run_ratio": ("x", "RSS per gated run / per actor with a parked thread"),
     "shutdown_1000_ratio": ("x", f"shutdown of {LIVE:,} runs / parallel stop of {LIVE:,} actors"),
-    "uncooperative_overrun_ms": ("ms", f"past a {GRACE_MS} ms grace, {UNCOOPERATIVE} deaf bodies"),
+    "uncooperative_overrun_ms": ("ms", f"past a {GRACE_MS} ms grace, 10 deaf bodies"),
+    "status_query_busy_ratio": ("x", "status query / pykka ask, supervisor kept busy"),
+    "cancel_latency_bare_ratio": ("x", "cancel -> run.finished / bare thread woken twice"),
+    "runs_per_s_thread_ratio": ("x", "runs per s / plain thread per run (start, join)"),
+    "runs_per_s_pool_ratio": ("x", f"runs per s / ThreadPoolExecutor({SESSIONS}) (submit, wait)"),
+    "rss_per_run_thread_ratio": ("x", "RSS per gated run / per parked bare thread"),
+    "uncooperative_overrun_100_ms": ("ms", f"past a {GRACE_MS} ms grace, 100 deaf bodies"),
+    "uncooperative_overrun_1000_ms": ("ms", f"past a {GRACE_MS} ms grace, 1,000 deaf bodies"),
 }
 
 RAW_WHAT = {
     "run_query_us": "Supervisor.run(id), idle supervisor",
-    "pykka_ask_unpinned_us": "pykka ask, threads free to run on either CPU",
-    "status_query_unpinned_us": "Supervisor.statistics(), threads free to run on either CPU",
+    "status_query_busy_us": "Supervisor.statistics(), supervisor kept busy by 2 threads of runs",
+    "pykka_ask_busy_us": "pykka ask to an idle actor, at the same time",
     "cancel_latency_us": "cancel call -> run.finished",
+    "cancel_bare_us": "bare thread: set flag + notify -> its report on a queue",
     "deferred_close_latency_us": "blocking run's end -> lifecycle.completed",
     "close_decision_10_us": f"decide a dispose, 10 live runs / {DIRECTORIES} dirs (core)",
     "close_decision_100_us": f"decide a dispose, 100 live runs / {DIRECTORIES} dirs (core)",
     f"close_decision_{LIVE}_us": f"decide a dispose, {LIVE:,} live runs / {DIRECTORIES} dirs (core)",
     "bare_cycles_per_s": f"actor start, thread start+join, actor stop; {SESSIONS} threads",
+    "thread_runs_per_s": f"thread start+join; {SESSIONS} threads",
+    "pool_runs_per_s": f"ThreadPoolExecutor({SESSIONS}) submit+result; {SESSIONS} threads",
     "rss_kib_per_run": f"KiB per gated run ({LIVE:,} open)",
     "rss_kib_per_bare_actor": f"KiB per actor with a parked thread ({LIVE:,})",
-    "shutdown_1000_ms": f"Supervisor.shutdown(), {LIVE:,} gated runs",
+    "rss_kib_per_bare_thread": f"KiB per parked plain thread ({LIVE:,})",
+    "shutdown_1000_ms": f"Supervisor.shutdown(), {LIVE:,} gated runs, threads exited",
     "bare_stop_1000_ms": f"stop {LIVE:,} bare actors in parallel, join threads",
     "status_query_1000_us": f"Supervisor.statistics(), {LIVE:,} live runs",
     "run_query_1000_us": f"Supervisor.run(id), {LIVE:,} live runs",
     "pykka_ask_1000_us": f"control: pykka ask with the {LIVE:,} runs' threads parked",
-    "uncooperative_overrun_max_ms": "worst overrun of those shutdowns",
-    "uncooperative_shutdowns": "shutdowns with deaf bodies measured",
-    "uncooperative_shutdowns_over_100ms": "of which overran by more than 100 ms",
 }
 
 
@@ -885,7 +1076,9 @@ def _fmt(value: float) -> str:
         return f"{value:,.0f}"
     if value >= 100:
         return f"{value:.1f}"
-    return f"{value:.2f}"
+    if value >= 0.1 or value == 0:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
 
 
 def machine() -> str:
@@ -896,24 +1089,29 @@ def machine() -> str:
 
 
 def render(results: Results, mode: str) -> str:
-    keys, raw = results.keys, results.raw
+    fig = results.fig
     lines = [
-        f"run-supervisor benchmark ({mode}): {machine()}",
+        f"run-supervisor benchmark ({mode}): {machine()}; load average "
+        f"{results.load[0]:.2f} before, {results.load[1]:.2f} after",
         "",
-        "| key | median | unit | target | | what |",
-        "|---|---:|---|---|---|---|",
+        "| key | median | p10-p90 | unit | target | | what |",
+        "|---|---:|---:|---|---|---|---|",
     ]
     for key in KEYS:
         unit, what = WHAT[key]
-        verdict = passes(key, keys[key])
+        value = fig.median(key)
+        low, high = fig.spread(key)
+        verdict = passes(key, value)
         target = f"{TARGETS[key][0]} {TARGETS[key][1]:g}" if key in TARGETS else ""
         mark = "" if verdict is None else ("ok" if verdict else "MISS")
-        lines.append(f"| `{key}` | {_fmt(keys[key])} | {unit} | {target} | {mark} | {what} |")
-    lines += ["", "| figure behind the ratios | median | what |", "|---|---:|---|"]
+        lines.append(
+            f"| `{key}` | {_fmt(value)} | {_fmt(low)}-{_fmt(high)} | {unit} | {target} | {mark} | {what} |"
+        )
+    lines += ["", "| figure behind the ratios | median | p10-p90 | what |", "|---|---:|---:|---|"]
     for key, what in RAW_WHAT.items():
-        if key in raw:
-            shown = f"{raw[key]:.0f}" if key.startswith("uncooperative_shutdowns") else _fmt(raw[key])
-            lines.append(f"| `{key}` | {shown} | {what} |")
+        if key in fig:
+            low, high = fig.spread(key)
+            lines.append(f"| `{key}` | {_fmt(fig.median(key))} | {_fmt(low)}-{_fmt(high)} | {what} |")
     if results.growth:
         lines += [
             "",
@@ -929,6 +1127,18 @@ def render(results: Results, mode: str) -> str:
                 f"| {_fmt(row['run_query_us'])} | {_fmt(row['pykka_ask_us'])} "
                 f"| {_fmt(row['rss_kib_per_run'])} | {_fmt(row['shutdown_ms'])} |"
             )
+        lines += [
+            "",
+            f"Shutdown past a {GRACE_MS} ms grace with deaf bodies (ms):",
+            "",
+            "| deaf bodies | median | p10-p90 | worst |",
+            "|---:|---:|---:|---:|",
+        ]
+        for n in (10, 100, 1000):
+            key = _overrun_key(n)
+            low, high = fig.spread(key)
+            worst = max(fig.rounds[key])
+            lines.append(f"| {n:,} | {_fmt(fig.median(key))} | {_fmt(low)}-{_fmt(high)} | {_fmt(worst)} |")
     if results.by_directories:
         lines += [
             "",
@@ -942,10 +1152,19 @@ def render(results: Results, mode: str) -> str:
     return "\n".join(lines)
 
 
+def as_json(results: Results) -> dict[str, Any]:
+    """The issue's keys (medians over the rounds), and under ``spread`` each key's [p10, p90]."""
+    fig = results.fig
+    out: dict[str, Any] = {key: round(fig.median(key), 4) for key in KEYS}
+    out["spread"] = {key: [round(v, 4) for v in fig.spread(key)] for key in KEYS}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object with the medians")
+    parser.add_argument("--json", action="store_true", help="print one JSON object: medians and spreads")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (about a minute)")
+    parser.add_argument("--pin", action="store_true", help="take the latencies pinned to one CPU")
     args = parser.parse_args(argv)
     if not sys.platform.startswith("linux"):
         print("bench.py reads /proc/self/status for memory: Linux only", file=sys.stderr)
@@ -954,12 +1173,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         reps = replace(reps, growth=False)
     started = time.monotonic()
-    results = measure(reps)
-    _log(f"[bench] total: {time.monotonic() - started:.1f} s ({machine()})")
+    results = measure(reps, pin=args.pin)
+    _log(
+        f"[bench] total: {time.monotonic() - started:.1f} s ({machine()}; load average "
+        f"{results.load[0]:.2f} -> {results.load[1]:.2f})"
+    )
     if args.json:
-        print(json.dumps({key: round(value, 3) for key, value in results.keys.items()}))
+        print(json.dumps(as_json(results)))
     else:
-        print(render(results, "quick" if args.quick else "full"))
+        print(render(results, ("quick" if args.quick else "full") + (", pinned" if args.pin else "")))
     return 0
 
 
