@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from wire_support import Served, of_type, served, sse
 
 from run_supervisor.actors import SupervisorConfig
@@ -369,3 +372,29 @@ def test_sse_streams_end_when_the_supervisor_shuts_down() -> None:
             assert (await client.get("/health")).json() == {"status": "closed"}
 
     run(scenario, config=SupervisorConfig(shutdown_at_exit=False))
+
+
+# --- the Node client of docs/examples -------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_the_node_example_drives_an_external_run_through_a_deferred_close() -> None:
+    script = Path(__file__).resolve().parent.parent / "docs/examples/node-client.mjs"
+    with served(("/proj/a",)) as srv:
+        done = subprocess.run(
+            ["node", str(script), srv.url, srv.server.token],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    assert summary == {
+        "close": "deferred",
+        "affected": ["/proj/a"],
+        "outcome": "completed",
+        "card": ["bash: completed"],
+        "interrupts": 0,
+        "global_disposed_after_run": True,
+    }

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from run_supervisor.actors._cli import main
 
@@ -143,3 +148,25 @@ def test_malformed_lines_get_an_error_line_naming_the_problem_and_the_host_keeps
 def test_stdio_refuses_a_non_positive_grace(capsys: Any) -> None:
     assert main(["stdio", "--grace-ms", "0"]) == 2
     assert "--grace-ms must be positive" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_the_node_sidecar_example_keeps_its_run_through_a_deferred_reload_and_shuts_down_on_eof() -> None:
+    root = Path(__file__).resolve().parent.parent
+    command = Path(sys.executable).with_name("run-supervisor")
+    done = subprocess.run(
+        ["node", str(root / "docs/examples/stdio-sidecar.mjs"), str(command)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["close"], summary["blocking_runs"], summary["outcome"]) == (
+        "deferred",
+        ["r1"],
+        "completed",
+    )
+    assert summary["error_line"].startswith("line 5: not valid JSON")
+    assert (summary["shutdown_origin"], summary["exit"]) == ("stdin.closed", 0)
