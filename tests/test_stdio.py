@@ -170,3 +170,19 @@ def test_the_node_sidecar_example_keeps_its_run_through_a_deferred_reload_and_sh
     )
     assert summary["error_line"].startswith("line 5: not valid JSON")
     assert (summary["shutdown_origin"], summary["exit"]) == ("stdin.closed", 0)
+
+
+def test_a_line_over_the_limit_is_refused_as_it_arrives_and_the_next_line_is_read() -> None:
+    async def scenario(car: Sidecar) -> None:
+        await car.send(b'{"id": 1, "pad": "' + b"x" * (1 << 20) + b'"}')
+        too_large = await car.until(lambda m: m["type"] == "error")
+        assert too_large["status"] == 413 and too_large["code"] == "too_large"
+        assert too_large["error"] == "line 1: lines are limited to 1048576 bytes"
+        await car.send({"id": 2, "type": "query", "what": "statistics"})
+        assert (await car.answer(2))["answer"]["runs_finished"] == 0
+        assert car.proc.stdin is not None
+        car.proc.stdin.close()
+        while await car.read() is not None:
+            pass
+
+    assert session(scenario, "--no-events") == 0
