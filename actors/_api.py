@@ -153,8 +153,10 @@ class RunHandle:
     def __init__(
         self, supervisor: Supervisor, run_id: str, finished: Future[RunSnapshot] | None = None
     ) -> None:
+        if not isinstance(supervisor, Supervisor):
+            raise InvalidRequest(f"supervisor must be a Supervisor, not {type(supervisor).__name__}")
         self._supervisor = supervisor
-        self.run_id = run_id
+        self.run_id = check.identifier("run_id", run_id)
         self._finished = finished
         """Completed by the supervisor when the run finishes (also with ``retain_finished_runs=0``)."""
 
@@ -290,7 +292,11 @@ class Supervisor:
                     f"journal must be a path (str or os.PathLike), not {type(journal).__name__}"
                 )
             opened = Journal.open(journal, synchronous=journal_sync)
-        supervisor = cls(config or SupervisorConfig(), hooks or NoInstanceHooks(), opened)
+        supervisor = cls(
+            SupervisorConfig() if config is None else config,
+            NoInstanceHooks() if hooks is None else hooks,
+            opened,
+        )
         if dirs:
             try:
                 supervisor.load(*dirs)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import pykka
 from loguru import logger
 
-from run_supervisor.actors._errors import SupervisorClosed
+from run_supervisor.actors._errors import SupervisorClosed, SupervisorError
 from run_supervisor.actors._instance_actor import Dispose, InstanceActor, InstanceHooks
 from run_supervisor.actors._run_actor import Go, RunSlot
 from run_supervisor.actors._subscription import Publisher
@@ -201,7 +201,7 @@ class SessionSupervisor(pykka.ThreadingActor):
             logger.opt(exception=True).error(f"the supervisor could not handle {type(message).__name__}")
             reply = getattr(message, "reply", None)
             if isinstance(reply, Future):
-                _fail(reply, RuntimeError(f"the supervisor failed on {type(message).__name__}"))
+                _fail(reply, SupervisorError(f"the supervisor failed on {type(message).__name__}"))
 
     def _receive(self, message: Any) -> None:
         if isinstance(message, _REPORTS):

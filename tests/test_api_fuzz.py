@@ -1,0 +1,316 @@
+"""An API fuzzer: Hypothesis calls the public facade with arbitrary Python values.
+
+Each example starts a supervisor, makes a sequence of calls whose arguments are drawn from None, bools,
+ints (huge ones too), floats (NaN, infinities), odd strings (empty, lone surrogates, control
+characters), bytes, paths, lists and plain objects, mixed with valid values so that calls also get
+past validation. It checks what a host relies on:
+
+- every call either succeeds or raises one of the documented ``SupervisorError`` subclasses (never
+  the bare base class, which would be an internal failure, and never anything else);
+- the raw ``submit`` never raises: its future answers with a value;
+- afterwards ``shutdown`` completes within its grace (plus the stop margin) and leaves no thread.
+
+CI runs a bounded number of examples (``RUN_SUPERVISOR_API_FUZZ_EXAMPLES``, default 600: about 10 s, 20 s on
+a loaded machine); the counts of a run are printed with ``-s``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import pydantic
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from run_supervisor.actors import (
+    AlreadyInterrupting,
+    InvalidRequest,
+    LoadFailed,
+    NothingPending,
+    RunAlreadyExists,
+    RunAlreadyFinished,
+    RunContext,
+    RunHandle,
+    Supervisor,
+    SupervisorClosed,
+    SupervisorConfig,
+    SupervisorTimeout,
+    UnknownDirectory,
+    UnknownRun,
+)
+from run_supervisor.protocol import (
+    AnswerForm,
+    CancelRun,
+    CloseAction,
+    CloseMode,
+    CloseOutcome,
+    CloseRequest,
+    DismissForm,
+    InterruptReason,
+    ReplyPermission,
+    RequestOutcome,
+    Shutdown,
+    StartRun,
+)
+
+EXAMPLES = int(os.environ.get("RUN_SUPERVISOR_API_FUZZ_EXAMPLES", "600"))
+DOCUMENTED = (
+    AlreadyInterrupting,
+    InvalidRequest,
+    LoadFailed,
+    NothingPending,
+    RunAlreadyExists,
+    RunAlreadyFinished,
+    SupervisorClosed,
+    SupervisorTimeout,
+    UnknownDirectory,
+    UnknownRun,
+)
+GRACE_MS = 200
+COUNTS: Counter[str] = Counter()
+INPUTS: set[str] = set()
+
+DIRS = st.sampled_from(["/w/a", "/w/b", "/w/new", Path("/w/a"), PurePosixPath("/w/b"), "/w/a/"])
+SESSIONS = st.sampled_from(["s1", "s2", "s3"])
+IDS = st.sampled_from(["r1", "r2", "r3", "run-1", "run-999999"])
+ORIGINS = st.sampled_from(["user", "config.update", "settings.provider.connect"])
+DOS = st.sampled_from(["dispose", "dispose_all", "reload", "invalidate_config", CloseAction.DISPOSE_ALL])
+MODES = st.sampled_from(["maintenance", "user_confirmed_interrupt", CloseMode.MAINTENANCE])
+REASONS = st.sampled_from(["shutdown", "test_teardown", "timeout", InterruptReason.TEST_TEARDOWN])
+TIMEOUTS = st.sampled_from([None, 5, 2.0, 0.5])
+TEXTS = st.sampled_from([None, "", "t", "because"])
+FLAGS = st.booleans()
+GRACES = st.sampled_from([None, 0, 50, 200])
+SIZES = st.sampled_from([0, 1, 16])
+ODD = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.sampled_from([10**13, 2**63, -1, 10**400, 1e10, 1e300, -0.0, math.nan, math.inf]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["", " ", "\x00", "\ud800", "a\udfffb", "é", "\n", "r1\x00", "maintenence", "shutdwn"]),
+    st.binary(max_size=6),
+    st.sampled_from([b"/w/a", Path("/w/a"), PurePosixPath("/w/c")]),
+    st.lists(st.integers(), max_size=2),
+    st.builds(object),
+)
+
+
+def ignore(event: object) -> None:
+    return None
+
+
+def quick(ctx: RunContext) -> None:
+    with ctx.step("model"):
+        pass
+
+
+def sleepy(ctx: RunContext) -> None:
+    with ctx.step("model"):
+        ctx.sleep(0.1)
+
+
+def asking(ctx: RunContext) -> None:
+    call = ctx.tool("bash")
+    call.prepared()
+    with ctx.step("tool_exec"):
+        ctx.ask_permission(timeout=0.5)
+    call.completed()
+
+
+def form(ctx: RunContext) -> None:
+    with ctx.step("form"):
+        ctx.ask_form(timeout=0.5)
+
+
+BODIES = st.sampled_from([quick, sleepy, asking, form, None, 42])
+
+
+def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any, ...]]:
+    def arg(pool: st.SearchStrategy[Any]) -> Any:
+        """Mostly a value of the argument's own kind, sometimes anything at all."""
+        return draw(ODD) if draw(st.integers(min_value=0, max_value=9)) == 0 else draw(pool)
+
+    name = draw(
+        st.sampled_from(
+            [
+                "start_run",
+                "start_run",
+                "start_run",
+                "cancel",
+                "close",
+                "close_async",
+                "reply_permission",
+                "answer_form",
+                "dismiss_form",
+                "load",
+                "declare",
+                "run",
+                "session",
+                "statistics",
+                "pending_actions",
+                "subscribe",
+                "wait",
+                "submit",
+                "shutdown",
+            ]
+        )
+    )
+    if name == "start_run":
+        a = (draw(BODIES), arg(SESSIONS), arg(DIRS), arg(st.one_of(st.none(), IDS)), arg(TIMEOUTS))
+        return name, lambda s: s.start_run(a[0], session=a[1], directory=a[2], run_id=a[3], timeout=a[4]), a
+    if name == "cancel":
+        a = (arg(IDS), arg(ORIGINS), arg(TIMEOUTS))
+        return name, lambda s: s.cancel(a[0], origin=a[1], timeout=a[2]), a
+    if name in ("close", "close_async"):
+        a = (arg(DOS), arg(MODES), arg(ORIGINS), arg(st.one_of(st.none(), DIRS)), arg(TEXTS), arg(TIMEOUTS))
+        if name == "close":
+            return (
+                name,
+                lambda s: s.close(a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4], timeout=a[5]),
+                a,
+            )
+        return (
+            name,
+            lambda s: s.close_async(a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4]).result(10),
+            a,
+        )
+    if name == "reply_permission":
+        a = (arg(IDS), arg(FLAGS), arg(TEXTS), arg(TIMEOUTS))
+        return name, lambda s: s.reply_permission(a[0], approve=a[1], message=a[2], timeout=a[3]), a
+    if name == "answer_form":
+        a = (arg(IDS), arg(st.sampled_from(["yes", ""])), arg(TIMEOUTS))
+        return name, lambda s: s.answer_form(a[0], a[1], timeout=a[2]), a
+    if name == "dismiss_form":
+        a = (arg(IDS), arg(TIMEOUTS))
+        return name, lambda s: s.dismiss_form(a[0], timeout=a[1]), a
+    if name in ("load", "declare"):
+        a = (arg(DIRS), arg(DIRS), arg(TIMEOUTS))
+        if name == "load":
+            return name, lambda s: s.load(a[0], a[1], timeout=a[2]), a
+        return name, lambda s: s.declare(a[0], a[1], timeout=a[2]), a
+    if name == "run":
+        a = (arg(IDS), arg(TIMEOUTS))
+        return name, lambda s: s.run(a[0], timeout=a[1]), a
+    if name == "session":
+        a = (arg(SESSIONS), arg(TIMEOUTS))
+        return name, lambda s: s.session(a[0], timeout=a[1]), a
+    if name in ("statistics", "pending_actions"):
+        a = (arg(TIMEOUTS),)
+        if name == "statistics":
+            return name, lambda s: s.statistics(timeout=a[0]), a
+        return name, lambda s: s.pending_actions(timeout=a[0]), a
+    if name == "subscribe":
+        a = (arg(SIZES), arg(st.sampled_from([None, ignore])))
+        return name, lambda s: s.subscribe(maxsize=a[0], callback=a[1]).close(), a
+    if name == "wait":
+        a = (arg(IDS), arg(TIMEOUTS))
+        return name, lambda s: RunHandle(s, a[0]).wait(timeout=a[1]), a
+    if name == "submit":
+        kind = draw(
+            st.sampled_from(
+                [StartRun, CancelRun, CloseRequest, Shutdown, ReplyPermission, AnswerForm, DismissForm]
+            )
+        )
+        v = (arg(IDS), arg(SESSIONS), arg(DIRS), arg(DOS), arg(MODES), arg(ORIGINS), arg(FLAGS), arg(GRACES))
+
+        def raw(s: Supervisor) -> None:
+            try:
+                request = {
+                    StartRun: lambda: StartRun(run_id=v[0], session=v[1], directory=v[2]),
+                    CancelRun: lambda: CancelRun(run_id=v[0], origin=v[5]),
+                    CloseRequest: lambda: CloseRequest(do=v[3], mode=v[4], origin=v[5], directories=(v[2],)),
+                    Shutdown: lambda: Shutdown(reason=v[3], origin=v[5], grace_ms=v[7]),
+                    ReplyPermission: lambda: ReplyPermission(run_id=v[0], approve=v[6], message=v[5]),
+                    AnswerForm: lambda: AnswerForm(run_id=v[0], answer=v[1]),
+                    DismissForm: lambda: DismissForm(run_id=v[0]),
+                }[kind]()
+            except TypeError:  # msgspec refuses some on construction (not our boundary)
+                return
+            outcome = s.submit(request, body=quick).result(timeout=10)  # never raises: a value
+            assert isinstance(outcome, CloseOutcome | RequestOutcome), outcome
+
+        return f"submit {kind.__name__}", raw, v
+    a = (arg(GRACES), arg(REASONS), arg(st.one_of(st.none(), ORIGINS)))
+    return name, lambda s: s.shutdown(grace_ms=a[0], reason=a[1], origin=a[2]), a
+
+
+@st.composite
+def calls(draw: st.DrawFn) -> list[tuple[str, Callable[[Supervisor], Any], tuple[Any, ...]]]:
+    return [_call(draw) for _ in range(draw(st.integers(min_value=1, max_value=10)))]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_the_counts() -> Iterator[None]:
+    """Prints what the fuzzer did (seen with ``-s``): calls, distinct inputs, how each ended."""
+    yield
+    rejected = {k: n for k, n in COUNTS.items() if k not in ("calls", "succeeded", "config values")}
+    print(
+        f"\napi fuzz: {COUNTS['calls']} calls, {len(INPUTS)} distinct inputs, "
+        f"{COUNTS['succeeded']} succeeded, "
+        f"rejected with documented errors: {dict(sorted(rejected.items()))}; "
+        f"{COUNTS['config values']} config values"
+    )
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+@given(calls())
+def test_every_call_succeeds_or_raises_a_documented_error_and_shutdown_still_completes_in_its_grace(
+    sequence: list[tuple[str, Callable[[Supervisor], Any], tuple[Any, ...]]],
+) -> None:
+    sup = Supervisor.start(
+        SupervisorConfig(shutdown_at_exit=False, request_timeout_s=5), directories=["/w/a", "/w/b"]
+    )
+    try:
+        for name, call, args in sequence:
+            COUNTS["calls"] += 1
+            INPUTS.add(f"{name}{args!r}")
+            try:
+                call(sup)
+                COUNTS["succeeded"] += 1
+            except DOCUMENTED as exc:
+                COUNTS[type(exc).__name__] += 1
+    finally:
+        started = time.monotonic()
+        outcome = sup.shutdown(grace_ms=GRACE_MS)
+        elapsed = time.monotonic() - started
+    # Bodies here are quick: shutdown takes its grace at most (plus a margin for a loaded machine).
+    assert elapsed < GRACE_MS / 1000 + 1.0, f"shutdown took {elapsed:.2f} s"
+    assert outcome.overran == ()
+    deadline = time.monotonic() + 2.0
+    for thread in sup.threads.alive():
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not sup.threads.alive(), sup.threads.alive()
+
+
+@settings(max_examples=min(EXAMPLES, 200), deadline=None, derandomize=True, database=None)
+@given(st.sampled_from(sorted(SupervisorConfig.model_fields)), ODD)
+def test_a_config_value_is_accepted_only_when_it_is_of_its_type_and_finite_and_bounded(
+    field: str, value: Any
+) -> None:
+    COUNTS["config values"] += 1
+    try:
+        config = SupervisorConfig(**{field: value})
+    except pydantic.ValidationError as exc:
+        assert field in str(exc)
+        return
+    setting = getattr(config, field)
+    if isinstance(setting, float):
+        assert math.isfinite(setting) and 0 < setting <= 7 * 24 * 3600
+    elif isinstance(setting, int) and not isinstance(setting, bool):
+        assert 0 <= setting <= 10**9
