@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,37 @@ MEMBERS += [("SupervisorConfig", field) for field in run_supervisor.SupervisorCo
 @pytest.mark.parametrize(("owner", "member"), MEMBERS)
 def test_every_public_method_and_setting_is_documented_in_api_md(owner: str, member: str) -> None:
     assert _mentioned(member), f"docs/api.md never shows {owner}.{member}"
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
+MYPY_STRICT_NO_CONFIG = [sys.executable, "-m", "mypy", "--strict", "--config-file", ""]  # no plugins
+
+
+def test_the_typed_host_example_passes_mypy_strict_against_the_installed_package_without_plugins(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("mypy")
+    done = subprocess.run(
+        [*MYPY_STRICT_NO_CONFIG, "--cache-dir", str(tmp_path), str(EXAMPLES / "typed_host.py")],
+        cwd=tmp_path,  # nothing local to find: the package comes from the environment, as in a host
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_typed_host_example_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "typed_host.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == [
+        "bash ran",
+        "mode must be one of maintenance, user_confirmed_interrupt; got 'maintenace'",
+    ]
