@@ -136,7 +136,7 @@ def _scenario_file(args: argparse.Namespace, path: Path, timeout: float) -> int:
     from run_supervisor.actors.scenarios import to_builtins
 
     code, report = _play_file(path, timeout)
-    _show(args, code, report)
+    _show(args, report)
     _write_html(args, [report])
     if args.json:
         _print_json(to_builtins(report))
@@ -152,7 +152,7 @@ def _scenario_folder(args: argparse.Namespace, files: Sequence[Path], timeout: f
         code, report = _play_file(file, timeout)
         status = max(status, code)
         reports.append(report)
-        _show(args, code, report)
+        _show(args, report)
     _write_html(args, reports)
     if args.json:
         _print_json(to_builtins(FolderReport(passed=status == 0, scenarios=reports)))
@@ -183,7 +183,7 @@ def _play_file(path: Path, timeout: float) -> tuple[int, ScenarioReport | Invali
     return (0 if report.passed else 1), report
 
 
-def _show(args: argparse.Namespace, code: int, report: ScenarioReport | InvalidScenario) -> None:
+def _show(args: argparse.Namespace, report: ScenarioReport | InvalidScenario) -> None:
     from run_supervisor.actors.scenarios import InvalidScenario
 
     if isinstance(report, InvalidScenario):

@@ -132,3 +132,42 @@ def test_the_project_s_scenario_format_holds_the_whole_contract_in_order() -> No
             f"docs/scenario-format.md lacks, or reorders, the contract's line: {line}"
         )
         position = ours.index(line, position) + 1
+
+
+# Strings in the scenario code that equal a protocol enum value but are not its vocabulary: key names of the
+# format (`error`, `answer`, `completed` of an [expect] entry; the `.completed` of a `when`) and the
+# WhenKind `run_finished`.
+NOT_VOCABULARY = {"error", "answer", "completed", "run_finished"}
+
+
+def test_the_scenario_code_spells_none_of_the_protocol_s_vocabulary_it_uses_the_enums() -> None:
+    from enum import StrEnum
+
+    from run_supervisor import protocol
+
+    values = {
+        member.value: f"{name}.{member.name}"
+        for name in protocol.__all__
+        if isinstance(enum := getattr(protocol, name), type) and issubclass(enum, StrEnum)
+        for member in enum
+    }
+    spelled = []
+    for path in sorted((ROOT / "actors" / "scenarios").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        spelled += [
+            f"{path.name}:{node.lineno}: {node.value!r} is {values[node.value]}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value in values
+            and node.value not in NOT_VOCABULARY
+            and id(node) not in docstrings
+        ]
+    assert spelled == []
