@@ -33,10 +33,8 @@ from run_supervisor.actors._errors import (
     UnknownDirectory,
     UnknownRun,
 )
-from run_supervisor.actors._instance_actor import InstanceActor, InstanceHooks, NoInstanceHooks
-from run_supervisor.actors._run_actor import RunActor
+from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
 from run_supervisor.actors._subscription import Subscription
-from run_supervisor.actors._supervisor import SessionSupervisor
 from run_supervisor.actors._validate import CloseActionName, CloseModeName, ShutdownReasonName
 
 __all__ = [
@@ -48,7 +46,6 @@ __all__ = [
     "CloseActionName",
     "CloseModeName",
     "Gate",
-    "InstanceActor",
     "InstanceHooks",
     "InvalidRequest",
     "JournalError",
@@ -58,14 +55,12 @@ __all__ = [
     "NoInstanceHooks",
     "NothingPending",
     "PermissionReply",
-    "RunActor",
     "RunAlreadyExists",
     "RunAlreadyFinished",
     "RunBody",
     "RunContext",
     "RunHandle",
     "RunInterrupted",
-    "SessionSupervisor",
     "ShutdownReasonName",
     "Subscription",
     "Supervisor",

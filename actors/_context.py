@@ -86,7 +86,7 @@ class CancelToken:
                 lambda: ready() or self._abandoned or (interruptible and self._reason is not None), timeout
             )
             if self._abandoned or (interruptible and self._reason is not None):
-                raise RunInterrupted(self._reason)
+                raise RunInterrupted._for(self._reason, self)
             return bool(woke)
 
     def take_answer(self) -> DeliverAnswer | None:
@@ -209,7 +209,7 @@ class RunContext:
     def check(self) -> None:
         """Raise ``RunInterrupted`` if the run has been interrupted."""
         if self.token.cancelled:
-            raise RunInterrupted(self.token.reason)
+            raise RunInterrupted._for(self.token.reason, self.token)
 
     def sleep(self, seconds: float) -> None:
         """Pause, waking early (with ``RunInterrupted``) if the run is interrupted."""
@@ -226,7 +226,7 @@ class RunContext:
             self._supervisor.tell(message)
         except pykka.ActorDeadError:
             # The supervisor is gone: this body was abandoned at shutdown. Unwind it.
-            raise RunInterrupted(self.token.reason) from None
+            raise RunInterrupted._for(self.token.reason, self.token) from None
 
     def next_step_id(self, kind: StepKind | str) -> str:
         kind = StepKind(kind)

@@ -113,11 +113,40 @@ class RunInterrupted(BaseException):  # a signal to unwind, like trio.Cancelled
     """Raised inside a run body when its run has been interrupted; let it propagate.
 
     It derives from ``BaseException`` so that a body's ``except Exception`` does not swallow it.
+    Only the supervisor raises it (like trio's ``Cancelled``, it has no public constructor): a body
+    that raises one it did not get from its own run's interruption -- one caught in another run, say
+    -- has failed, and its run ends ``failed`` with an error saying so.
     """
 
-    def __init__(self, reason: InterruptReason | None) -> None:
-        super().__init__(f"the run was interrupted ({reason.value if reason else 'abandoned'})")
+    reason: InterruptReason | None
+    """Why the run was interrupted; ``None`` when it was abandoned at shutdown's deadline."""
+    _owner: object
+    """The interruption it belongs to (the run's cancel token): one run's cannot end another."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            "RunInterrupted has no public constructor: the supervisor raises it inside an interrupted "
+            "run's body. To stop a run, cancel it (Supervisor.cancel); to end a body early, return or "
+            "raise an ordinary exception."
+        )
+
+    @classmethod
+    def _for(cls, reason: InterruptReason | None, owner: object) -> RunInterrupted:
+        """The supervisor's constructor: ``owner`` is the run's cancel token."""
+        self = cls.__new__(cls)
+        BaseException.__init__(self, f"the run was interrupted ({reason.value if reason else 'abandoned'})")
         self.reason = reason
+        self._owner = owner
+        return self
+
+    def __reduce__(self) -> tuple[object, ...]:  # copy/pickle go around the closed constructor
+        return (_rebuild_interrupted, (self.reason, self.args))
+
+
+def _rebuild_interrupted(reason: InterruptReason | None, args: tuple[object, ...]) -> RunInterrupted:
+    exc = RunInterrupted._for(reason, None)
+    exc.args = args
+    return exc
 
 
 _BY_CODE: dict[RejectCode, type[SupervisorError]] = {

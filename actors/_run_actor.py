@@ -119,8 +119,11 @@ class RunActor(pykka.ThreadingActor):
                 error = "no body was given for this run"
             else:
                 self._body(context)
-        except RunInterrupted:
-            pass
+        except RunInterrupted as exc:
+            if exc._owner is not self.token or not self.token.cancelled:
+                # Not this run's own interruption (one caught in another run and re-raised): the
+                # body failed; an interrupted run still ends interrupted (the core's rules).
+                error = "the body raised a RunInterrupted that was not its own run's interruption"
         except BaseException as exc:  # a body's BaseException stays here: it must not stop pykka
             error = _describe(exc)
         self._ended(error)

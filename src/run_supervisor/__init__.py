@@ -46,9 +46,6 @@ if TYPE_CHECKING:
         Gate as Gate,
     )
     from run_supervisor.actors import (
-        InstanceActor as InstanceActor,
-    )
-    from run_supervisor.actors import (
         InstanceHooks as InstanceHooks,
     )
     from run_supervisor.actors import (
@@ -76,9 +73,6 @@ if TYPE_CHECKING:
         PermissionReply as PermissionReply,
     )
     from run_supervisor.actors import (
-        RunActor as RunActor,
-    )
-    from run_supervisor.actors import (
         RunAlreadyExists as RunAlreadyExists,
     )
     from run_supervisor.actors import (
@@ -95,9 +89,6 @@ if TYPE_CHECKING:
     )
     from run_supervisor.actors import (
         RunInterrupted as RunInterrupted,
-    )
-    from run_supervisor.actors import (
-        SessionSupervisor as SessionSupervisor,
     )
     from run_supervisor.actors import (
         ShutdownReasonName as ShutdownReasonName,
@@ -209,7 +200,6 @@ _HOME: dict[str, str] = {
     "CloseActionName": "run_supervisor.actors",
     "CancelToken": "run_supervisor.actors",
     "Gate": "run_supervisor.actors",
-    "InstanceActor": "run_supervisor.actors",
     "InstanceHooks": "run_supervisor.actors",
     "InvalidRequest": "run_supervisor.actors",
     "JournalError": "run_supervisor.actors",
@@ -218,14 +208,12 @@ _HOME: dict[str, str] = {
     "NoInstanceHooks": "run_supervisor.actors",
     "NothingPending": "run_supervisor.actors",
     "PermissionReply": "run_supervisor.actors",
-    "RunActor": "run_supervisor.actors",
     "RunAlreadyExists": "run_supervisor.actors",
     "RunAlreadyFinished": "run_supervisor.actors",
     "RunBody": "run_supervisor.actors",
     "RunContext": "run_supervisor.actors",
     "RunHandle": "run_supervisor.actors",
     "RunInterrupted": "run_supervisor.actors",
-    "SessionSupervisor": "run_supervisor.actors",
     "Subscription": "run_supervisor.actors",
     "Supervisor": "run_supervisor.actors",
     "SupervisorClosed": "run_supervisor.actors",
@@ -275,7 +263,6 @@ __all__ = [
     "CoreStatistics",
     "Event",
     "Gate",
-    "InstanceActor",
     "InstanceHooks",
     "InterruptReason",
     "InvalidRequest",
@@ -293,7 +280,6 @@ __all__ = [
     "RejectCode",
     "RequestOutcome",
     "RequestResult",
-    "RunActor",
     "RunAlreadyExists",
     "RunAlreadyFinished",
     "RunBody",
@@ -304,7 +290,6 @@ __all__ = [
     "RunState",
     "SessionSnapshot",
     "SessionStatus",
-    "SessionSupervisor",
     "ShutdownReason",
     "ShutdownReasonName",
     "StepKind",

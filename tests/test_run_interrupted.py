@@ -1,0 +1,79 @@
+"""RunInterrupted belongs to the supervisor: it alone raises one, and only a run's own ends it interrupted."""
+
+from __future__ import annotations
+
+import pytest
+
+from run_supervisor.actors import Gate, RunContext, RunInterrupted, Supervisor
+from run_supervisor.protocol import InterruptReason, Outcome
+
+
+def test_a_host_or_a_body_cannot_construct_a_run_interrupted() -> None:
+    with pytest.raises(TypeError, match="no public constructor") as raised:
+        RunInterrupted(InterruptReason.USER_CANCEL)  # type: ignore[call-arg]
+    assert "Supervisor.cancel" in str(raised.value)
+
+
+def test_an_interrupted_body_that_lets_its_interruption_propagate_ends_interrupted(
+    supervisor: Supervisor, gate: Gate
+) -> None:
+    run = supervisor.start_run(lambda ctx: ctx.wait(gate), session="s1", directory="/w/a", run_id="r1")
+    supervisor.cancel("r1")
+    ended = run.wait(timeout=5)
+    assert (ended.outcome, ended.reason, ended.error) == (
+        Outcome.INTERRUPTED,
+        InterruptReason.USER_CANCEL,
+        None,
+    )
+
+
+def test_a_body_that_raises_another_runs_interruption_fails_saying_so(
+    supervisor: Supervisor, gate: Gate
+) -> None:
+    caught: list[RunInterrupted] = []
+
+    def keeps_its_interruption(ctx: RunContext) -> None:
+        try:
+            ctx.wait(gate)
+        except RunInterrupted as exc:
+            caught.append(exc)
+            raise
+
+    first = supervisor.start_run(keeps_its_interruption, session="s1", directory="/w/a", run_id="r1")
+    supervisor.cancel("r1")
+    assert first.wait(timeout=5).outcome is Outcome.INTERRUPTED
+    assert len(caught) == 1
+
+    def raises_it_again(ctx: RunContext) -> None:
+        raise caught[0]
+
+    second = supervisor.start_run(raises_it_again, session="s2", directory="/w/a", run_id="r2").wait(
+        timeout=5
+    )
+    assert second.outcome is Outcome.FAILED and second.reason is None
+    assert second.error is not None and "not its own run's interruption" in second.error
+
+
+def test_a_body_that_raises_its_own_run_interrupted_later_than_its_run_was_interrupted_still_ends_interrupted(
+    supervisor: Supervisor, gate: Gate
+) -> None:
+    """The interrupt was decided; the body unwinding a little later with it is the expected path."""
+
+    cleaned: list[str] = []
+
+    def unwinds_after_cleanup(ctx: RunContext) -> None:
+        try:
+            ctx.wait(gate)
+        except RunInterrupted as exc:
+            cleaned.append(ctx.run_id)
+            raise exc from None
+
+    run = supervisor.start_run(unwinds_after_cleanup, session="s1", directory="/w/a", run_id="r1")
+    supervisor.cancel("r1")
+    ended = run.wait(timeout=5)
+    assert (ended.outcome, ended.reason, ended.error) == (
+        Outcome.INTERRUPTED,
+        InterruptReason.USER_CANCEL,
+        None,
+    )
+    assert cleaned == ["r1"]
