@@ -303,7 +303,7 @@ class SessionSupervisor(pykka.ThreadingActor):
             waiters = self._waiters.pop(event.run_id, ())
             if finishing is None and not waiters:
                 return
-            snapshot = self.core.run_snapshot(event.run_id)
+            snapshot = self._view.runs.get(event.run_id)  # published already: the core's, no rebuild
             if finishing is not None:
                 future, session, directory = finishing
                 # Not retained (retain_finished_runs=0): the event says everything a snapshot does.
@@ -334,8 +334,10 @@ class SessionSupervisor(pykka.ThreadingActor):
 
     def _release(self, run: str) -> None:
         slot = self._runs.pop(run, None)
-        if slot is not None and (not slot.started or slot.token.abandoned):
-            # Never started (cancelled in its queue), or abandoned: its body will not stop it soon.
+        if slot is not None and not slot.started:
+            # Never started (cancelled in its queue): nothing else will stop it. A started one stops
+            # itself when its body returns -- an abandoned one too: a stop sent now would only wait
+            # behind its body in the mailbox, so none is sent (O(1) per abandoned body).
             slot.ref.stop(block=False)
 
     def _dispose(self, command: DisposeInstance) -> None:
