@@ -171,3 +171,41 @@ def test_the_scenario_code_spells_none_of_the_protocol_s_vocabulary_it_uses_the_
             and id(node) not in docstrings
         ]
     assert spelled == []
+
+
+def test_an_answer_never_comes_before_the_events_its_request_caused(tmp_path: Path) -> None:
+    # go starts r2 behind r1 (queued); stop cancels r1: each one's action.result follows what it caused.
+    text = """
+name = "answers after their events"
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/p"
+steps = [{ kind = "model", gate = "g" }]
+[[runs]]
+id = "r2"
+session = "s1"
+directory = "/p"
+start = "manual"
+steps = [{ kind = "model" }]
+[[actions]]
+id = "go"
+when = "r1.model.started"
+do = "start_run"
+run = "r2"
+[[actions]]
+id = "stop"
+when = "go.ok"
+do = "cancel"
+run = "r1"
+[expect]
+r1 = { outcome = "interrupted", reason = "user_cancel", action = "stop" }
+r2 = { outcome = "completed" }
+"""
+    path = tmp_path / "answers.toml"
+    path.write_text(text)
+    report = play(load_scenario(path), timeout=10)
+    assert report.failures == []
+    rows = [(e["type"], e.get("run"), e.get("action")) for e in report.events]
+    assert rows.index(("run.queued", "r2", None)) < rows.index(("action.result", None, "go"))
+    assert rows.index(("action.result", None, "go")) < rows.index(("action.result", None, "stop"))

@@ -7,7 +7,16 @@ action may name, ``when`` events, expectations) are checked below in plain code.
 found is raised as a :class:`ScenarioFileError` naming the file, the offending key as a dotted path
 (``runs[0].steps[1].tool``, ``expect.r9``) and what is wrong in one sentence.
 
-The runner gets frozen dataclasses (tuples, read-only mappings) and never re-derives a default.
+The runner gets frozen dataclasses (tuples, read-only mappings) and never re-derives a default. Closed values
+are the protocol's enums (``StepKind``, ``CloseAction``, ``CloseMode``, ``Outcome``, ``PartState``…): the
+vocabulary is spelled once, in ``protocol/_enums.py``; the few words only this format has (``RunStart``,
+``UserAction``, ``Decision``, ``ScenarioResult``, ``WhenKind``) are enums here, and every set of allowed
+values is derived from an enum.
+
+Why pydantic for the shape and not msgspec (whose errors carry a path such as ``$.runs[0].steps[0].ms``):
+msgspec's path stops at a table entry (``$.expect[...]``, ``$.instance_faults[...]``), which would lose the
+key the contract requires us to name, and its messages would have to be parsed back into the contract's
+wording; the translation below stays the same size either way.
 """
 
 from __future__ import annotations
