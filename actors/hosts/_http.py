@@ -309,23 +309,23 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
 
     async def get_run(request: HttpRequest) -> Response:
         run_id = request.path_params["run_id"]
-        snapshot = await host.query(lambda core: core.run_snapshot(run_id))
+        snapshot = host.read(lambda sup: sup.run(run_id))
         if snapshot is None:
             raise HostError(RejectCode.UNKNOWN_RUN.value, f"no run {run_id!r} is known (or it was forgotten)")
         return _json(encode(snapshot))
 
     async def get_session(request: HttpRequest) -> Response:
         session = request.path_params["session"]
-        snapshot = await host.query(lambda core: core.session_snapshot(session))
+        snapshot = host.read(lambda sup: sup.session(session))
         if snapshot is None:
             raise HostError("not_found", f"no session {session!r} is known")
         return _json(encode(snapshot))
 
     async def get_actions(request: HttpRequest) -> Response:
-        return _json(encode(await host.query(lambda core: core.pending_actions())))
+        return _json(encode(host.read(lambda sup: sup.pending_actions())))
 
     async def get_statistics(request: HttpRequest) -> Response:
-        stats = await host.query(lambda core: core.statistics())
+        stats = host.read(lambda sup: sup.statistics())
         body = {
             **msgspec.to_builtins(stats),
             "external_runs": host.external.live,

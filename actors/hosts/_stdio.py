@@ -65,14 +65,14 @@ async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
         what = fields.get("what")
         if what == "run":
             run_id = _needs(fields, "run_id")
-            return 200, msgspec.to_builtins(await host.query(lambda core: core.run_snapshot(run_id)))
+            return 200, msgspec.to_builtins(host.read(lambda sup: sup.run(run_id)))
         if what == "session":
             session = _needs(fields, "session")
-            return 200, msgspec.to_builtins(await host.query(lambda core: core.session_snapshot(session)))
+            return 200, msgspec.to_builtins(host.read(lambda sup: sup.session(session)))
         if what == "actions":
-            return 200, msgspec.to_builtins(await host.query(lambda core: core.pending_actions()))
+            return 200, msgspec.to_builtins(host.read(lambda sup: sup.pending_actions()))
         if what == "statistics":
-            return 200, msgspec.to_builtins(await host.query(lambda core: core.statistics()))
+            return 200, msgspec.to_builtins(host.read(lambda sup: sup.statistics()))
         raise HostError(_INVALID, f"what must be one of {', '.join(_QUERIES)}, got {what!r}")
     if kind == "directories":
         names = fields.get("directories")

@@ -24,7 +24,6 @@ from run_supervisor.protocol import (
     RequestOutcome,
     RunFinished,
     StartRun,
-    SupervisorCore,
 )
 
 __all__ = ["STATUS_BY_CODE", "HostError", "WireHost", "http_status"]
@@ -112,13 +111,15 @@ class WireHost:
     async def report(self, run_id: str, report: ExternalReport) -> RequestOutcome:
         return await self._await(self.external.report(run_id, report))
 
-    async def query(self, read: Callable[[SupervisorCore], T]) -> T:
-        """Read the core on the supervisor's thread; ``HostError(supervisor_closed)`` after shutdown."""
+    def read(self, read: Callable[[Supervisor], T]) -> T:
+        """Read the supervisor's published view (``run``, ``session``, ``pending_actions``,
+        ``statistics``): no mailbox hop, never blocks; it stays readable after shutdown."""
         try:
-            result: T = await self._await(self.supervisor._query_future(read))
-        except SupervisorClosed as exc:
-            raise HostError(RejectCode.SUPERVISOR_CLOSED.value, str(exc)) from None
-        return result
+            return read(self.supervisor)
+        except SupervisorError as exc:  # a malformed id: the facade's own check
+            raise HostError(
+                exc.code.value if exc.code else RejectCode.INTERNAL_ERROR.value, str(exc)
+            ) from None
 
     async def directories(self, directories: tuple[str, ...], *, load: bool) -> None:
         """Make directories known (``load=False``) or load their instances now."""
