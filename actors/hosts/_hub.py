@@ -105,6 +105,11 @@ class Listener:
         return batch
 
 
+def _push_all(group: tuple[Listener, ...], item: WireItem) -> None:
+    for listener in group:
+        listener._push(item)
+
+
 class EventHub:
     """The supervisor's events (plus host events), buffered for replay and fanned out to listeners."""
 
@@ -117,6 +122,8 @@ class EventHub:
         self._evicted_upto: Key = (0, 0)
         self._last: Key = (0, 0)
         self._listeners: set[Listener] = set()
+        # Listeners by event loop: one wake-up per loop and event, however many streams it serves.
+        self._by_loop: dict[asyncio.AbstractEventLoop, tuple[Listener, ...]] = {}
         self._closed = threading.Event()
         self._dispose_all_actions: dict[str, str | None] = {}
         self._on_close: list[Callable[[], object]] = []
@@ -179,10 +186,10 @@ class EventHub:
         self._buffer.append(item)
         while len(self._buffer) > self.capacity:
             self._evicted_upto = self._buffer.popleft().key
-        for listener in self._listeners:
+        for loop, group in self._by_loop.items():
             try:
-                listener.loop.call_soon_threadsafe(listener._push, item)
-            except RuntimeError:  # its loop is closed: the stream is gone
+                loop.call_soon_threadsafe(_push_all, group, item)
+            except RuntimeError:  # its loop is closed: the streams are gone
                 pass
 
     def _close(self) -> None:
@@ -190,6 +197,7 @@ class EventHub:
             self._closed.set()
             listeners = list(self._listeners)
             self._listeners.clear()
+            self._by_loop.clear()
             callbacks = list(self._on_close)
         for listener in listeners:
             try:
@@ -242,11 +250,20 @@ class EventHub:
                 listener.ended = True
             else:
                 self._listeners.add(listener)
+                self._regroup(loop)
         return replay, reset, listener
 
     def unlisten(self, listener: Listener) -> None:
         with self._lock:
             self._listeners.discard(listener)
+            self._regroup(listener.loop)
+
+    def _regroup(self, loop: asyncio.AbstractEventLoop) -> None:  # under the lock
+        group = tuple(listener for listener in self._listeners if listener.loop is loop)
+        if group:
+            self._by_loop[loop] = group
+        else:
+            self._by_loop.pop(loop, None)
 
     def items(self) -> list[WireItem]:
         """Every item still in the buffer, oldest first."""
