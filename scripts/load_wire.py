@@ -150,6 +150,8 @@ async def _fanout(server: Server, subscribers: int, runs: int) -> dict[str, Any]
         "subscribers": subscribers,
         "runs": runs,
         "events_delivered": delivered,
+        "per_subscriber_min": min(received),
+        "per_subscriber_max": max(received),
         "seconds": round(elapsed, 2),
         "deliveries_per_s": round(delivered / elapsed),
         "end_to_delivery_p50_ms": round(statistics.median(lags) * 1000, 1),

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -398,3 +399,40 @@ def test_the_node_example_drives_an_external_run_through_a_deferred_close() -> N
         "interrupts": 0,
         "global_disposed_after_run": True,
     }
+
+
+def test_serve_on_sigterm_shuts_the_supervisor_down_interrupting_its_runs_and_exits_0() -> None:
+    async def scenario() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "run_supervisor.actors._cli",
+            "serve",
+            "--directory",
+            "/p/a",
+            "--grace-ms",
+            "300",
+            stdout=asyncio.subprocess.PIPE,
+        )
+        try:
+            assert proc.stdout is not None
+            ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), 20))
+            headers = {"Authorization": f"Bearer {ready['token']}"}
+            async with (
+                httpx.AsyncClient(base_url=ready["url"], headers=headers, timeout=10) as client,
+                sse(client, "/events?after=0") as events,
+            ):
+                await start(client, "r1", "/p/a")
+                await events.until(of_type("run.started", run_id="r1"))
+                proc.send_signal(signal.SIGTERM)
+                notice = await events.until(of_type("external.interrupt", run_id="r1"))
+                assert notice.data["reason"] == "shutdown"
+                finished = await events.until(of_type("run.finished", run_id="r1"))
+                assert (finished.data["outcome"], finished.data["reason"]) == ("interrupted", "shutdown")
+            assert await asyncio.wait_for(proc.wait(), 20) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+    asyncio.run(asyncio.wait_for(scenario(), 50))

@@ -13,6 +13,7 @@ non-loopback address is refused unless a token was given explicitly. See docs/wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import secrets
@@ -20,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -471,7 +472,16 @@ def uvicorn_server(app: ASGIApp) -> uvicorn.Server:
         timeout_graceful_shutdown=3,
         ws="none",
     )
-    return uvicorn.Server(config)
+    return _Server(config)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal capture: the host decides what a signal does (``serve``
+    shuts the supervisor down, then exits 0), instead of a signal re-raised after the server stops."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class ServerThread:

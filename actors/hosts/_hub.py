@@ -205,7 +205,10 @@ class EventHub:
             except RuntimeError:
                 pass
         for callback in callbacks:
-            callback()
+            try:
+                callback()
+            except Exception:  # e.g. a host whose loop has ended first: nothing left to tell
+                logger.opt(exception=True).debug("a wire hub close callback raised")
 
     # --- for the hosts -----------------------------------------------------------------------------
 

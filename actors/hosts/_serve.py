@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from run_supervisor.actors._api import Supervisor, SupervisorConfig
 from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS
+from run_supervisor.protocol import Shutdown
 
 __all__ = ["TOKEN_ENV", "add_serve_arguments", "add_stdio_arguments", "serve_command", "stdio_command"]
 
@@ -117,6 +119,21 @@ def serve_command(args: argparse.Namespace) -> int:
             server.should_exit = True
 
         host.hub.on_close(lambda: loop.call_soon_threadsafe(stop))
+        signals = 0
+
+        def on_signal() -> None:
+            # The first signal shuts the supervisor down (its runs are interrupted with reason
+            # shutdown, the streams get the last events, then the server stops); a second one stops
+            # the server at once.
+            nonlocal signals
+            signals += 1
+            if signals == 1 and not host.hub.closed:
+                supervisor.submit(Shutdown(origin="signal", grace_ms=args.grace_ms))
+            else:
+                stop()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, on_signal)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.01)  # uvicorn offers no started event; bounded by the task
