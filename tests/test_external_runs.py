@@ -13,6 +13,7 @@ from wire_support import Served, of_type, served, sse
 
 from run_supervisor.actors import InvalidRequest, Supervisor
 from run_supervisor.actors._errors import raise_for_rejection
+from run_supervisor.actors.hosts import EventHub
 from run_supervisor.protocol import CancelRun, InterruptReason
 
 
@@ -151,3 +152,24 @@ def test_a_cancel_says_timeout_only_for_a_watchdog_and_no_other_reason(superviso
     assert "user_cancel or timeout" in (outcome.error or "")
     with pytest.raises(InvalidRequest):
         raise_for_rejection(outcome)
+
+
+def test_a_listener_that_falls_behind_its_bound_is_cut_off_after_what_it_holds(
+    supervisor: Supervisor,
+) -> None:
+    hub = EventHub(supervisor, capacity=100)
+
+    async def scenario() -> None:
+        _, _, listener = hub.listen(None, loop=asyncio.get_running_loop(), bound=2)
+        await asyncio.to_thread(supervisor.load, "/x/1", "/x/2", "/x/3")
+        while not listener.overflowed:  # wake on each delivery, bounded
+            await asyncio.wait_for(listener.ready.wait(), 5)
+            listener.ready.clear()
+        held = await listener.next_batch()
+        assert [item.type for item in held] == ["instance.started", "instance.started"]
+        assert await listener.next_batch() == []  # the stream ends; the client resumes by its last id
+        assert [item.type for item in hub.items()] == ["instance.started"] * 3  # the buffer has them all
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+    supervisor.shutdown(grace_ms=100)
+    hub.join(5)
