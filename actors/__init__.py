@@ -15,9 +15,20 @@ Logging is off by default; turn it on with ``loguru.logger.enable("run_superviso
 from run_supervisor.actors import _logging  # noqa: F401 -- silences the library before anything logs
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
 from run_supervisor.actors._async_api import AsyncRunHandle, AsyncSubscription, AsyncSupervisor
-from run_supervisor.actors._context import CancelToken, Gate, PermissionReply, RunBody, RunContext, ToolCall
+from run_supervisor.actors._context import (
+    Ask,
+    CancelToken,
+    FormReply,
+    Gate,
+    PermissionReply,
+    RunBody,
+    RunContext,
+    ToolCall,
+)
 from run_supervisor.actors._errors import (
     AlreadyInterrupting,
+    AskAlreadyAnswered,
+    AskWithdrawn,
     InvalidRequest,
     JournalError,
     JournalLocked,
@@ -30,6 +41,7 @@ from run_supervisor.actors._errors import (
     SupervisorClosed,
     SupervisorError,
     SupervisorTimeout,
+    UnknownAsk,
     UnknownDirectory,
     UnknownRun,
 )
@@ -39,12 +51,16 @@ from run_supervisor.actors._validate import CloseActionName, CloseModeName, Shut
 
 __all__ = [
     "AlreadyInterrupting",
+    "Ask",
+    "AskAlreadyAnswered",
+    "AskWithdrawn",
     "AsyncRunHandle",
     "AsyncSubscription",
     "AsyncSupervisor",
     "CancelToken",
     "CloseActionName",
     "CloseModeName",
+    "FormReply",
     "Gate",
     "InstanceHooks",
     "InvalidRequest",
@@ -69,6 +85,7 @@ __all__ = [
     "SupervisorError",
     "SupervisorTimeout",
     "ToolCall",
+    "UnknownAsk",
     "UnknownDirectory",
     "UnknownRun",
 ]

@@ -52,6 +52,7 @@ from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     ActionSnapshot,
     AnswerForm,
+    AskSnapshot,
     CancelRun,
     CloseAction,
     CloseMode,
@@ -438,15 +439,19 @@ class Supervisor:
         return check.close(do, mode=mode, origin=origin, directory=directory, tag=tag)
 
     def _reply_permission_request(
-        self, run_id: object, *, approve: object, message: object
+        self, ask_id: object = None, *, run_id: object = None, approve: object, message: object = None
     ) -> ReplyPermission:
-        return check.reply_permission(run_id, approve=approve, message=message)
+        return check.reply_permission(ask_id, run_id=run_id, approve=approve, message=message)
 
-    def _answer_form_request(self, run_id: object, answer: object) -> AnswerForm:
-        return check.answer_form(run_id, answer)
+    def _answer_form_request(
+        self, ask_id: object = None, *, run_id: object = None, answer: object
+    ) -> AnswerForm:
+        return check.answer_form(ask_id, run_id=run_id, answer=answer)
 
-    def _dismiss_form_request(self, run_id: object) -> DismissForm:
-        return check.dismiss_form(run_id)
+    def _dismiss_form_request(
+        self, ask_id: object = None, *, run_id: object = None, message: object = None
+    ) -> DismissForm:
+        return check.dismiss_form(ask_id, run_id=run_id, message=message)
 
     def _shutdown_request(self, *, grace_ms: object, reason: object, origin: object, tag: object) -> Shutdown:
         grace = self.config.default_grace_ms if grace_ms is None else grace_ms
@@ -600,19 +605,65 @@ class Supervisor:
         assert isinstance(outcome, CloseOutcome)
         return outcome
 
+    # --- asks: what waits for the user -----------------------------------------------------
+    # Address a reply by its ask id (from ``ask.requested`` or ``pending_asks()``): that is exact
+    # and never races. ``run_id=`` instead is a convenience for a run with exactly one open ask
+    # of that kind (``NothingPending`` if none, ``InvalidRequest`` if several).
+
     def reply_permission(
-        self, run_id: str, *, approve: bool, message: str | None = None, timeout: float | None = None
+        self,
+        ask_id: str | None = None,
+        *,
+        approve: bool,
+        message: str | None = None,
+        run_id: str | None = None,
+        timeout: float | None = None,
     ) -> None:
+        """Approve or reject a permission ask. A rejection with a ``message`` is model-visible
+        feedback and the run goes on; without one the run is interrupted (``permission_rejected``)
+        and its other open asks are withdrawn. Raises ``UnknownAsk``, ``AskWithdrawn`` (it timed
+        out, or its run was interrupted or ended), ``AskAlreadyAnswered``."""
         limit = check.timeout("timeout", timeout)
-        self._request(self._reply_permission_request(run_id, approve=approve, message=message), limit)
+        request = self._reply_permission_request(ask_id, run_id=run_id, approve=approve, message=message)
+        self._request(request, limit)
 
-    def answer_form(self, run_id: str, answer: str, *, timeout: float | None = None) -> None:
+    def answer_form(
+        self,
+        ask_id: str | None = None,
+        *,
+        answer: str,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Answer a form ask; raises like ``reply_permission``."""
         limit = check.timeout("timeout", timeout)
-        self._request(self._answer_form_request(run_id, answer), limit)
+        self._request(self._answer_form_request(ask_id, run_id=run_id, answer=answer), limit)
 
-    def dismiss_form(self, run_id: str, *, timeout: float | None = None) -> None:
+    def dismiss_form(
+        self,
+        ask_id: str | None = None,
+        *,
+        message: str | None = None,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Dismiss a form ask. With a ``message`` it is model-visible feedback and the run goes on;
+        without one the run is interrupted (``form_dismissed``) and its other open asks are
+        withdrawn. Raises like ``reply_permission``."""
         limit = check.timeout("timeout", timeout)
-        self._request(self._dismiss_form_request(run_id), limit)
+        self._request(self._dismiss_form_request(ask_id, run_id=run_id, message=message), limit)
+
+    def pending_asks(
+        self, *, run_id: str | None = None, timeout: float | None = None
+    ) -> tuple[AskSnapshot, ...]:
+        """Every open ask (of one run, with ``run_id``), in the order raised: what waits for the
+        user. A UI that joins late draws its prompts from this, then follows the ``ask.*`` events."""
+        asks = self._query(lambda core: core.pending_asks(), timeout)
+        return asks if run_id is None else tuple(a for a in asks if a.run_id == run_id)
+
+    def ask(self, ask_id: str, *, timeout: float | None = None) -> AskSnapshot | None:
+        """What is known of an ask, open or not (None if unknown, or forgotten with its run)."""
+        return self._query(lambda core: core.ask_snapshot(ask_id), timeout)
 
     def load(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
         """Load these directories' instances now (those without a current generation) and wait for

@@ -1,32 +1,62 @@
 """What a run body sees: its context, its cancellation token, tool parts, permission and form asks.
 
-A body runs on its own worker thread. Everything it reports goes to the supervisor by ``tell``
+A body runs on its run actor's thread. Everything it reports goes to the supervisor by ``tell``
 (never blocking the body on an actor); everything it waits for -- a gate, an answer, a pause --
 also wakes on cancellation, so an interrupt takes effect at the next wait or check.
+
+Asks: ``open_permission`` / ``open_form`` register an ask (its id is the body's own, so it waits
+for exactly that ask) and return an ``Ask`` handle; ``ask_permission`` / ``ask_form`` open one and
+wait for it. The supervisor registers the ask before it publishes ``ask.requested``, so a reply
+fired from that event always finds it. Any number of asks may be open at once (one per parallel
+tool call, from the body's own threads if it likes: the context is thread-safe).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import pykka
 
-from run_supervisor.actors._errors import RunInterrupted, SupervisorError, SupervisorTimeout
+from run_supervisor.actors._errors import (
+    InvalidRequest,
+    RunInterrupted,
+    SupervisorError,
+    SupervisorTimeout,
+)
 from run_supervisor.protocol import (
+    AskKind,
+    AskPayload,
+    AskRaised,
     DeliverAnswer,
     InterruptReason,
     PartReport,
     PartState,
+    Question,
     StepKind,
     StepReport,
-    WaitingForUser,
+    WithdrawAsk,
+    WithdrawReason,
 )
+from run_supervisor.protocol._payloads import make_payload
 
-__all__ = ["CancelToken", "Gate", "PermissionReply", "RunBody", "RunContext", "ToolCall"]
+__all__ = [
+    "Ask",
+    "CancelToken",
+    "FormReply",
+    "Gate",
+    "PermissionReply",
+    "RunBody",
+    "RunContext",
+    "ToolCall",
+]
+
+R = TypeVar("R")
 
 
 class CancelToken:
@@ -39,7 +69,7 @@ class CancelToken:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._reason: InterruptReason | None = None
-        self._answer: DeliverAnswer | None = None
+        self._answers: dict[str, DeliverAnswer] = {}  # by ask id, until the asker takes it
         self._abandoned = False
 
     @property
@@ -67,7 +97,7 @@ class CancelToken:
 
     def deliver(self, answer: DeliverAnswer) -> None:
         with self._cond:
-            self._answer = answer
+            self._answers[answer.ask_id] = answer
             self._cond.notify_all()
 
     def wake(self) -> None:
@@ -89,10 +119,10 @@ class CancelToken:
                 raise RunInterrupted._for(self._reason, self)
             return bool(woke)
 
-    def take_answer(self) -> DeliverAnswer | None:
+    def take_answer(self, ask_id: str) -> DeliverAnswer | None:
+        """The answer delivered for this ask, once (None if none has come)."""
         with self._cond:
-            answer, self._answer = self._answer, None
-            return answer
+            return self._answers.pop(ask_id, None)
 
 
 class Gate:
@@ -141,16 +171,118 @@ class PermissionReply:
         return f"PermissionReply(approved={self.approved!r}, message={self.message!r})"
 
 
-class ToolCall:
-    """One tool part of a run: generating its input, prepared, running, then completed or failed."""
+@dataclass(frozen=True, slots=True)
+class FormReply:
+    """The user's answer to a form that did not end the run: an answer, or a dismissal with a
+    message (model-visible feedback; a dismissal without one interrupts the run instead)."""
 
-    def __init__(self, ctx: RunContext, tool: str) -> None:
+    answer: str | None
+    dismissed: bool = False
+    message: str | None = None
+
+
+class Ask(Generic[R]):
+    """An open ask of a run body. ``wait()`` for the decision, or ``withdraw()`` it.
+
+    A reply addresses it by ``ask_id``. If the wait times out, the ask is withdrawn -- unless a
+    reply was accepted first, which then stands and is returned: the supervisor decides which came
+    first, so a reply the host was told ``ok`` is never lost, and a late one is rejected
+    (``AskWithdrawn``) and never reaches another ask.
+    """
+
+    def __init__(
+        self, ctx: RunContext, ask_id: str, kind: AskKind, convert: Callable[[DeliverAnswer], R]
+    ) -> None:
+        self._ctx = ctx
+        self.ask_id = ask_id
+        self.kind = kind
+        self._convert = convert
+        self._lock = threading.Lock()
+        self._answer: DeliverAnswer | None = None
+
+    def __repr__(self) -> str:
+        return f"Ask({self.ask_id!r}, {self.kind.value})"
+
+    def _taken(self) -> DeliverAnswer | None:
+        with self._lock:
+            if self._answer is None:
+                self._answer = self._ctx.token.take_answer(self.ask_id)
+            return self._answer
+
+    @property
+    def done(self) -> bool:
+        """A decision (or the withdrawal) has reached the body."""
+        return self._taken() is not None
+
+    def _wait(self, timeout: float | None) -> DeliverAnswer | None:
+        token = self._ctx.token
+        token.wait_until(lambda: self._taken() is not None, timeout)
+        return self._taken()
+
+    def _settle(self, reason: WithdrawReason) -> DeliverAnswer:
+        """Ask the supervisor to withdraw it; wait for what it decided (withdrawn, or a reply
+        that came first). Bounded by the context's ask timeout."""
+        if self._taken() is None:
+            self._ctx._tell(WithdrawAsk(run_id=self._ctx.run_id, ask_id=self.ask_id, reason=reason))
+        answer = self._wait(self._ctx._ask_timeout)
+        if answer is None:
+            raise SupervisorTimeout(
+                f"the supervisor did not settle ask {self.ask_id!r} within {self._ctx._ask_timeout} s"
+            )
+        return answer
+
+    def wait(self, timeout: float | None = None) -> R:
+        """Wait for the decision. ``RunInterrupted`` if the run is interrupted (a rejection or a
+        dismissal without a message interrupts it); ``SupervisorTimeout`` if no reply came within
+        ``timeout`` seconds (the ask is then withdrawn)."""
+        answer = self._wait(timeout)
+        if answer is None:
+            answer = self._settle(WithdrawReason.TIMEOUT)
+        if answer.withdrawn:
+            raise SupervisorTimeout(
+                f"no answer to {self.kind.value} ask {self.ask_id!r} in {timeout} s; it was withdrawn"
+            )
+        return self._convert(answer)
+
+    def withdraw(self) -> bool:
+        """Stop waiting for it: True if it was withdrawn, False if a reply came first (``wait()``
+        returns that reply)."""
+        return self._settle(WithdrawReason.BODY).withdrawn
+
+
+def _permission_reply(answer: DeliverAnswer) -> PermissionReply:
+    return PermissionReply(answer.approved, answer.message)
+
+
+def _form_reply(answer: DeliverAnswer) -> FormReply:
+    return FormReply(answer=answer.answer, dismissed=answer.dismissed, message=answer.message)
+
+
+QuestionLike = Question | Mapping[str, Any] | str
+"""A form question: a ``Question``, a mapping of its fields, or just its text."""
+
+
+class ToolCall:
+    """One tool part of a run: generating its input, prepared, running, then completed or failed.
+
+    Its asks (``ask_permission``, ``ask_form``...) are tied to this call: the UI draws them on its
+    card, and a declined permission says this call did not run."""
+
+    def __init__(self, ctx: RunContext, tool: str, call_id: str) -> None:
         self._ctx = ctx
         self.tool = tool
+        self.call_id = call_id
         self._report(PartState.PENDING)
 
+    def __repr__(self) -> str:
+        return f"ToolCall({self.tool!r}, {self.call_id!r})"
+
     def _report(self, state: PartState, message: str | None = None) -> None:
-        self._ctx._tell(PartReport(run_id=self._ctx.run_id, tool=self.tool, state=state, message=message))
+        self._ctx._tell(
+            PartReport(
+                run_id=self._ctx.run_id, tool=self.tool, state=state, message=message, call_id=self.call_id
+            )
+        )
 
     def prepared(self) -> None:
         """The call's input is complete (materialized); the tool has not started."""
@@ -168,6 +300,54 @@ class ToolCall:
     def failed(self, message: str) -> None:
         """The tool itself failed (not an interruption): the part ends ``error`` and the run goes on."""
         self._report(PartState.ERROR, message)
+
+    def open_permission(
+        self,
+        *,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> Ask[PermissionReply]:
+        """``RunContext.open_permission`` for this call."""
+        return self._ctx.open_permission(
+            tool=self.tool, call_id=self.call_id, title=title, command=command, options=options, data=data
+        )
+
+    def ask_permission(
+        self,
+        timeout: float | None = None,
+        *,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> PermissionReply:
+        """``RunContext.ask_permission`` for this call: ask before the tool does its work."""
+        return self.open_permission(title=title, command=command, options=options, data=data).wait(timeout)
+
+    def open_form(
+        self,
+        *,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> Ask[FormReply]:
+        """``RunContext.open_form`` for this call."""
+        return self._ctx.open_form(
+            tool=self.tool, call_id=self.call_id, title=title, questions=questions, data=data
+        )
+
+    def ask_form(
+        self,
+        timeout: float | None = None,
+        *,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> FormReply:
+        """``RunContext.ask_form`` for this call."""
+        return self.open_form(title=title, questions=questions, data=data).wait(timeout)
 
 
 RunBody = Callable[["RunContext"], Any]
@@ -199,6 +379,9 @@ class RunContext:
         self._instance = instance
         self._ask_timeout = ask_timeout
         self._step_counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._call_ids: set[str] = set()
+        self._ask_numbers = itertools.count(1)
 
     # --- cancellation ----------------------------------------------------------------------------
 
@@ -234,60 +417,149 @@ class RunContext:
         self._step_counts[kind] = count
         return kind.value if count == 1 else f"{kind.value}-{count}"
 
-    def step_started(self, step_id: str, kind: StepKind) -> None:
+    def step_started(
+        self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
+    ) -> None:
         self.check()
-        self._tell(StepReport(run_id=self.run_id, step=step_id, kind=kind, finished=False))
+        self._tell(
+            StepReport(
+                run_id=self.run_id, step=step_id, kind=kind, finished=False, tool=tool, call_id=call_id
+            )
+        )
 
-    def step_finished(self, step_id: str, kind: StepKind) -> None:
-        self._tell(StepReport(run_id=self.run_id, step=step_id, kind=kind, finished=True))
+    def step_finished(
+        self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
+    ) -> None:
+        self._tell(
+            StepReport(run_id=self.run_id, step=step_id, kind=kind, finished=True, tool=tool, call_id=call_id)
+        )
 
     @contextmanager
-    def step(self, kind: StepKind | str, step_id: str | None = None) -> Iterator[str]:
-        """Report a step around a block; the step id defaults to the kind, then ``kind-2``..."""
+    def step(
+        self, kind: StepKind | str, step_id: str | None = None, *, call: ToolCall | None = None
+    ) -> Iterator[str]:
+        """Report a step around a block; the step id defaults to the kind, then ``kind-2``...
+        With ``call``, the step events name that call's tool and call id."""
         kind = StepKind(kind)
         step_id = step_id or self.next_step_id(kind)
-        self.step_started(step_id, kind)
+        tool, call_id = (call.tool, call.call_id) if call is not None else (None, None)
+        self.step_started(step_id, kind, tool=tool, call_id=call_id)
         yield step_id
-        self.step_finished(step_id, kind)
+        self.step_finished(step_id, kind, tool=tool, call_id=call_id)
 
-    def tool(self, tool: str) -> ToolCall:
-        """Begin a tool part: the model starts generating this tool call's input."""
+    def tool(self, tool: str, *, call_id: str | None = None) -> ToolCall:
+        """Begin a tool part: the model starts generating this tool call's input. ``call_id``
+        (unique within the run; default ``call-1``, ``call-2``...) names it in events and asks."""
         self.check()
-        return ToolCall(self, tool)
+        if not tool:
+            raise InvalidRequest("tool: the tool name must not be empty")
+        with self._lock:
+            if call_id is None:
+                n = len(self._call_ids) + 1
+                while f"call-{n}" in self._call_ids:
+                    n += 1
+                call_id = f"call-{n}"
+            elif not call_id or call_id in self._call_ids:
+                raise InvalidRequest(
+                    f"tool: call_id {call_id!r} is empty or already used in run {self.run_id!r}"
+                )
+            self._call_ids.add(call_id)
+        return ToolCall(self, tool, call_id)
 
     # --- asking the user -------------------------------------------------------------------------
 
-    def raise_ask(self, *, form: bool) -> None:
-        """Tell the supervisor a permission ask (or form) is pending, before waiting for it."""
+    def _open(
+        self,
+        kind: AskKind,
+        convert: Callable[[DeliverAnswer], R],
+        payload: AskPayload,
+        tool: str | None,
+        call_id: str | None,
+    ) -> Ask[R]:
         self.check()
-        self._tell(WaitingForUser(run_id=self.run_id, form=form))
+        ask = Ask(self, f"{self.run_id}:ask-{next(self._ask_numbers)}", kind, convert)
+        self._tell(
+            AskRaised(
+                run_id=self.run_id, ask_id=ask.ask_id, kind=kind, payload=payload, tool=tool, call_id=call_id
+            )
+        )
+        return ask
 
-    def _await_answer(self, form: bool, timeout: float | None, raised: bool) -> DeliverAnswer:
-        if not raised:
-            self.raise_ask(form=form)
-        answer: list[DeliverAnswer] = []
+    @staticmethod
+    def _payload(verb: str, **fields: Any) -> AskPayload:
+        try:
+            return make_payload(verb, **fields)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
 
-        def arrived() -> bool:
-            got = self.token.take_answer()
-            if got is not None:
-                answer.append(got)
-            return bool(answer)
+    def open_permission(
+        self,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> Ask[PermissionReply]:
+        """Ask the user to allow a tool call, without waiting: returns the open ``Ask``.
 
-        if not self.token.wait_until(arrived, timeout):
-            raise SupervisorTimeout(f"no answer to the {'form' if form else 'permission ask'} in {timeout} s")
-        return answer[0]
+        ``tool`` and ``call_id`` tie it to a tool part (default: the run's latest unfinished
+        part); ``title``, ``command``, ``options`` and ``data`` (a JSON object) are what the UI
+        shows -- all of it travels in ``ask.requested``. Bad values raise ``InvalidRequest``."""
+        payload = self._payload("open_permission", title=title, command=command, options=options, data=data)
+        return self._open(AskKind.PERMISSION, _permission_reply, payload, tool, call_id)
 
-    def ask_permission(self, timeout: float | None = None, *, raised: bool = False) -> PermissionReply:
-        """Ask the user to allow the running tool. Returns on approval or on a rejection with
-        feedback; a rejection without feedback interrupts the run (``permission_rejected``).
-        ``raised=True``: ``raise_ask`` already announced it."""
-        answer = self._await_answer(False, timeout, raised)
-        return PermissionReply(answer.approved, answer.message)
+    def ask_permission(
+        self,
+        timeout: float | None = None,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> PermissionReply:
+        """Ask the user to allow a tool call and wait. Returns on approval or on a rejection with
+        feedback (``PermissionReply(False, message)``: show the model the message); a rejection
+        without feedback interrupts the run (``permission_rejected``: ``RunInterrupted``). After
+        ``timeout`` seconds without a reply the ask is withdrawn (``SupervisorTimeout``)."""
+        return self.open_permission(
+            tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
+        ).wait(timeout)
 
-    def ask_form(self, timeout: float | None = None, *, raised: bool = False) -> str:
-        """Raise a question form and wait for the answer; a dismissal interrupts the run."""
-        answer = self._await_answer(True, timeout, raised)
-        return answer.answer or ""
+    def open_form(
+        self,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> Ask[FormReply]:
+        """Raise a question form without waiting: returns the open ``Ask``. ``questions`` are
+        ``Question``s, mappings of their fields, or plain text."""
+        payload = self._payload("open_form", title=title, questions=questions, data=data)
+        return self._open(AskKind.FORM, _form_reply, payload, tool, call_id)
+
+    def ask_form(
+        self,
+        timeout: float | None = None,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> FormReply:
+        """Raise a question form and wait. Returns the answer, or a dismissal with a message
+        (``FormReply(None, dismissed=True, message=...)``: feedback for the model); a dismissal
+        without a message interrupts the run (``form_dismissed``). Times out like
+        ``ask_permission``."""
+        return self.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data).wait(
+            timeout
+        )
 
     # --- the instance ----------------------------------------------------------------------------
 

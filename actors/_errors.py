@@ -6,6 +6,8 @@ from run_supervisor.protocol import CloseOutcome, InterruptReason, RejectCode, R
 
 __all__ = [
     "AlreadyInterrupting",
+    "AskAlreadyAnswered",
+    "AskWithdrawn",
     "InvalidRequest",
     "JournalError",
     "JournalLocked",
@@ -18,6 +20,7 @@ __all__ = [
     "SupervisorClosed",
     "SupervisorError",
     "SupervisorTimeout",
+    "UnknownAsk",
     "UnknownDirectory",
     "UnknownRun",
     "raise_for_rejection",
@@ -61,9 +64,28 @@ class AlreadyInterrupting(SupervisorError):
 
 
 class NothingPending(SupervisorError):
-    """The run has no permission ask or form waiting for this answer."""
+    """A reply addressed a run (not an ask id) that has no open ask of that kind."""
 
     code = RejectCode.NOTHING_PENDING
+
+
+class UnknownAsk(SupervisorError):
+    """No ask with this id was raised (or its run finished long ago and was forgotten)."""
+
+    code = RejectCode.UNKNOWN_ASK
+
+
+class AskWithdrawn(SupervisorError):
+    """The ask was withdrawn -- its body stopped waiting (timeout) or its run was interrupted or
+    ended -- before this reply came: the reply reaches nothing, and never a later ask."""
+
+    code = RejectCode.ASK_WITHDRAWN
+
+
+class AskAlreadyAnswered(SupervisorError):
+    """The ask was replied to or dismissed already; the first decision stands."""
+
+    code = RejectCode.ASK_ALREADY_ANSWERED
 
 
 class UnknownDirectory(SupervisorError):
@@ -158,6 +180,9 @@ _BY_CODE: dict[RejectCode, type[SupervisorError]] = {
         RunAlreadyExists,
         AlreadyInterrupting,
         NothingPending,
+        UnknownAsk,
+        AskWithdrawn,
+        AskAlreadyAnswered,
         UnknownDirectory,
         InvalidRequest,
     )

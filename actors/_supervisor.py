@@ -27,6 +27,7 @@ from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     AbandonRun,
+    AskRaised,
     BodyEnded,
     Command,
     DeliverAnswer,
@@ -51,12 +52,12 @@ from run_supervisor.protocol import (
     StartRun,
     StepReport,
     SupervisorCore,
-    WaitingForUser,
+    WithdrawAsk,
 )
 
 __all__ = ["Loading", "Preload", "Query", "SessionSupervisor", "Submit", "WaitRun"]
 
-_REPORTS = (StepReport, PartReport, WaitingForUser, BodyEnded, DisposeDone, GraceExpired)
+_REPORTS = (StepReport, PartReport, AskRaised, WithdrawAsk, BodyEnded, DisposeDone, GraceExpired)
 
 
 @dataclass(frozen=True, slots=True)

@@ -231,14 +231,15 @@ def _check_fields(req: Request) -> None:
         optional_text("origin", req.origin)
         milliseconds("grace_ms", req.grace_ms)
     elif isinstance(req, ReplyPermission):
-        identifier("run_id", req.run_id)
+        _ask_address(req.ask_id, req.run_id)
         flag("approve", req.approve)
         optional_text("message", req.message)
     elif isinstance(req, AnswerForm):
-        identifier("run_id", req.run_id)
+        _ask_address(req.ask_id, req.run_id)
         text("answer", req.answer)
     else:
-        identifier("run_id", req.run_id)
+        _ask_address(req.ask_id, req.run_id)
+        optional_text("message", req.message)
 
 
 def request(req: object) -> str | None:
@@ -293,20 +294,36 @@ def shutdown(*, grace_ms: object, reason: object, origin: object = None, tag: ob
     )
 
 
-def reply_permission(run_id: object, *, approve: object, message: object = None) -> ReplyPermission:
+def _ask_address(ask_id: object, run_id: object) -> tuple[str | None, str | None]:
+    """A reply names its ask by ``ask_id``, or (a convenience) its run by ``run_id``: one of the two."""
+    if (ask_id is None) == (run_id is None):
+        raise InvalidRequest("name exactly one of ask_id and run_id")
+    return (
+        None if ask_id is None else identifier("ask_id", ask_id),
+        None if run_id is None else identifier("run_id", run_id),
+    )
+
+
+def reply_permission(
+    ask_id: object = None, *, run_id: object = None, approve: object, message: object = None
+) -> ReplyPermission:
+    ask, run = _ask_address(ask_id, run_id)
     return ReplyPermission(
-        run_id=identifier("run_id", run_id),
+        ask_id=ask,
+        run_id=run,
         approve=flag("approve", approve),
         message=optional_text("message", message),
     )
 
 
-def answer_form(run_id: object, answer: object) -> AnswerForm:
-    return AnswerForm(run_id=identifier("run_id", run_id), answer=text("answer", answer))
+def answer_form(ask_id: object = None, *, run_id: object = None, answer: object) -> AnswerForm:
+    ask, run = _ask_address(ask_id, run_id)
+    return AnswerForm(ask_id=ask, run_id=run, answer=text("answer", answer))
 
 
-def dismiss_form(run_id: object) -> DismissForm:
-    return DismissForm(run_id=identifier("run_id", run_id))
+def dismiss_form(ask_id: object = None, *, run_id: object = None, message: object = None) -> DismissForm:
+    ask, run = _ask_address(ask_id, run_id)
+    return DismissForm(ask_id=ask, run_id=run, message=optional_text("message", message))
 
 
 def subscription(*, maxsize: object, callback_: object) -> tuple[int, Callable[[Any], object] | None]:

@@ -22,6 +22,7 @@ from run_supervisor.protocol._core import CoreStatistics, Report, SupervisorCore
 from run_supervisor.protocol._enums import (
     ActionState,
     AskKind,
+    AskState,
     CloseAction,
     CloseMode,
     CloseResult,
@@ -36,9 +37,14 @@ from run_supervisor.protocol._enums import (
     SessionStatus,
     ShutdownReason,
     StepKind,
+    WithdrawReason,
 )
 from run_supervisor.protocol._events import (
     ActionResult,
+    AskDismissed,
+    AskReplied,
+    AskRequested,
+    AskWithdrawn,
     Event,
     InstanceClosed,
     InstanceStarted,
@@ -46,6 +52,7 @@ from run_supervisor.protocol._events import (
     LifecycleDeferred,
     LifecycleRequested,
     RunFinished,
+    RunPartUpdated,
     RunQueued,
     RunRecovered,
     RunStarted,
@@ -54,9 +61,11 @@ from run_supervisor.protocol._events import (
     StepStarted,
 )
 from run_supervisor.protocol._lifecycle import ActionSnapshot
-from run_supervisor.protocol._parts import PartSnapshot, part_label
+from run_supervisor.protocol._parts import PartSnapshot, part_label, part_note
+from run_supervisor.protocol._payloads import AskPayload, AskSnapshot, Question
 from run_supervisor.protocol._requests import (
     AnswerForm,
+    AskRaised,
     BodyEnded,
     CancelRun,
     CloseOutcome,
@@ -74,16 +83,18 @@ from run_supervisor.protocol._requests import (
     Shutdown,
     StartRun,
     StepReport,
-    WaitingForUser,
+    WithdrawAsk,
 )
 from run_supervisor.protocol._rules import (
     ACTION_TRANSITIONS,
+    ASK_TRANSITIONS,
     CLOSE_RULES,
     INSTANCE_TRANSITIONS,
     PART_PHASE,
     PART_TRANSITIONS,
     RUN_TRANSITIONS,
     ActionTrigger,
+    AskTrigger,
     ClosePolicy,
     IllegalTransitionError,
     InstanceTrigger,
@@ -93,6 +104,7 @@ from run_supervisor.protocol._schema import wire_schema
 
 __all__ = [
     "ACTION_TRANSITIONS",
+    "ASK_TRANSITIONS",
     "CLOSE_RULES",
     "INSTANCE_TRANSITIONS",
     "PART_PHASE",
@@ -104,7 +116,16 @@ __all__ = [
     "ActionState",
     "ActionTrigger",
     "AnswerForm",
+    "AskDismissed",
     "AskKind",
+    "AskPayload",
+    "AskRaised",
+    "AskReplied",
+    "AskRequested",
+    "AskSnapshot",
+    "AskState",
+    "AskTrigger",
+    "AskWithdrawn",
     "BodyEnded",
     "CancelRun",
     "CloseAction",
@@ -138,6 +159,7 @@ __all__ = [
     "PartState",
     "Phase",
     "ProtocolDecodeError",
+    "Question",
     "RecoveredRun",
     "RejectCode",
     "ReleaseRun",
@@ -148,6 +170,7 @@ __all__ = [
     "RequestOutcome",
     "RequestResult",
     "RunFinished",
+    "RunPartUpdated",
     "RunQueued",
     "RunRecovered",
     "RunSnapshot",
@@ -169,10 +192,12 @@ __all__ = [
     "StepReport",
     "StepStarted",
     "SupervisorCore",
-    "WaitingForUser",
+    "WithdrawAsk",
+    "WithdrawReason",
     "decode_event",
     "decode_request",
     "encode",
     "part_label",
+    "part_note",
     "wire_schema",
 ]

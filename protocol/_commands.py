@@ -48,13 +48,18 @@ class SignalInterrupt(msgspec.Struct, frozen=True):
     reason: InterruptReason
 
 
-class DeliverAnswer(msgspec.Struct, frozen=True):
-    """Wake the body waiting on a permission ask or a form with the user's answer."""
+class DeliverAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """Wake the body waiting on an ask with what became of it."""
 
     run_id: str
-    approved: bool
+    ask_id: str
+    approved: bool = False
     message: str | None = None
     answer: str | None = None
+    dismissed: bool = False
+    """A form dismissed with a message (without one, the run is interrupted instead)."""
+    withdrawn: bool = False
+    """The body stopped waiting and no reply came first: the ask is withdrawn."""
 
 
 class AbandonRun(msgspec.Struct, frozen=True):

@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
+from run_supervisor.protocol._asks import AskBook, AsksMixin, part_view
 from run_supervisor.protocol._commands import (
     Command,
-    DeliverAnswer,
     DisposeInstance,
     Emit,
     LoadInstance,
@@ -30,7 +30,6 @@ from run_supervisor.protocol._commands import (
     SpawnRun,
 )
 from run_supervisor.protocol._enums import (
-    AskKind,
     CloseResult,
     InstanceState,
     InterruptReason,
@@ -40,6 +39,7 @@ from run_supervisor.protocol._enums import (
     RequestResult,
     RunState,
     SessionStatus,
+    WithdrawReason,
 )
 from run_supervisor.protocol._events import (
     Event,
@@ -57,11 +57,11 @@ from run_supervisor.protocol._parts import PartSnapshot
 from run_supervisor.protocol._records import _Directory, _Instance, _Interrupt, _Part, _Run, _Session
 from run_supervisor.protocol._requests import (
     AnswerForm,
+    AskRaised,
     BodyEnded,
     CancelRun,
     CloseOutcome,
     CloseRequest,
-    DismissForm,
     DisposeDone,
     GraceExpired,
     PartReport,
@@ -74,7 +74,7 @@ from run_supervisor.protocol._requests import (
     Shutdown,
     StartRun,
     StepReport,
-    WaitingForUser,
+    WithdrawAsk,
 )
 from run_supervisor.protocol._rules import (
     FINISHED_RUN_STATES,
@@ -89,7 +89,7 @@ from run_supervisor.protocol._rules import (
 
 __all__ = ["ActionSnapshot", "CoreStatistics", "Report", "SupervisorCore"]
 
-Report = StepReport | PartReport | WaitingForUser | BodyEnded | DisposeDone | GraceExpired
+Report = StepReport | PartReport | AskRaised | WithdrawAsk | BodyEnded | DisposeDone | GraceExpired
 """Inputs that come from inside the supervisor (bodies, instances, timers), not from hosts."""
 
 
@@ -107,7 +107,7 @@ class CoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     closed: bool
 
 
-class SupervisorCore(LifecycleMixin):
+class SupervisorCore(LifecycleMixin, AsksMixin):
     """Decides everything; does nothing. Feed it with ``request`` and ``report``; carry out what
     they return, in order.
 
@@ -116,7 +116,8 @@ class SupervisorCore(LifecycleMixin):
     forgotten.
 
     The close logic (``_close``, ``_shutdown_request``, ``_cover``, ``_answer``, ``_complete``,
-    ``_closed_instance``) lives in ``protocol._lifecycle``.
+    ``_closed_instance``) lives in ``protocol._lifecycle``; the asks (``_ask_raised``, the replies,
+    withdrawal, ``run.part.updated``) in ``protocol._asks``.
     """
 
     def __init__(self, *, dispose_budget_ms: int = 1000, retain_finished: int = 10_000) -> None:
@@ -130,6 +131,7 @@ class SupervisorCore(LifecycleMixin):
         self._sessions: dict[str, _Session] = {}
         self._dirs: dict[str, _Directory] = {}
         self._actions: dict[str, _Action] = {}  # pending (not completed) lifecycle actions
+        self._asks = AskBook()
         self._shutdown: _Action | None = None
         self._deadline_passed = False
         self._closed = False
@@ -237,8 +239,10 @@ class SupervisorCore(LifecycleMixin):
             self._step(report)
         elif isinstance(report, PartReport):
             self._part(report)
-        elif isinstance(report, WaitingForUser):
-            self._waiting(report)
+        elif isinstance(report, AskRaised):
+            self._ask_raised(report)
+        elif isinstance(report, WithdrawAsk):
+            self._withdraw_request(report)
         elif isinstance(report, BodyEnded):
             self._body_ended(report)
         elif isinstance(report, DisposeDone):
@@ -283,18 +287,7 @@ class SupervisorCore(LifecycleMixin):
 
     @staticmethod
     def _part_snapshots(run: _Run) -> tuple[PartSnapshot, ...]:
-        return tuple(
-            PartSnapshot(
-                tool=p.tool,
-                state=p.state,
-                tool_started=p.tool_started,
-                message=p.message,
-                reason=p.reason,
-                origin=p.origin,
-                phase=p.phase,
-            )
-            for p in run.parts
-        )
+        return tuple(part_view(p) for p in run.parts)
 
     def session_snapshot(self, session_id: str) -> SessionSnapshot | None:
         session = self._sessions.get(session_id)
@@ -431,38 +424,6 @@ class SupervisorCore(LifecycleMixin):
             self._interrupt(run, req.reason, req.origin, req.tag)
         self._reply(reply_to, _OK)
 
-    def _reply_permission(self, req: ReplyPermission, reply_to: Any) -> None:
-        run = self._waiting_run(req.run_id, AskKind.PERMISSION, reply_to)
-        if run is None:
-            return
-        run.waiting_for = None
-        if req.approve:
-            self._out.append(DeliverAnswer(run_id=run.id, approved=True))
-        elif req.message:
-            part = run.open_part()
-            if part is not None:
-                part.state = PartState.ERROR
-                part.message = req.message
-            self._out.append(DeliverAnswer(run_id=run.id, approved=False, message=req.message))
-        else:
-            self._interrupt(run, InterruptReason.PERMISSION_REJECTED, "permission", req.tag)
-        self._reply(reply_to, _OK)
-
-    def _answer_form(self, req: AnswerForm, reply_to: Any) -> None:
-        run = self._waiting_run(req.run_id, AskKind.FORM, reply_to)
-        if run is None:
-            return
-        run.waiting_for = None
-        self._out.append(DeliverAnswer(run_id=run.id, approved=True, answer=req.answer))
-        self._reply(reply_to, _OK)
-
-    def _dismiss_form(self, req: DismissForm, reply_to: Any) -> None:
-        run = self._waiting_run(req.run_id, AskKind.FORM, reply_to)
-        if run is None:
-            return
-        self._interrupt(run, InterruptReason.FORM_DISMISSED, "form", req.tag)
-        self._reply(reply_to, _OK)
-
     def _known_unfinished(self, run_id: str, reply_to: Any, verb: str) -> _Run | None:
         run = self._runs.get(run_id)
         if run is None:
@@ -482,24 +443,11 @@ class SupervisorCore(LifecycleMixin):
             return None
         return run
 
-    def _waiting_run(self, run_id: str, ask: AskKind, reply_to: Any) -> _Run | None:
-        run = self._known_unfinished(run_id, reply_to, f"answer to a {ask.value}")
-        if run is None:
-            return None
-        if run.state is not RunState.ACTIVE or run.waiting_for != ask:
-            self._reject(
-                reply_to,
-                RejectCode.NOTHING_PENDING,
-                f"run {run_id!r} has no {ask.value} waiting for an answer",
-            )
-            return None
-        return run
-
     def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None:
         """Decide an interrupt of an active run now; it takes effect when its body stops."""
         self._decide_interrupt(run, reason, origin, action)
         self._move_run(run, RunTrigger.INTERRUPT)
-        run.waiting_for = None
+        self._withdraw_open_asks(run, WithdrawReason.INTERRUPTED, reason)
         self._out.append(SignalInterrupt(run_id=run.id, reason=reason))
 
     @staticmethod
@@ -533,31 +481,46 @@ class SupervisorCore(LifecycleMixin):
         if self._live_run(report.run_id) is None:
             return
         cls = StepFinished if report.finished else StepStarted
-        self._emit(cls(seq=self._next_seq(), run_id=report.run_id, step=report.step, kind=report.kind))
+        self._emit(
+            cls(
+                seq=self._next_seq(),
+                run_id=report.run_id,
+                step=report.step,
+                kind=report.kind,
+                tool=report.tool,
+                call_id=report.call_id,
+            )
+        )
 
     def _part(self, report: PartReport) -> None:
         run = self._live_run(report.run_id)
         if run is None:
             return
         if report.state is PartState.PENDING:
-            run.parts.append(_Part(tool=report.tool, state=PartState.PENDING))
+            call_id = report.call_id or f"call-{len(run.parts) + 1}"
+            if call_id in run.calls:
+                self._ignore()  # a call id used twice in one run: a body bug
+                return
+            part = _Part(tool=report.tool, state=PartState.PENDING, call_id=call_id)
+            run.parts.append(part)
+            run.calls[call_id] = part
+            self._part_changed(run, part)
             return
-        part = run.parts[-1] if run.parts else None
-        if part is None or report.state not in PART_TRANSITIONS[part.state]:
+        if report.call_id is not None:
+            found = run.calls.get(report.call_id)
+        else:
+            found = run.parts[-1] if run.parts else None
+        if found is None or report.state not in PART_TRANSITIONS[found.state]:
             # Out of order, or the part already ended (an ``error`` set by a permission
             # rejected with a message stays ``error`` when the call later ends).
             self._ignore()
             return
-        part.state = report.state
+        found.state = report.state
         if report.state is PartState.RUNNING:
-            part.tool_started = True
-        if report.message is not None:
-            part.message = report.message
-
-    def _waiting(self, report: WaitingForUser) -> None:
-        run = self._live_run(report.run_id)
-        if run is not None:
-            run.waiting_for = AskKind.FORM if report.form else AskKind.PERMISSION
+            found.ran = True
+        if report.message is not None and found.declined is None:  # the user's feedback stays
+            found.message = report.message
+        self._part_changed(run, found)
 
     def _body_ended(self, report: BodyEnded) -> None:
         run = self._runs.get(report.run_id)
@@ -573,6 +536,7 @@ class SupervisorCore(LifecycleMixin):
         """The run has ended (its state says how): settle its parts, tell, and move on."""
         was_active = run.generation is not None
         interrupt = run.interrupt if run.state is RunState.INTERRUPTED else None
+        self._withdraw_open_asks(run, WithdrawReason.RUN_ENDED)  # left open by a body that ended
         for part in run.parts:
             if part.state not in UNFINISHED_PART_STATES:
                 continue
@@ -583,6 +547,7 @@ class SupervisorCore(LifecycleMixin):
             else:
                 part.state = PartState.ERROR
                 part.message = run.error or "the run ended before this tool call finished"
+            self._part_changed(run, part)
         self._emit(
             RunFinished(
                 seq=self._next_seq(),
@@ -620,7 +585,9 @@ class SupervisorCore(LifecycleMixin):
     def _remember_finished(self, run_id: str) -> None:
         self._finished.append(run_id)
         while len(self._finished) > self.retain_finished:
-            self._runs.pop(self._finished.popleft(), None)
+            forgotten = self._finished.popleft()
+            self._runs.pop(forgotten, None)
+            self._asks.forget_run(forgotten)
 
     # --- instances ---------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from enum import StrEnum
 __all__ = [
     "ActionState",
     "AskKind",
+    "AskState",
     "CloseAction",
     "CloseMode",
     "CloseResult",
@@ -25,6 +26,7 @@ __all__ = [
     "SessionStatus",
     "ShutdownReason",
     "StepKind",
+    "WithdrawReason",
 ]
 
 
@@ -147,13 +149,6 @@ class StepKind(StrEnum):
     FORM = "form"
 
 
-class AskKind(StrEnum):
-    """What a run waits on the user for."""
-
-    PERMISSION = "permission"
-    FORM = "form"
-
-
 class SessionStatus(StrEnum):
     BUSY = "busy"
     IDLE = "idle"
@@ -197,7 +192,50 @@ class RejectCode(StrEnum):
     RUN_ALREADY_EXISTS = "run_already_exists"
     ALREADY_INTERRUPTING = "already_interrupting"
     NOTHING_PENDING = "nothing_pending"
+    """A reply addressed a run that has no open ask of that kind."""
+    UNKNOWN_ASK = "unknown_ask"
+    """No ask with this id was ever raised (or its run was forgotten long ago)."""
+    ASK_WITHDRAWN = "ask_withdrawn"
+    """The ask was withdrawn (timed out, its run interrupted or ended): a late reply reaches nothing."""
+    ASK_ALREADY_ANSWERED = "ask_already_answered"
+    """The ask was replied to or dismissed already; the first decision stands."""
     UNKNOWN_DIRECTORY = "unknown_directory"
     INVALID_REQUEST = "invalid_request"
     INTERNAL_ERROR = "internal_error"
     """The supervisor failed while handling the request (a bug): it was contained and logged."""
+
+
+class AskKind(StrEnum):
+    """What an ask waits for."""
+
+    PERMISSION = "permission"
+    """May the tool go on? Answered with ``reply_permission`` (approve, or reject with or without
+    feedback)."""
+    FORM = "form"
+    """A question form. Answered with ``answer_form`` or dismissed with ``dismiss_form``."""
+
+
+class AskState(StrEnum):
+    """Where an ask is in its life (see ``protocol.ASK_TRANSITIONS``)."""
+
+    OPEN = "open"
+    """Registered and announced (``ask.requested``); it waits for the user."""
+    REPLIED = "replied"
+    """A permission was approved or rejected, or a form answered (``ask.replied``)."""
+    DISMISSED = "dismissed"
+    """A form was dismissed (``ask.dismissed``)."""
+    WITHDRAWN = "withdrawn"
+    """Nobody waits for it any more (``ask.withdrawn``); a late reply is rejected ``ask_withdrawn``."""
+
+
+class WithdrawReason(StrEnum):
+    """Why an ask was withdrawn."""
+
+    TIMEOUT = "timeout"
+    """The body stopped waiting: its ``timeout`` ran out."""
+    INTERRUPTED = "interrupted"
+    """Its run was interrupted (the ``ask.withdrawn`` event names the interrupt's reason)."""
+    RUN_ENDED = "run_ended"
+    """Its run ended while the ask was still open (the body returned or raised without waiting)."""
+    BODY = "body"
+    """The body withdrew it itself (``Ask.withdraw()``)."""

@@ -12,19 +12,27 @@ from __future__ import annotations
 import msgspec
 
 from run_supervisor.protocol._enums import (
+    AskKind,
     CloseAction,
     CloseMode,
     CloseResult,
     InterruptReason,
     Outcome,
+    PartState,
     Phase,
     SessionStatus,
     StepKind,
+    WithdrawReason,
 )
 from run_supervisor.protocol._parts import PartSnapshot
+from run_supervisor.protocol._payloads import AskPayload
 
 __all__ = [
     "ActionResult",
+    "AskDismissed",
+    "AskReplied",
+    "AskRequested",
+    "AskWithdrawn",
     "Event",
     "InstanceClosed",
     "InstanceStarted",
@@ -32,6 +40,7 @@ __all__ = [
     "LifecycleDeferred",
     "LifecycleRequested",
     "RunFinished",
+    "RunPartUpdated",
     "RunQueued",
     "RunRecovered",
     "RunStarted",
@@ -75,12 +84,47 @@ class StepStarted(_Event, frozen=True, tag="run.step.started"):
     run_id: str
     step: str
     kind: StepKind
+    tool: str | None = None
+    """The tool of the step's tool part (None for a step outside one, e.g. ``model``)."""
+    call_id: str | None = None
 
 
 class StepFinished(_Event, frozen=True, tag="run.step.finished"):
     run_id: str
     step: str
     kind: StepKind
+    tool: str | None = None
+    call_id: str | None = None
+
+
+class RunPartUpdated(_Event, frozen=True, tag="run.part.updated"):
+    """A tool part changed: everything a UI needs to redraw its card, and what to tell the model.
+
+    Sent on every change (a new part, each state move, an ask raised on it or answered, its end
+    at the run's end), never twice for the same content.
+    """
+
+    run_id: str
+    call_id: str
+    tool: str
+    state: PartState
+    phase: Phase | None
+    """Its phase now (``generating``, ``prepared``, ``running``); once interrupted, the phase it was
+    in; null once it completed or failed."""
+    tool_started: bool
+    """The tool began its work. False while (and if) a permission that gates it was not granted."""
+    label: str
+    """The card's one line, e.g. "Did not run: the user declined bash"."""
+    note: str | None
+    """Model-visible text for an interrupted or declined part (null otherwise)."""
+    message: str | None
+    reason: InterruptReason | None
+    origin: str | None
+    ask_id: str | None
+    """The open ask this call waits on (null when none)."""
+    waiting_for: AskKind | None
+    declined: AskKind | None
+    """``permission``: the user declined this call; ``form``: the user dismissed its form."""
 
 
 class RunFinished(_Event, frozen=True, tag="run.finished"):
@@ -155,6 +199,56 @@ class ActionResult(_Event, frozen=True, tag="action.result"):
     tag: str | None = None
 
 
+class AskRequested(_Event, frozen=True, tag="ask.requested"):
+    """A body asks the user. The ask is registered before this event is published: a reply sent
+    as soon as it arrives (addressed by ``ask_id``) always finds it."""
+
+    ask_id: str
+    run_id: str
+    session: str
+    kind: AskKind
+    tool: str | None
+    call_id: str | None
+    """The tool part it belongs to (null when it is not tied to one)."""
+    payload: AskPayload
+
+
+class AskReplied(_Event, frozen=True, tag="ask.replied"):
+    """A permission was approved or rejected, or a form answered."""
+
+    ask_id: str
+    run_id: str
+    kind: AskKind
+    approved: bool
+    """Permission: the decision; a form answer counts as approved."""
+    message: str | None
+    """Permission rejected: the user's feedback (model-visible), or null."""
+    answer: str | None
+    """Form: the answer."""
+    tag: str | None = None
+
+
+class AskDismissed(_Event, frozen=True, tag="ask.dismissed"):
+    """A form was dismissed: with a ``message`` it is model-visible feedback and the run goes on;
+    without one the run is interrupted (``form_dismissed``)."""
+
+    ask_id: str
+    run_id: str
+    message: str | None
+    tag: str | None = None
+
+
+class AskWithdrawn(_Event, frozen=True, tag="ask.withdrawn"):
+    """Nobody waits for this ask any more; a UI removes its prompt. A late reply is rejected."""
+
+    ask_id: str
+    run_id: str
+    kind: AskKind
+    reason: WithdrawReason
+    interrupt_reason: InterruptReason | None
+    """For ``interrupted``: the run's interrupt reason."""
+
+
 Event = (
     InstanceStarted
     | InstanceClosed
@@ -162,6 +256,7 @@ Event = (
     | RunStarted
     | StepStarted
     | StepFinished
+    | RunPartUpdated
     | RunFinished
     | RunRecovered
     | SessionStatusChanged
@@ -169,4 +264,8 @@ Event = (
     | LifecycleDeferred
     | LifecycleCompleted
     | ActionResult
+    | AskRequested
+    | AskReplied
+    | AskDismissed
+    | AskWithdrawn
 )

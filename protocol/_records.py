@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from run_supervisor.protocol._enums import AskKind, InstanceState, InterruptReason, PartState, Phase, RunState
+from run_supervisor.protocol._parts import PartSnapshot
 from run_supervisor.protocol._rules import UNFINISHED_PART_STATES
+
+if TYPE_CHECKING:
+    from run_supervisor.protocol._asks import Ask
 
 __all__ = ["_Directory", "_Instance", "_Interrupt", "_Part", "_Run", "_Session"]
 
@@ -19,11 +24,22 @@ __all__ = ["_Directory", "_Instance", "_Interrupt", "_Part", "_Run", "_Session"]
 class _Part:
     tool: str
     state: PartState
-    tool_started: bool = False
+    call_id: str
+    ran: bool = False  # it reached ``running``
+    gated: bool = False  # running, but its first permission was not granted (yet)
+    approved: bool = False  # a permission of this call was granted
     message: str | None = None
     reason: InterruptReason | None = None
     origin: str | None = None
-    phase: Phase | None = None
+    phase: Phase | None = None  # the phase it was interrupted in
+    ask: Ask | None = None  # the open ask it waits on (the latest, if several)
+    declined: AskKind | None = None  # the user declined its permission / dismissed its form
+    shown: PartSnapshot | None = None  # as last announced by run.part.updated
+
+    @property
+    def tool_started(self) -> bool:
+        """The tool began its work: it ran, and no permission it waits for gates it."""
+        return self.ran and not self.gated
 
 
 @dataclass(slots=True)
@@ -42,15 +58,17 @@ class _Run:
     state: RunState = RunState.QUEUED
     generation: int | None = None
     parts: list[_Part] = field(default_factory=list)
-    waiting_for: AskKind | None = None
+    calls: dict[str, _Part] = field(default_factory=dict)  # its parts by call id
     interrupt: _Interrupt | None = None
     error: str | None = None
     abandoned: bool = False
     resume_of: str | None = None
 
     def open_part(self) -> _Part | None:
-        if self.parts and self.parts[-1].state in UNFINISHED_PART_STATES:
-            return self.parts[-1]
+        """The latest unfinished part (parallel calls: the one begun last)."""
+        for part in reversed(self.parts):
+            if part.state in UNFINISHED_PART_STATES:
+                return part
         return None
 
 

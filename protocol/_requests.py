@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from run_supervisor.protocol._enums import (
+    AskKind,
     CloseAction,
     CloseMode,
     CloseResult,
@@ -22,11 +23,14 @@ from run_supervisor.protocol._enums import (
     SessionStatus,
     ShutdownReason,
     StepKind,
+    WithdrawReason,
 )
 from run_supervisor.protocol._parts import PartSnapshot
+from run_supervisor.protocol._payloads import AskPayload
 
 __all__ = [
     "AnswerForm",
+    "AskRaised",
     "BodyEnded",
     "CancelRun",
     "CloseOutcome",
@@ -44,7 +48,7 @@ __all__ = [
     "Shutdown",
     "StartRun",
     "StepReport",
-    "WaitingForUser",
+    "WithdrawAsk",
 ]
 
 
@@ -90,20 +94,35 @@ class Shutdown(_Request, frozen=True, tag="shutdown"):
 
 
 class ReplyPermission(_Request, frozen=True, tag="reply_permission"):
-    run_id: str
+    """Answer a permission ask. Address it by ``ask_id`` (from ``ask.requested``); or, as a
+    convenience, by ``run_id`` when that run has exactly one open permission ask. Exactly one of
+    the two is given."""
+
     approve: bool
+    ask_id: str | None = None
+    run_id: str | None = None
     message: str | None = None
     """With ``approve=False``: a message is model-visible feedback and the run goes on; without one
-    the run ends ``interrupted`` / ``permission_rejected``."""
+    the run ends ``interrupted`` / ``permission_rejected`` (and its other open asks are withdrawn)."""
 
 
 class AnswerForm(_Request, frozen=True, tag="answer_form"):
-    run_id: str
+    """Answer a form; addressed like ``ReplyPermission`` (``ask_id``, or ``run_id`` with exactly one
+    open form)."""
+
     answer: str
+    ask_id: str | None = None
+    run_id: str | None = None
 
 
 class DismissForm(_Request, frozen=True, tag="dismiss_form"):
-    run_id: str
+    """Dismiss a form; addressed like ``ReplyPermission``."""
+
+    ask_id: str | None = None
+    run_id: str | None = None
+    message: str | None = None
+    """A message is model-visible feedback and the run goes on; without one the run ends
+    ``interrupted`` / ``form_dismissed`` (and its other open asks are withdrawn)."""
 
 
 Request = StartRun | CancelRun | CloseRequest | Shutdown | ReplyPermission | AnswerForm | DismissForm
@@ -119,22 +138,43 @@ class StepReport(msgspec.Struct, frozen=True):
     step: str
     kind: StepKind
     finished: bool
+    tool: str | None = None
+    call_id: str | None = None
 
 
 class PartReport(msgspec.Struct, frozen=True):
-    """A tool part moved: ``state`` is the state it moved to (a new part starts ``pending``)."""
+    """A tool part moved: ``state`` is the state it moved to (a new part starts ``pending``).
+
+    ``call_id`` names the part (unique within the run); without one a new part gets ``call-N``
+    and a move applies to the run's latest part."""
 
     run_id: str
     tool: str
     state: PartState
     message: str | None = None
+    call_id: str | None = None
 
 
-class WaitingForUser(msgspec.Struct, frozen=True):
-    """The body raised a permission ask (``form=False``) or a form (``form=True``) and waits."""
+class AskRaised(msgspec.Struct, frozen=True, kw_only=True):
+    """The body asks the user (it registered its own wait for ``ask_id`` first)."""
 
     run_id: str
-    form: bool
+    ask_id: str
+    kind: AskKind
+    payload: AskPayload
+    tool: str | None = None
+    call_id: str | None = None
+    """The tool part it belongs to; None: the run's latest unfinished part, if any."""
+
+
+class WithdrawAsk(msgspec.Struct, frozen=True, kw_only=True):
+    """The body stops waiting for an ask (its timeout ran out, or it withdrew it). If a reply was
+    accepted first, that reply stands and is on its way to the body; otherwise the ask is withdrawn
+    and the body is told so."""
+
+    run_id: str
+    ask_id: str
+    reason: WithdrawReason
 
 
 class BodyEnded(msgspec.Struct, frozen=True):

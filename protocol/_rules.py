@@ -1,5 +1,5 @@
-"""Every rule that moves a run, a tool part, an instance or a lifecycle action, and what each close
-mode may do.
+"""Every rule that moves a run, a tool part, an ask, an instance or a lifecycle action, and what each
+close mode may do.
 
 This file is the whole state machine, as data (h11's ``_state.py`` is the model). The core
 (``protocol._core``) only looks rules up here; the docs' state tables are generated from these
@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from run_supervisor.protocol._enums import (
     ActionState,
+    AskState,
     CloseMode,
     InstanceState,
     InterruptReason,
@@ -25,17 +26,20 @@ from run_supervisor.protocol._enums import (
 
 __all__ = [
     "ACTION_TRANSITIONS",
+    "ASK_TRANSITIONS",
     "CLOSE_RULES",
     "INSTANCE_TRANSITIONS",
     "PART_PHASE",
     "PART_TRANSITIONS",
     "RUN_TRANSITIONS",
     "ActionTrigger",
+    "AskTrigger",
     "ClosePolicy",
     "IllegalTransitionError",
     "InstanceTrigger",
     "RunTrigger",
     "next_action_state",
+    "next_ask_state",
     "next_instance_state",
     "next_part_state",
     "next_run_state",
@@ -196,6 +200,38 @@ def next_action_state(state: ActionState, trigger: ActionTrigger) -> ActionState
         return ACTION_TRANSITIONS[state][trigger]
     except KeyError:
         raise IllegalTransitionError(f"lifecycle action: {trigger.value} in state {state.value}") from None
+
+
+class AskTrigger(StrEnum):
+    REPLY = "reply"
+    """``reply_permission`` (approve or reject) or ``answer_form``."""
+    DISMISS = "dismiss"
+    """``dismiss_form``, with or without a message."""
+    WITHDRAW = "withdraw"
+    """The body stopped waiting (timeout, ``Ask.withdraw()``), or its run was interrupted or ended."""
+
+
+ASK_TRANSITIONS: Mapping[AskState, Mapping[AskTrigger, AskState]] = MappingProxyType(
+    {
+        AskState.OPEN: {
+            AskTrigger.REPLY: AskState.REPLIED,
+            AskTrigger.DISMISS: AskState.DISMISSED,
+            AskTrigger.WITHDRAW: AskState.WITHDRAWN,
+        },
+        # The first decision stands: a later reply is rejected (ask_already_answered or
+        # ask_withdrawn) and never reaches another ask.
+        AskState.REPLIED: {},
+        AskState.DISMISSED: {},
+        AskState.WITHDRAWN: {},
+    }
+)
+
+
+def next_ask_state(state: AskState, trigger: AskTrigger) -> AskState:
+    try:
+        return ASK_TRANSITIONS[state][trigger]
+    except KeyError:
+        raise IllegalTransitionError(f"ask: {trigger.value} in state {state.value}") from None
 
 
 @dataclass(frozen=True, slots=True)

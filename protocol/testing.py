@@ -71,6 +71,7 @@ from run_supervisor.protocol._commands import (
 )
 from run_supervisor.protocol._core import Report, SupervisorCore
 from run_supervisor.protocol._enums import (
+    AskKind,
     CloseAction,
     CloseMode,
     CloseResult,
@@ -83,6 +84,10 @@ from run_supervisor.protocol._enums import (
 )
 from run_supervisor.protocol._events import (
     ActionResult,
+    AskDismissed,
+    AskReplied,
+    AskRequested,
+    AskWithdrawn,
     Event,
     InstanceClosed,
     InstanceStarted,
@@ -96,8 +101,10 @@ from run_supervisor.protocol._events import (
     StepFinished,
     StepStarted,
 )
+from run_supervisor.protocol._payloads import AskPayload
 from run_supervisor.protocol._requests import (
     AnswerForm,
+    AskRaised,
     BodyEnded,
     CancelRun,
     CloseOutcome,
@@ -111,7 +118,6 @@ from run_supervisor.protocol._requests import (
     RequestOutcome,
     Shutdown,
     StartRun,
-    WaitingForUser,
 )
 from run_supervisor.protocol._rules import CLOSE_RULES
 
@@ -236,6 +242,8 @@ class InvariantChecker:
         self.shutdown_done = False
         self.shutdown_queued: set[str] = set()
         self.asked: dict[Hashable, _Asked] = {}
+        self.ask_runs: dict[str, str] = {}  # ask id -> its run, from ask.requested
+        self.asks_ended: set[str] = set()  # replied, dismissed or withdrawn
         self.start_requests: dict[str, StartRun] = {}
         self.grace_expired = False
         self.commands_seen = False
@@ -358,6 +366,23 @@ class InvariantChecker:
             self.event(event)
 
     # --- events ------------------------------------------------------------------------------
+
+    def _ask_requested(self, event: AskRequested) -> None:
+        if event.ask_id in self.ask_runs:
+            self.violation(f"ask {event.ask_id} requested twice")
+        run = self.runs.get(event.run_id)
+        if run is None or run.state != "active":
+            self.violation(f"ask {event.ask_id} raised by {event.run_id}, which is not active")
+        self.ask_runs[event.ask_id] = event.run_id
+
+    def _ask_ended(self, event: AskReplied | AskDismissed | AskWithdrawn) -> None:
+        """An ask is decided once: replied, dismissed or withdrawn, never two of them."""
+        what = f"ask {event.ask_id}: {type(event).__struct_config__.tag}"
+        if event.ask_id not in self.ask_runs:
+            self.violation(f"{what}, but it was never requested")
+        elif event.ask_id in self.asks_ended:
+            self.violation(f"{what}, after it was already decided")
+        self.asks_ended.add(event.ask_id)
 
     def _instance_started(self, event: InstanceStarted) -> None:
         key = (event.directory, event.generation)
@@ -767,6 +792,10 @@ class InvariantChecker:
         if answer.result is CloseResult.COMPLETED and (answer.pending_directories or answer.blocking_runs):
             self.violation(f"{token!r} completed but waits for {answer.blocking_runs}")
 
+    def _asked_run(self, ask_id: str | None, run_id: str | None) -> str:
+        """The run a reply reached: named, or the run of the ask it names."""
+        return run_id if run_id is not None else self.ask_runs.get(ask_id or "", "")
+
     def _decisions(self) -> dict[str, list[_Decision]]:
         """The interrupts requests were accepted for, by run."""
         decided: dict[str, list[_Decision]] = {}
@@ -783,11 +812,14 @@ class InvariantChecker:
                 add(request.run_id, _Decision(InterruptReason.USER_CANCEL, request.origin, request.tag, by))
             elif isinstance(request, ReplyPermission) and not request.approve and not request.message:
                 add(
-                    request.run_id,
+                    self._asked_run(request.ask_id, request.run_id),
                     _Decision(InterruptReason.PERMISSION_REJECTED, "permission", request.tag, by),
                 )
-            elif isinstance(request, DismissForm):
-                add(request.run_id, _Decision(InterruptReason.FORM_DISMISSED, "form", request.tag, by))
+            elif isinstance(request, DismissForm) and not request.message:
+                add(
+                    self._asked_run(request.ask_id, request.run_id),
+                    _Decision(InterruptReason.FORM_DISMISSED, "form", request.tag, by),
+                )
             elif isinstance(request, CloseRequest) and isinstance(answer, CloseOutcome):
                 reason = CLOSE_RULES[request.mode].interrupts_with
                 for run_id in answer.interrupted_runs:
@@ -872,6 +904,10 @@ _HANDLERS: dict[type, Callable[[InvariantChecker, Any], None]] = {
     LifecycleDeferred: InvariantChecker._lifecycle_deferred,
     LifecycleCompleted: InvariantChecker._lifecycle_completed,
     ActionResult: InvariantChecker._action_result,
+    AskRequested: InvariantChecker._ask_requested,
+    AskReplied: InvariantChecker._ask_ended,
+    AskDismissed: InvariantChecker._ask_ended,
+    AskWithdrawn: InvariantChecker._ask_ended,
 }
 
 
@@ -903,6 +939,7 @@ class CoreShell:
         self.log: list[Command] = []
         self.events: list[Event] = []
         self.answers: dict[str, Answer] = {}
+        self.asks_raised = 0
         self.last: list[Command] = []
         self.last_token = ""
         self.hold_disposes = hold_disposes
@@ -993,10 +1030,14 @@ class CoreShell:
         for state in walk[: walk.index(upto) + 1]:
             self.report(PartReport(run_id=run, tool=tool, state=state))
 
-    def ask(self, run: str, *, form: bool = False) -> None:
-        """The body's running tool raises a permission ask (or a form) and waits."""
+    def ask(self, run: str, *, form: bool = False) -> str:
+        """The body's running tool raises a permission ask (or a form) and waits; its ask id."""
         self.tool(run, tool="question" if form else "bash")
-        self.report(WaitingForUser(run_id=run, form=form))
+        self.asks_raised += 1
+        ask_id = f"{run}:ask-{self.asks_raised}"
+        kind = AskKind.FORM if form else AskKind.PERMISSION
+        self.report(AskRaised(run_id=run, ask_id=ask_id, kind=kind, payload=AskPayload()))
+        return ask_id
 
     def release(self, error: str | None = None) -> None:
         """The held dispose hooks return (or raise ``error``), oldest first."""

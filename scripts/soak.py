@@ -212,13 +212,10 @@ def make_body(plan: RunPlan, board: AskBoard, notes: Notes) -> Callable[[RunCont
                 with ctx.step("tool_exec"):
                     ctx.sleep(step.ms / 2000)
                 for ask in step.asks:
-                    with ctx.step(ask):
-                        ctx.raise_ask(form=ask == "form")
+                    with ctx.step(ask, call=call):
+                        pending = call.open_form() if ask == "form" else call.open_permission()
                         board.post(ctx.run_id, ask)  # after the ask reached the supervisor's mailbox
-                        if ask == "permission":
-                            ctx.ask_permission(ASK_TIMEOUT_S, raised=True)
-                        else:
-                            ctx.ask_form(ASK_TIMEOUT_S, raised=True)
+                        pending.wait(ASK_TIMEOUT_S)
                 if step.tool_error:
                     call.failed("exit status 1")
                 else:
@@ -772,28 +769,35 @@ class Soak:
             if roll < 0.5:
                 name, call = (
                     "reply_permission approve",
-                    lambda: self.supervisor.reply_permission(run_id, approve=True, timeout=CALL_TIMEOUT_S),
+                    lambda: self.supervisor.reply_permission(
+                        run_id=run_id, approve=True, timeout=CALL_TIMEOUT_S
+                    ),
                 )
             elif roll < 0.75:
                 name, call = (
                     "reply_permission reject+message",
                     lambda: self.supervisor.reply_permission(
-                        run_id, approve=False, message="use rg, not grep", timeout=CALL_TIMEOUT_S
+                        run_id=run_id, approve=False, message="use rg, not grep", timeout=CALL_TIMEOUT_S
                     ),
                 )
             else:
                 name, call = (
                     "reply_permission reject",
-                    lambda: self.supervisor.reply_permission(run_id, approve=False, timeout=CALL_TIMEOUT_S),
+                    lambda: self.supervisor.reply_permission(
+                        run_id=run_id, approve=False, timeout=CALL_TIMEOUT_S
+                    ),
                 )
                 interrupt = Interrupt(InterruptReason.PERMISSION_REJECTED, "permission", None)
         elif roll < 0.7:
             name, call = (
                 "answer_form",
-                lambda: self.supervisor.answer_form(run_id, "yes", timeout=CALL_TIMEOUT_S),
+                lambda: self.supervisor.answer_form(run_id=run_id, answer="yes", timeout=CALL_TIMEOUT_S),
             )
         else:
-            name, call = "dismiss_form", lambda: self.supervisor.dismiss_form(run_id, timeout=CALL_TIMEOUT_S)
+            name, call = (
+                "dismiss_form",
+                lambda: self.supervisor.dismiss_form(run_id=run_id, timeout=CALL_TIMEOUT_S),
+            )
             interrupt = Interrupt(InterruptReason.FORM_DISMISSED, "form", None)
         result = self.call(name, call, expected)
         if result is None and interrupted:
@@ -818,11 +822,13 @@ class Soak:
             wrong = self.rng.choice(["answer_form", "reply_permission", "dismiss_form"])
             expected = (NothingPending, RunAlreadyFinished)
         calls = {
-            "answer_form": lambda: self.supervisor.answer_form(run_id, "no", timeout=CALL_TIMEOUT_S),
-            "reply_permission": lambda: self.supervisor.reply_permission(
-                run_id, approve=True, timeout=CALL_TIMEOUT_S
+            "answer_form": lambda: self.supervisor.answer_form(
+                run_id=run_id, answer="no", timeout=CALL_TIMEOUT_S
             ),
-            "dismiss_form": lambda: self.supervisor.dismiss_form(run_id, timeout=CALL_TIMEOUT_S),
+            "reply_permission": lambda: self.supervisor.reply_permission(
+                run_id=run_id, approve=True, timeout=CALL_TIMEOUT_S
+            ),
+            "dismiss_form": lambda: self.supervisor.dismiss_form(run_id=run_id, timeout=CALL_TIMEOUT_S),
         }
         result = self.call(f"{wrong} (nothing pending)", calls[wrong], expected)
         if result is None:

@@ -150,7 +150,7 @@ def _rejections_sync(sup: Supervisor) -> list[type[BaseException]]:
         lambda: sup.cancel("nobody"),
         lambda: sup.cancel("done"),
         lambda: sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done"),
-        lambda: sup.answer_form("done", "yes"),
+        lambda: sup.answer_form(run_id="done", answer="yes"),
         lambda: sup.close("dispose", mode="maintenance", origin="t", directory="/nowhere"),
     ]
     for call in calls:
@@ -173,7 +173,7 @@ async def _rejections_async(sup: AsyncSupervisor) -> list[type[BaseException]]:
         lambda: sup.cancel("nobody"),
         lambda: sup.cancel("done"),
         lambda: sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done"),
-        lambda: sup.answer_form("done", "yes"),
+        lambda: sup.answer_form(run_id="done", answer="yes"),
         lambda: sup.close("dispose", mode="maintenance", origin="t", directory="/nowhere"),
     ]
     for call in calls:

@@ -783,16 +783,21 @@ def test_a_permission_rejected_without_a_message_interrupts_the_run_with_origin_
         "permission",
         Phase.RUNNING,
     )
-    assert [(p.state, p.tool_started) for p in r1.parts] == [(PartState.INTERRUPTED, True)]
+    # The permission gated the tool: it never ran, and its card says the user declined it.
+    assert [(p.state, p.tool_started, p.label) for p in r1.parts] == [
+        (PartState.INTERRUPTED, False, "Did not run: the user declined bash")
+    ]
 
 
 def test_a_permission_rejected_with_a_message_turns_the_open_part_to_error_and_the_run_goes_on() -> None:
     shell = Shell(A)
     shell.start("r1")
-    shell.ask("r1")
+    ask_id = shell.ask("r1")
     out = shell.request(ReplyPermission(run_id="r1", approve=False, message="use rg instead"))
     assert out.result is RequestResult.OK
-    assert shell.commands(DeliverAnswer) == [DeliverAnswer("r1", approved=False, message="use rg instead")]
+    assert shell.commands(DeliverAnswer) == [
+        DeliverAnswer(run_id="r1", ask_id=ask_id, approved=False, message="use rg instead")
+    ]
     assert shell.commands(SignalInterrupt) == []
     (part,) = shell.core.run_snapshot("r1").parts
     assert (part.state, part.message) == (PartState.ERROR, "use rg instead")
@@ -803,17 +808,24 @@ def test_a_permission_rejected_with_a_message_turns_the_open_part_to_error_and_t
     shell.finish("r1")
     r1 = shell.finished("r1")
     assert r1.outcome is Outcome.COMPLETED and r1.reason is None
-    assert [(p.state, p.message, p.tool_started) for p in r1.parts] == [
-        (PartState.ERROR, "use rg instead", True)
+    # Declined: the tool never ran; the card and the model both get the user's feedback.
+    assert [(p.state, p.message, p.tool_started, p.label, p.note) for p in r1.parts] == [
+        (
+            PartState.ERROR,
+            "use rg instead",
+            False,
+            "Did not run: the user declined bash: use rg instead",
+            "The user declined this bash call: use rg instead.",
+        )
     ]
 
 
 def test_an_approved_permission_is_delivered_to_the_body_and_the_run_completes() -> None:
     shell = Shell(A)
     shell.start("r1")
-    shell.ask("r1")
+    ask_id = shell.ask("r1")
     assert shell.request(ReplyPermission(run_id="r1", approve=True)).result is RequestResult.OK
-    assert shell.commands(DeliverAnswer) == [DeliverAnswer("r1", approved=True)]
+    assert shell.commands(DeliverAnswer) == [DeliverAnswer(run_id="r1", ask_id=ask_id, approved=True)]
     shell.report(PartReport(run_id="r1", tool="bash", state=PartState.COMPLETED))
     shell.finish("r1")
     assert shell.finished("r1").outcome is Outcome.COMPLETED
@@ -863,9 +875,11 @@ def test_a_second_answer_to_the_same_ask_finds_nothing_pending() -> None:
 def test_an_answered_form_is_delivered_to_the_body_and_the_run_completes() -> None:
     shell = Shell(A)
     shell.start("r1")
-    shell.ask("r1", form=True)
+    ask_id = shell.ask("r1", form=True)
     assert shell.request(AnswerForm(run_id="r1", answer="blue")).result is RequestResult.OK
-    assert shell.commands(DeliverAnswer) == [DeliverAnswer("r1", approved=True, answer="blue")]
+    assert shell.commands(DeliverAnswer) == [
+        DeliverAnswer(run_id="r1", ask_id=ask_id, approved=True, answer="blue")
+    ]
     shell.report(PartReport(run_id="r1", tool="question", state=PartState.COMPLETED))
     shell.finish("r1")
     assert shell.finished("r1").outcome is Outcome.COMPLETED

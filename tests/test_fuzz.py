@@ -31,7 +31,15 @@ from hypothesis import strategies as st
 
 from run_supervisor.actors._cli import main
 from run_supervisor.actors.scenarios import Scenario, ScenarioFileError, parse_scenario
-from run_supervisor.protocol import Event, ProtocolDecodeError, Request, decode_event, decode_request
+from run_supervisor.protocol import (
+    AskPayload,
+    Event,
+    ProtocolDecodeError,
+    Question,
+    Request,
+    decode_event,
+    decode_request,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIBRARY = sorted((ROOT / "docs" / "scenarios").glob("*.toml"))
@@ -696,6 +704,24 @@ def test_an_error_message_stays_on_one_line_when_an_id_holds_a_newline(text: str
 
 decoders = st.sampled_from([decode_request, decode_event])
 wire_formats = st.sampled_from(["json", "msgpack"])
+# An ask's ``data`` is any JSON object (typed ``dict[str, Any]``): hypothesis needs to be told so.
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+st.register_type_strategy(
+    AskPayload,
+    st.builds(
+        AskPayload,
+        questions=st.lists(st.from_type(Question), max_size=2).map(tuple),
+        data=st.dictionaries(st.text(max_size=8), json_values, max_size=3),
+    ),
+)
 messages = st.one_of(st.from_type(Request), st.from_type(Event))  # type: ignore[arg-type]
 
 

@@ -162,7 +162,7 @@ REQUESTS: dict[str, Callable[[Supervisor], Any]] = {
     "start_run": lambda sup: sup.start_run(lambda ctx: None, session="s9", directory="/w/a"),
     "close": lambda sup: sup.close("dispose_all", mode="maintenance", origin="config"),
     "cancel": lambda sup: sup.cancel("r1"),
-    "reply": lambda sup: sup.reply_permission("r1", approve=True),
+    "reply": lambda sup: sup.reply_permission(run_id="r1", approve=True),
     "query": lambda sup: sup.statistics(),
 }
 # Besides SupervisorClosed, the typed answers each request may get when it loses the race.

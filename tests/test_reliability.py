@@ -165,7 +165,7 @@ BAD_CALLS: list[tuple[str, Callable[[Supervisor], object], str]] = [
     ),
     ("a bytes tag", lambda s: s.close("dispose_all", mode="maintenance", origin="x", tag=b"t"), "tag"),  # type: ignore[arg-type]
     ("approve as a str", lambda s: s.reply_permission("r", approve="yes"), "approve must be a bool"),  # type: ignore[arg-type]
-    ("an int answer", lambda s: s.answer_form("r", 42), "answer must be a str"),  # type: ignore[arg-type]
+    ("an int answer", lambda s: s.answer_form(run_id="r", answer=42), "answer must be a str"),  # type: ignore[arg-type]
     ("a misspelt reason", lambda s: s.shutdown(reason="shutdwn"), "reason must be one of"),  # type: ignore[arg-type]
     ("a float grace", lambda s: s.shutdown(grace_ms=1.5), "grace_ms must be an int"),  # type: ignore[arg-type]
     ("a str timeout", lambda s: s.statistics(timeout="1"), "timeout must be a number"),  # type: ignore[arg-type]

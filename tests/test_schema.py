@@ -113,6 +113,8 @@ def _empty_value(info: msgspec.inspect.Type) -> Any:
         return []
     if isinstance(info, msgspec.inspect.EnumType):
         return next(iter(info.cls)).value
+    if isinstance(info, msgspec.inspect.StructType):  # a nested struct (an ask's payload): all defaults
+        return msgspec.to_builtins(info.cls())
     placeholders: dict[type[msgspec.inspect.Type], Any] = {
         msgspec.inspect.StrType: "x",
         msgspec.inspect.IntType: 0,

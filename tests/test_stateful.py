@@ -226,12 +226,10 @@ def make_body(plan: tuple[Stop, ...], end: str, control: Control) -> Callable[[R
                 call = ctx.tool(stop.tool or "")
                 call.prepared()
                 call.running()
-                ctx.raise_ask(form=form)  # pending before the step is reported: no answer races it
+                # Opened before the step is reported: a reply fired on the step never races it.
+                ask = call.open_form() if form else call.open_permission()
                 with ctx.step(stop.kind, sid):
-                    if form:
-                        ctx.ask_form(timeout=HOLD_LIMIT_S, raised=True)
-                    else:
-                        ctx.ask_permission(timeout=HOLD_LIMIT_S, raised=True)
+                    ask.wait(timeout=HOLD_LIMIT_S)
                 call.completed()
         if end == "raise":
             raise RuntimeError(end_message(ctx.run_id))
@@ -516,7 +514,8 @@ class Model:
         stop = run.stop
         phase = None
         if stop is not None and stop.tool is not None:
-            started = stop.phase is Phase.RUNNING
+            # A permission ask gates its tool: until it is granted, the tool has not started.
+            started = stop.phase is Phase.RUNNING and stop.kind != "permission"
             if interrupt is not None:
                 phase = stop.phase
                 parts.append(
@@ -550,11 +549,13 @@ class Model:
     def passed(
         self, run: MRun, part_state: PartState = PartState.COMPLETED, message: str | None = None
     ) -> None:
-        """The body went past its stop (gate opened, ask answered) and on to the next one."""
+        """The body went past its stop (gate opened, ask answered) and on to the next one. A part
+        that ends ``error`` here was declined: its tool never started."""
         stop = run.stop
         assert stop is not None
         if stop.tool is not None:
-            run.parts.append((stop.tool, part_state, True, message, None, None, None))
+            started = part_state is not PartState.ERROR
+            run.parts.append((stop.tool, part_state, started, message, None, None, None))
         run.at += 1
         self._advance(run)
         self.settle()
@@ -949,13 +950,13 @@ class SupervisorMachine(RuleBasedStateMachine):
         ask = "form" if decision in ("answer", "dismiss") else "permission"
         rejected = self.model.rejection(run_id, ask)
         calls: dict[str, Callable[[], None]] = {
-            "approve": lambda: self.sup.reply_permission(run_id, approve=True),
-            "reject": lambda: self.sup.reply_permission(run_id, approve=False),
+            "approve": lambda: self.sup.reply_permission(run_id=run_id, approve=True),
+            "reject": lambda: self.sup.reply_permission(run_id=run_id, approve=False),
             "reject_with_message": lambda: self.sup.reply_permission(
-                run_id, approve=False, message=f"not {run_id}"
+                run_id=run_id, approve=False, message=f"not {run_id}"
             ),
-            "answer": lambda: self.sup.answer_form(run_id, f"answer to {run_id}"),
-            "dismiss": lambda: self.sup.dismiss_form(run_id),
+            "answer": lambda: self.sup.answer_form(run_id=run_id, answer=f"answer to {run_id}"),
+            "dismiss": lambda: self.sup.dismiss_form(run_id=run_id),
         }
         self._request(calls[decision], rejected)
         if rejected is None:
@@ -1092,9 +1093,9 @@ class SupervisorMachine(RuleBasedStateMachine):
                 "start": lambda: self.sup.start_run(lambda ctx: None, session="s1", directory="/w/a"),
                 "cancel": lambda: self.sup.cancel(run_id),
                 "close": lambda: self.sup.close("dispose_all", mode="maintenance", origin="late"),
-                "reply": lambda: self.sup.reply_permission(run_id, approve=True),
-                "answer": lambda: self.sup.answer_form(run_id, "late"),
-                "dismiss": lambda: self.sup.dismiss_form(run_id),
+                "reply": lambda: self.sup.reply_permission(run_id=run_id, approve=True),
+                "answer": lambda: self.sup.answer_form(run_id=run_id, answer="late"),
+                "dismiss": lambda: self.sup.dismiss_form(run_id=run_id),
             }
             self._request(calls[request], SupervisorClosed)
 
@@ -1357,9 +1358,9 @@ class SupervisorMachine(RuleBasedStateMachine):
             lambda: self.sup.close(
                 "reload", mode="user_confirmed_interrupt", origin="late", directory="/w/a"
             ),
-            lambda: self.sup.reply_permission("r1", approve=True),
-            lambda: self.sup.answer_form("r1", "late"),
-            lambda: self.sup.dismiss_form("r1"),
+            lambda: self.sup.reply_permission(run_id="r1", approve=True),
+            lambda: self.sup.answer_form(run_id="r1", answer="late"),
+            lambda: self.sup.dismiss_form(run_id="r1"),
             self.sup.subscribe,
         ]
         for call in rejected:

@@ -31,6 +31,7 @@ from run_supervisor.actors import (
 )
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import (
+    AskRequested,
     CancelRun,
     CloseResult,
     InterruptReason,
@@ -279,20 +280,25 @@ def permission_body(results: list[Any]) -> Callable[[RunContext], None]:
         call = ctx.tool("bash")
         call.prepared()
         call.running()
-        ctx.raise_ask(form=False)  # pending before the step is reported: answers never race it
-        with ctx.step("permission"):
-            results.append(ctx.ask_permission(timeout=5, raised=True))
+        with ctx.step("permission", call=call):
+            results.append(call.ask_permission(timeout=5, command="git push"))
         call.completed()
 
     return body
+
+
+def asked(events: EventLog, run: str) -> str:
+    """The id of the run's ask, once ``ask.requested`` says it waits (a reply to it never races)."""
+    event = events.wait_for("ask.requested", run_id=run, timeout=2)
+    assert isinstance(event, AskRequested)
+    return event.ask_id
 
 
 def test_a_permission_rejected_without_feedback_is_permission_rejected_never_shutdown(
     supervisor: Supervisor, events: EventLog
 ) -> None:
     run = supervisor.start_run(permission_body([]), session="s1", directory="/w/a", run_id="r1")
-    reached(events, "r1", "permission")
-    supervisor.reply_permission("r1", approve=False)
+    supervisor.reply_permission(asked(events, "r1"), approve=False)
 
     finished = run.wait(timeout=2)
     assert finished.reason is InterruptReason.PERMISSION_REJECTED
@@ -308,8 +314,7 @@ def test_a_permission_rejected_with_feedback_fails_the_tool_and_the_run_goes_on(
 ) -> None:
     replies: list[Any] = []
     run = supervisor.start_run(permission_body(replies), session="s1", directory="/w/a", run_id="r1")
-    reached(events, "r1", "permission")
-    supervisor.reply_permission("r1", approve=False, message="use git status")
+    supervisor.reply_permission(asked(events, "r1"), approve=False, message="use git status")
 
     finished = run.wait(timeout=2)
     assert finished.outcome is Outcome.COMPLETED
@@ -323,13 +328,11 @@ def test_a_dismissed_form_ends_the_run_with_form_dismissed(supervisor: Superviso
         call = ctx.tool("question")
         call.prepared()
         call.running()
-        ctx.raise_ask(form=True)
-        with ctx.step("form"):
-            ctx.ask_form(timeout=5, raised=True)
+        with ctx.step("form", call=call):
+            call.ask_form(timeout=5, questions=["Which branch?"])
 
     run = supervisor.start_run(body, session="s1", directory="/w/a", run_id="r1")
-    reached(events, "r1", "form")
-    supervisor.dismiss_form("r1")
+    supervisor.dismiss_form(asked(events, "r1"))
     finished = run.wait(timeout=2)
     assert (finished.reason, finished.origin) == (InterruptReason.FORM_DISMISSED, "form")
 
@@ -340,7 +343,7 @@ def test_an_answer_with_nothing_pending_is_rejected(
     supervisor.start_run(held_at(gate), session="s1", directory="/w/a", run_id="r1")
     reached(events, "r1")
     with pytest.raises(NothingPending, match="no permission waiting"):
-        supervisor.reply_permission("r1", approve=True)
+        supervisor.reply_permission(run_id="r1", approve=True)
     gate.open()
 
 

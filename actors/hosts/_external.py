@@ -152,6 +152,7 @@ class _External:
     ctx: RunContext | None = None
     ended: bool = False
     parts: dict[str, ToolCall] = field(default_factory=dict)
+    asks: list[str] = field(default_factory=list)  # the ids of its open asks, oldest first
 
 
 class ExternalRuns:
@@ -296,9 +297,12 @@ class ExternalRuns:
         def ready() -> bool:
             if run.queue or token.reason is not seen_reason:
                 return True
-            got = token.take_answer()
-            if got is not None:
-                answers.append(got)
+            for ask_id in list(run.asks):
+                got = token.take_answer(ask_id)
+                if got is not None:
+                    run.asks.remove(ask_id)
+                    answers.append(got)
+                    break
             return bool(answers) or time.monotonic() >= run.deadline
 
         timeout = max(0.0, run.deadline - time.monotonic())
@@ -309,6 +313,7 @@ class ExternalRuns:
                 {
                     "type": "external.answer",
                     "run_id": run.run_id,
+                    "ask_id": answer.ask_id,
                     "form": answer.answer is not None,
                     "approved": answer.approved,
                     "message": answer.message,
@@ -343,7 +348,8 @@ class ExternalRuns:
             elif isinstance(report, PartUpdate):
                 return self._part(run, ctx, report)
             elif isinstance(report, AskReport):
-                ctx.raise_ask(form=report.form)
+                ask = ctx.open_form() if report.form else ctx.open_permission()
+                run.asks.append(ask.ask_id)
         except RunInterrupted:
             reason = ctx.token.reason.value if ctx.token.reason else "abandoned"
             return _rejected(

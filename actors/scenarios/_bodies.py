@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from run_supervisor import Gate, RunContext, ToolCall
+from run_supervisor import Ask, Gate, RunContext, ToolCall
 from run_supervisor.actors.scenarios._format import RunSpec, Scenario, StepSpec
 from run_supervisor.protocol import PartState, StepKind
 
@@ -48,6 +48,7 @@ def make_body(spec: RunSpec, gates: dict[str, Gate]) -> Callable[[RunContext], N
             kind = step.kind
             asks = kind in (StepKind.PERMISSION, StepKind.FORM)
             ask_at_once = asks and step.gate is None and not step.ms and step.fail is None
+            ask: Ask[Any] | None = None
             if kind is StepKind.TOOL_INPUT:
                 assert step.tool is not None
                 call = ctx.tool(step.tool)
@@ -56,9 +57,11 @@ def make_body(spec: RunSpec, gates: dict[str, Gate]) -> Callable[[RunContext], N
                 call.prepared()
                 if step.at is PartState.RUNNING:
                     call.running()
-            elif ask_at_once:
-                ctx.raise_ask(form=kind is StepKind.FORM)
-            ctx.step_started(step.id, kind)
+            elif ask_at_once:  # opened before the step event: an action fired on it finds the ask
+                ask = _open_ask(ctx, call, kind)
+            in_part = call is not None and step.part is not None
+            tool, call_id = (call.tool, call.call_id) if in_part and call is not None else (None, None)
+            ctx.step_started(step.id, kind, tool=tool, call_id=call_id)
             if kind is StepKind.TOOL_EXEC and step.at is PartState.PREPARED:
                 assert call is not None
                 if step.gate is not None:
@@ -67,18 +70,23 @@ def make_body(spec: RunSpec, gates: dict[str, Gate]) -> Callable[[RunContext], N
                         ctx.check()
                 call.running()
             _work(ctx, step, gates)
-            if kind is StepKind.PERMISSION:
-                ctx.ask_permission(raised=ask_at_once)
-            elif kind is StepKind.FORM:
-                ctx.ask_form(raised=ask_at_once)
+            if asks:
+                (ask or _open_ask(ctx, call, kind)).wait()
             if kind is StepKind.TOOL_EXEC and step.error is not None:
                 assert call is not None
                 call.failed(step.error)
-            ctx.step_finished(step.id, kind)
+            ctx.step_finished(step.id, kind, tool=tool, call_id=call_id)
             if step.part is not None and last_step_of_part[step.part] == step.id and call is not None:
                 call.completed()  # ignored by the core if the part already ended in error
 
     return body
+
+
+def _open_ask(ctx: RunContext, call: ToolCall | None, kind: StepKind) -> Ask[Any]:
+    """The step's ask, tied to its tool part."""
+    if kind is StepKind.PERMISSION:
+        return call.open_permission() if call is not None else ctx.open_permission()
+    return call.open_form() if call is not None else ctx.open_form()
 
 
 class ScenarioHooks:

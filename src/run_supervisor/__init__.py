@@ -25,6 +25,15 @@ if TYPE_CHECKING:
         AlreadyInterrupting as AlreadyInterrupting,
     )
     from run_supervisor.actors import (
+        Ask as Ask,
+    )
+    from run_supervisor.actors import (
+        AskAlreadyAnswered as AskAlreadyAnswered,
+    )
+    from run_supervisor.actors import (
+        AskWithdrawn as AskWithdrawn,
+    )
+    from run_supervisor.actors import (
         AsyncRunHandle as AsyncRunHandle,
     )
     from run_supervisor.actors import (
@@ -41,6 +50,9 @@ if TYPE_CHECKING:
     )
     from run_supervisor.actors import (
         CloseModeName as CloseModeName,
+    )
+    from run_supervisor.actors import (
+        FormReply as FormReply,
     )
     from run_supervisor.actors import (
         Gate as Gate,
@@ -115,6 +127,9 @@ if TYPE_CHECKING:
         ToolCall as ToolCall,
     )
     from run_supervisor.actors import (
+        UnknownAsk as UnknownAsk,
+    )
+    from run_supervisor.actors import (
         UnknownDirectory as UnknownDirectory,
     )
     from run_supervisor.actors import (
@@ -122,6 +137,18 @@ if TYPE_CHECKING:
     )
     from run_supervisor.protocol import (
         ActionSnapshot as ActionSnapshot,
+    )
+    from run_supervisor.protocol import (
+        AskKind as AskKind,
+    )
+    from run_supervisor.protocol import (
+        AskPayload as AskPayload,
+    )
+    from run_supervisor.protocol import (
+        AskSnapshot as AskSnapshot,
+    )
+    from run_supervisor.protocol import (
+        AskState as AskState,
     )
     from run_supervisor.protocol import (
         CloseAction as CloseAction,
@@ -157,6 +184,9 @@ if TYPE_CHECKING:
         Phase as Phase,
     )
     from run_supervisor.protocol import (
+        Question as Question,
+    )
+    from run_supervisor.protocol import (
         RejectCode as RejectCode,
     )
     from run_supervisor.protocol import (
@@ -184,12 +214,31 @@ if TYPE_CHECKING:
         StepKind as StepKind,
     )
     from run_supervisor.protocol import (
+        WithdrawReason as WithdrawReason,
+    )
+    from run_supervisor.protocol import (
         part_label as part_label,
     )
+    from run_supervisor.protocol import (
+        part_note as part_note,
+    )
+
 
 # Names are resolved on first use, so ``import run_supervisor.protocol`` stays pure: it must not
 # start pykka (or anything else of the actor shell) through this package's __init__.
 _HOME: dict[str, str] = {
+    "Ask": "run_supervisor.actors",
+    "AskAlreadyAnswered": "run_supervisor.actors",
+    "AskWithdrawn": "run_supervisor.actors",
+    "FormReply": "run_supervisor.actors",
+    "UnknownAsk": "run_supervisor.actors",
+    "AskKind": "run_supervisor.protocol",
+    "AskPayload": "run_supervisor.protocol",
+    "AskSnapshot": "run_supervisor.protocol",
+    "AskState": "run_supervisor.protocol",
+    "Question": "run_supervisor.protocol",
+    "WithdrawReason": "run_supervisor.protocol",
+    "part_note": "run_supervisor.protocol",
     "AlreadyInterrupting": "run_supervisor.actors",
     "AsyncRunHandle": "run_supervisor.actors",
     "AsyncSubscription": "run_supervisor.actors",
@@ -250,6 +299,13 @@ _HOME: dict[str, str] = {
 __all__ = [
     "ActionSnapshot",
     "AlreadyInterrupting",
+    "Ask",
+    "AskAlreadyAnswered",
+    "AskKind",
+    "AskPayload",
+    "AskSnapshot",
+    "AskState",
+    "AskWithdrawn",
     "AsyncRunHandle",
     "AsyncSubscription",
     "AsyncSupervisor",
@@ -262,6 +318,7 @@ __all__ = [
     "CloseResult",
     "CoreStatistics",
     "Event",
+    "FormReply",
     "Gate",
     "InstanceHooks",
     "InterruptReason",
@@ -277,6 +334,7 @@ __all__ = [
     "PartState",
     "PermissionReply",
     "Phase",
+    "Question",
     "RejectCode",
     "RequestOutcome",
     "RequestResult",
@@ -300,9 +358,12 @@ __all__ = [
     "SupervisorError",
     "SupervisorTimeout",
     "ToolCall",
+    "UnknownAsk",
     "UnknownDirectory",
     "UnknownRun",
+    "WithdrawReason",
     "part_label",
+    "part_note",
 ]
 
 

@@ -1,0 +1,458 @@
+"""The ask half of the decision core: what a run body asks the user, from raise to decision.
+
+An ask is registered here and announced (``ask.requested``) in the same step, so a reply fired from
+that event always finds it. Each ask has its own id; a run may have any number open at once (one
+per parallel tool call). Its moves are ``protocol._rules.ASK_TRANSITIONS``: ``open`` until it is
+``replied`` (a permission approved or rejected, a form answered), ``dismissed`` (a form), or
+``withdrawn`` (the body stopped waiting, or its run was interrupted or ended). A reply to a
+withdrawn ask is rejected ``ask_withdrawn`` and never reaches another ask.
+
+Decisions keep their meanings: a permission rejected without a message interrupts the run
+(``permission_rejected``), with one it is model-visible feedback on that call and the run goes on;
+a form dismissed without a message interrupts the run (``form_dismissed``), with one it is feedback.
+**Several open asks:** an interrupt withdraws every other open ask of the run (reason
+``interrupted``); a rejection *with* a message concerns its own call only, the others stay open.
+
+A permission gates its tool call: while the first permission of a running call is not granted,
+the call counts as not started (``tool_started`` false), so a declined call says it did not run.
+
+``AsksMixin`` is one part of ``SupervisorCore`` (it shares the core's tables); ``AskBook`` is its
+register of asks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from run_supervisor.protocol._commands import Command, DeliverAnswer
+from run_supervisor.protocol._enums import (
+    AskKind,
+    AskState,
+    InterruptReason,
+    PartState,
+    RejectCode,
+    RequestResult,
+    RunState,
+    WithdrawReason,
+)
+from run_supervisor.protocol._events import (
+    AskDismissed,
+    AskReplied,
+    AskRequested,
+    AskWithdrawn,
+    Event,
+    RunPartUpdated,
+)
+from run_supervisor.protocol._parts import PartSnapshot, part_snapshot
+from run_supervisor.protocol._payloads import AskPayload, AskSnapshot
+from run_supervisor.protocol._records import _Part, _Run
+from run_supervisor.protocol._requests import (
+    AnswerForm,
+    AskRaised,
+    DismissForm,
+    ReplyPermission,
+    RequestOutcome,
+    WithdrawAsk,
+)
+from run_supervisor.protocol._rules import PART_PHASE, UNFINISHED_PART_STATES, AskTrigger, next_ask_state
+
+__all__ = ["Ask", "AskBook", "AsksMixin", "part_view"]
+
+_OK = RequestOutcome(result=RequestResult.OK)
+
+
+@dataclass(slots=True)
+class Ask:
+    """One ask, as the core holds it."""
+
+    ask_id: str
+    run_id: str
+    session: str
+    kind: AskKind
+    tool: str | None
+    call_id: str | None
+    payload: AskPayload
+    part: str | None = None
+    """The call id of the run's tool part this ask belongs to (None: not tied to a part)."""
+    state: AskState = AskState.OPEN
+    withdraw_reason: WithdrawReason | None = None
+    interrupt_reason: InterruptReason | None = None
+    """For ``interrupted``: what interrupted the run."""
+
+    def snapshot(self) -> AskSnapshot:
+        return AskSnapshot(
+            ask_id=self.ask_id,
+            run_id=self.run_id,
+            session=self.session,
+            kind=self.kind,
+            state=self.state,
+            tool=self.tool,
+            call_id=self.call_id,
+            payload=self.payload,
+            withdraw_reason=self.withdraw_reason,
+        )
+
+
+class AskBook:
+    """Every ask of the runs the core still remembers, by id; the open ones in the order raised.
+
+    An ask is forgotten with its run (``forget_run``), so a late reply to it is told precisely why
+    it reaches nothing for as long as its run is remembered.
+    """
+
+    def __init__(self) -> None:
+        self._asks: dict[str, Ask] = {}
+        self._open: dict[str, Ask] = {}
+        self._by_run: dict[str, list[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def get(self, ask_id: str) -> Ask | None:
+        return self._asks.get(ask_id)
+
+    def add(self, ask: Ask) -> None:
+        self._asks[ask.ask_id] = ask
+        self._open[ask.ask_id] = ask
+        self._by_run.setdefault(ask.run_id, []).append(ask.ask_id)
+
+    def close(self, ask: Ask, trigger: AskTrigger) -> None:
+        """Move an open ask to its final state."""
+        ask.state = next_ask_state(ask.state, trigger)
+        self._open.pop(ask.ask_id, None)
+
+    def open_of(self, run_id: str, kind: AskKind | None = None) -> list[Ask]:
+        """The open asks of one run, in the order they were raised."""
+        return [
+            ask
+            for ask_id in self._by_run.get(run_id, ())
+            if (ask := self._asks[ask_id]).state is AskState.OPEN and (kind is None or ask.kind is kind)
+        ]
+
+    def forget_run(self, run_id: str) -> None:
+        for ask_id in self._by_run.pop(run_id, ()):
+            self._asks.pop(ask_id, None)
+            self._open.pop(ask_id, None)
+
+    def pending(self) -> tuple[AskSnapshot, ...]:
+        return tuple(ask.snapshot() for ask in self._open.values())
+
+
+def part_view(part: _Part) -> PartSnapshot:
+    """A tool part as its card shows it: state, phase, whether the tool started, label and note."""
+    ask = part.ask if part.ask is not None and part.ask.state is AskState.OPEN else None
+    phase = PART_PHASE.get(part.state) if part.state in UNFINISHED_PART_STATES else part.phase
+    return part_snapshot(
+        tool=part.tool,
+        state=part.state,
+        tool_started=part.ran and not part.gated,
+        message=part.message,
+        reason=part.reason,
+        origin=part.origin,
+        phase=phase,
+        call_id=part.call_id,
+        ask_id=ask.ask_id if ask else None,
+        waiting_for=ask.kind if ask else None,
+        declined=part.declined,
+    )
+
+
+class AsksMixin:
+    """Asks and tool-part announcements. Mixed into ``SupervisorCore``."""
+
+    if TYPE_CHECKING:  # what the asks use of the rest of the core (``protocol._core``)
+        _out: list[Command]
+        _runs: dict[str, _Run]
+        _asks: AskBook
+
+        def _next_seq(self) -> int: ...
+        def _emit(self, event: Event) -> None: ...
+        def _reply(self, reply_to: Any, answer: RequestOutcome) -> None: ...
+        def _reject(self, reply_to: Any, code: RejectCode, error: str, *, close: bool = False) -> None: ...
+        def _ignore(self) -> None: ...
+        def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
+        def _known_unfinished(self, run_id: str, reply_to: Any, verb: str) -> _Run | None: ...
+
+    # --- queries -------------------------------------------------------------------------------
+
+    def pending_asks(self) -> tuple[AskSnapshot, ...]:
+        """Every open ask, in the order raised: what waits for the user."""
+        return self._asks.pending()
+
+    def ask_snapshot(self, ask_id: str) -> AskSnapshot | None:
+        ask = self._asks.get(ask_id)
+        return None if ask is None else ask.snapshot()
+
+    # --- the body raises and withdraws -----------------------------------------------------------
+
+    def _ask_raised(self, report: AskRaised) -> None:
+        run = self._runs.get(report.run_id)
+        if run is None or run.state is not RunState.ACTIVE or self._asks.get(report.ask_id) is not None:
+            # Interrupting: its body's wait wakes on the interrupt. A reused id: a body bug.
+            self._ignore()
+            return
+        part = run.calls.get(report.call_id) if report.call_id is not None else run.open_part()
+        ask = Ask(
+            ask_id=report.ask_id,
+            run_id=run.id,
+            session=run.session,
+            kind=report.kind,
+            tool=report.tool or (part.tool if part else None),
+            call_id=report.call_id or (part.call_id if part else None),
+            payload=report.payload,
+            part=part.call_id if part else None,
+        )
+        self._asks.add(ask)  # registered before it is announced: a reply to the event finds it
+        self._emit(
+            AskRequested(
+                seq=self._next_seq(),
+                ask_id=ask.ask_id,
+                run_id=run.id,
+                session=run.session,
+                kind=ask.kind,
+                tool=ask.tool,
+                call_id=ask.call_id,
+                payload=ask.payload,
+            )
+        )
+        if part is not None and part.state in UNFINISHED_PART_STATES:
+            part.ask = ask
+            if ask.kind is AskKind.PERMISSION and part.state is PartState.RUNNING and not part.approved:
+                part.gated = True  # the tool waits for this permission before it does its work
+            self._part_changed(run, part)
+
+    def _withdraw_request(self, report: WithdrawAsk) -> None:
+        ask = self._asks.get(report.ask_id)
+        if ask is None or ask.run_id != report.run_id or ask.state is not AskState.OPEN:
+            # Replied first: that reply stands and is on its way to the body.
+            self._ignore()
+            return
+        self._withdraw(ask, report.reason)
+        self._out.append(DeliverAnswer(run_id=ask.run_id, ask_id=ask.ask_id, withdrawn=True))
+
+    def _withdraw_open_asks(
+        self, run: _Run, reason: WithdrawReason, interrupt: InterruptReason | None = None
+    ) -> None:
+        """Nobody will answer them now (the run is interrupted, or ended): withdraw them."""
+        for ask in self._asks.open_of(run.id):
+            self._withdraw(ask, reason, interrupt)
+
+    def _withdraw(self, ask: Ask, reason: WithdrawReason, interrupt: InterruptReason | None = None) -> None:
+        run = self._runs[ask.run_id]
+        part = self._ask_part(run, ask)
+        self._asks.close(ask, AskTrigger.WITHDRAW)
+        ask.withdraw_reason, ask.interrupt_reason = reason, interrupt
+        self._emit(
+            AskWithdrawn(
+                seq=self._next_seq(),
+                ask_id=ask.ask_id,
+                run_id=ask.run_id,
+                kind=ask.kind,
+                reason=reason,
+                interrupt_reason=interrupt,
+            )
+        )
+        if part is not None:
+            self._part_changed(run, part)
+
+    # --- the user decides -----------------------------------------------------------------------
+
+    def _reply_permission(self, req: ReplyPermission, reply_to: Any) -> None:
+        ask = self._addressed_ask(req.ask_id, req.run_id, AskKind.PERMISSION, "reply_permission", reply_to)
+        if ask is None:
+            return
+        run = self._runs[ask.run_id]
+        part = self._ask_part(run, ask)
+        self._asks.close(ask, AskTrigger.REPLY)
+        self._emit(
+            AskReplied(
+                seq=self._next_seq(),
+                ask_id=ask.ask_id,
+                run_id=run.id,
+                kind=ask.kind,
+                approved=req.approve,
+                message=None if req.approve else req.message,
+                answer=None,
+                tag=req.tag,
+            )
+        )
+        if req.approve:
+            if part is not None:
+                part.approved, part.gated = True, False
+            self._out.append(DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, approved=True))
+        else:
+            if part is not None:
+                part.declined = AskKind.PERMISSION
+            if req.message:
+                self._feedback(part, req.message)
+                self._out.append(
+                    DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, approved=False, message=req.message)
+                )
+            else:
+                self._interrupt(run, InterruptReason.PERMISSION_REJECTED, "permission", req.tag)
+        if part is not None:
+            self._part_changed(run, part)
+        self._reply(reply_to, _OK)
+
+    def _answer_form(self, req: AnswerForm, reply_to: Any) -> None:
+        ask = self._addressed_ask(req.ask_id, req.run_id, AskKind.FORM, "answer_form", reply_to)
+        if ask is None:
+            return
+        run = self._runs[ask.run_id]
+        part = self._ask_part(run, ask)
+        self._asks.close(ask, AskTrigger.REPLY)
+        self._emit(
+            AskReplied(
+                seq=self._next_seq(),
+                ask_id=ask.ask_id,
+                run_id=run.id,
+                kind=ask.kind,
+                approved=True,
+                message=None,
+                answer=req.answer,
+                tag=req.tag,
+            )
+        )
+        self._out.append(DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, approved=True, answer=req.answer))
+        if part is not None:
+            self._part_changed(run, part)
+        self._reply(reply_to, _OK)
+
+    def _dismiss_form(self, req: DismissForm, reply_to: Any) -> None:
+        ask = self._addressed_ask(req.ask_id, req.run_id, AskKind.FORM, "dismiss_form", reply_to)
+        if ask is None:
+            return
+        run = self._runs[ask.run_id]
+        part = self._ask_part(run, ask)
+        self._asks.close(ask, AskTrigger.DISMISS)
+        self._emit(
+            AskDismissed(
+                seq=self._next_seq(), ask_id=ask.ask_id, run_id=run.id, message=req.message, tag=req.tag
+            )
+        )
+        if part is not None:
+            part.declined = AskKind.FORM
+        if req.message:
+            self._feedback(part, req.message)
+            self._out.append(
+                DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, dismissed=True, message=req.message)
+            )
+        else:
+            self._interrupt(run, InterruptReason.FORM_DISMISSED, "form", req.tag)
+        if part is not None:
+            self._part_changed(run, part)
+        self._reply(reply_to, _OK)
+
+    @staticmethod
+    def _feedback(part: _Part | None, message: str) -> None:
+        """The user's message on a declined call: the call ends ``error`` with it (model-visible)."""
+        if part is None:
+            return
+        if part.state in UNFINISHED_PART_STATES:
+            part.state = PartState.ERROR
+        part.message = message
+
+    def _addressed_ask(
+        self, ask_id: str | None, run_id: str | None, kind: AskKind, verb: str, reply_to: Any
+    ) -> Ask | None:
+        """The open ask a reply addresses, or None once the reply is rejected with its reason."""
+        if (ask_id is None) == (run_id is None):
+            self._reject(
+                reply_to, RejectCode.INVALID_REQUEST, f"{verb} names exactly one of ask_id and run_id"
+            )
+            return None
+        if run_id is not None:  # the convenience: the run's one open ask of this kind
+            run = self._known_unfinished(run_id, reply_to, f"answer to a {kind.value}")
+            if run is None:
+                return None
+            candidates = self._asks.open_of(run.id, kind)
+            if not candidates:
+                self._reject(
+                    reply_to,
+                    RejectCode.NOTHING_PENDING,
+                    f"run {run_id!r} has no {kind.value} waiting for an answer",
+                )
+                return None
+            if len(candidates) > 1:
+                ids = ", ".join(repr(a.ask_id) for a in candidates)
+                self._reject(
+                    reply_to,
+                    RejectCode.INVALID_REQUEST,
+                    f"run {run_id!r} has {len(candidates)} open {kind.value} asks ({ids}); "
+                    "address the reply by ask_id",
+                )
+                return None
+            return candidates[0]
+        assert ask_id is not None
+        ask = self._asks.get(ask_id)
+        if ask is None:
+            self._reject(
+                reply_to,
+                RejectCode.UNKNOWN_ASK,
+                f"no ask {ask_id!r} was raised (or its run finished long ago and was forgotten)",
+            )
+            return None
+        if ask.kind is not kind:
+            other = "reply_permission" if ask.kind is AskKind.PERMISSION else "answer_form or dismiss_form"
+            self._reject(
+                reply_to,
+                RejectCode.INVALID_REQUEST,
+                f"ask {ask_id!r} is a {ask.kind.value} ask, not a {kind.value}: answer it with {other}",
+            )
+            return None
+        if ask.state is AskState.WITHDRAWN:
+            assert ask.withdraw_reason is not None
+            why = ask.withdraw_reason.value
+            if ask.interrupt_reason is not None:
+                why += f": its run was interrupted ({ask.interrupt_reason.value})"
+            self._reject(
+                reply_to,
+                RejectCode.ASK_WITHDRAWN,
+                f"ask {ask_id!r} was withdrawn ({why}); the {verb} reaches nothing",
+            )
+            return None
+        if ask.state is not AskState.OPEN:
+            self._reject(
+                reply_to,
+                RejectCode.ASK_ALREADY_ANSWERED,
+                f"ask {ask_id!r} was {ask.state.value} already; the first decision stands",
+            )
+            return None
+        return ask
+
+    @staticmethod
+    def _ask_part(run: _Run, ask: Ask) -> _Part | None:
+        """The tool part the ask belongs to; it no longer waits on this ask."""
+        part = run.calls.get(ask.part) if ask.part is not None else None
+        if part is not None and part.ask is ask:
+            part.ask = None
+        return part
+
+    # --- tool parts as events -----------------------------------------------------------------
+
+    def _part_changed(self, run: _Run, part: _Part) -> None:
+        """Announce a tool part's new content (``run.part.updated``), once per change."""
+        shown = part_view(part)
+        if shown == part.shown:
+            return
+        part.shown = shown
+        self._emit(
+            RunPartUpdated(
+                seq=self._next_seq(),
+                run_id=run.id,
+                call_id=part.call_id,
+                tool=shown.tool,
+                state=shown.state,
+                phase=shown.phase,
+                tool_started=shown.tool_started,
+                label=shown.label,
+                note=shown.note,
+                message=shown.message,
+                reason=shown.reason,
+                origin=shown.origin,
+                ask_id=shown.ask_id,
+                waiting_for=shown.waiting_for,
+                declined=shown.declined,
+            )
+        )

@@ -1,0 +1,112 @@
+"""What an ask carries: the payload a UI renders, and the snapshot ``pending_asks()`` lists.
+
+Every value is JSON, so an ask travels as is in ``ask.requested`` and over any wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from run_supervisor.protocol._enums import AskKind, AskState, WithdrawReason
+
+__all__ = ["AskPayload", "AskSnapshot", "Question", "make_payload"]
+
+
+class Question(msgspec.Struct, frozen=True, kw_only=True):
+    """One question of a form."""
+
+    question: str
+    """The question itself, as the user reads it."""
+    header: str | None = None
+    """A short heading (a tab or chip label)."""
+    options: tuple[str, ...] = ()
+    """Answers to pick from; empty: a free answer."""
+    multiple: bool = False
+    """Several options may be picked."""
+
+
+class AskPayload(msgspec.Struct, frozen=True, kw_only=True):
+    """What the body passes with an ask, for the UI to show; every value is JSON.
+
+    ``tool`` and ``call_id`` are not here: they are on the ask itself (they tie it to a tool part).
+    """
+
+    title: str | None = None
+    """One line: what is being asked ("Run this command?", "Which database?")."""
+    command: str | None = None
+    """Permission: what the tool will do if allowed (a shell command, a path, a URL pattern)."""
+    options: tuple[str, ...] = ()
+    """Permission: the choices the UI offers (e.g. ``once``, ``always``, ``reject``); display only."""
+    questions: tuple[Question, ...] = ()
+    """Form: its questions, in order."""
+    data: dict[str, Any] = {}
+    """Anything else the host passes (a diff, the matched patterns...): a JSON object."""
+
+
+class AskSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """An ask as the supervisor knows it (``Supervisor.pending_asks()`` lists the open ones)."""
+
+    ask_id: str
+    run_id: str
+    session: str
+    kind: AskKind
+    state: AskState
+    tool: str | None
+    call_id: str | None
+    payload: AskPayload
+    withdraw_reason: WithdrawReason | None = None
+
+
+def make_payload(
+    verb: str,
+    *,
+    title: str | None = None,
+    command: str | None = None,
+    options: Iterable[str] = (),
+    questions: Iterable[Question | Mapping[str, Any] | str] = (),
+    data: Mapping[str, Any] | None = None,
+) -> AskPayload:
+    """Build and validate a payload; ``ValueError`` names the offending argument of ``verb``.
+
+    A question may be a ``Question``, a mapping of its fields, or plain text. ``data`` must be a
+    JSON object: it is stored as its JSON round trip, so what the events carry is exactly JSON.
+    """
+    items: list[Any] = []
+    for index, given in enumerate(questions):
+        if isinstance(given, str):
+            items.append({"question": given})
+        elif isinstance(given, Question):
+            items.append(msgspec.structs.asdict(given))
+        elif isinstance(given, Mapping):
+            items.append(given)
+        else:
+            raise ValueError(
+                f"{verb}: questions[{index}] must be a Question, a mapping or a string, "
+                f"not {type(given).__name__}"
+            )
+    raw: dict[str, Any] = {
+        "title": title,
+        "command": command,
+        "options": list(options) if not isinstance(options, str) else options,
+        "questions": items,
+        "data": {},
+    }
+    try:
+        payload = msgspec.convert(raw, AskPayload)
+    except msgspec.ValidationError as exc:
+        raise ValueError(f"{verb}: {exc}") from None
+    for index, question in enumerate(payload.questions):
+        if not question.question:
+            raise ValueError(f"{verb}: questions[{index}].question must not be empty")
+    if data is not None:
+        if not isinstance(data, Mapping) or not all(isinstance(k, str) for k in data):
+            raise ValueError(f"{verb}: data must be a mapping with string keys (a JSON object)")
+        try:
+            plain = msgspec.json.decode(msgspec.json.encode(dict(data)))
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise ValueError(f"{verb}: data is not JSON-serialisable: {exc}") from None
+        payload = msgspec.structs.replace(payload, data=plain)
+    return payload
