@@ -36,6 +36,7 @@ from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.actors._validate import CloseActionName, CloseModeName, ShutdownReasonName
 from run_supervisor.protocol import (
     ActionSnapshot,
+    AskSnapshot,
     CloseAction,
     CloseMode,
     CloseOutcome,
@@ -365,22 +366,55 @@ class AsyncSupervisor:
         return outcome
 
     async def reply_permission(
-        self, run_id: str, *, approve: bool, message: str | None = None, timeout: float | None = None
+        self,
+        ask_id: str | None = None,
+        *,
+        approve: bool,
+        message: str | None = None,
+        run_id: str | None = None,
+        timeout: float | None = None,
     ) -> None:
-        """Answer a run's permission ask (a rejection without ``message`` interrupts the run)."""
+        """Approve or reject a permission ask, addressed by ``ask_id`` (or ``run_id`` when that run
+        has exactly one open permission ask). See ``Supervisor.reply_permission``."""
         limit = check.timeout("timeout", timeout)
-        request = self.sync._reply_permission_request(run_id, approve=approve, message=message)
+        request = self.sync._reply_permission_request(ask_id, run_id=run_id, approve=approve, message=message)
         await self._request(request, limit)
 
-    async def answer_form(self, run_id: str, answer: str, *, timeout: float | None = None) -> None:
-        """Answer a run's question form."""
+    async def answer_form(
+        self,
+        ask_id: str | None = None,
+        *,
+        answer: str,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Answer a form ask. See ``Supervisor.answer_form``."""
         limit = check.timeout("timeout", timeout)
-        await self._request(self.sync._answer_form_request(run_id, answer), limit)
+        await self._request(self.sync._answer_form_request(ask_id, run_id=run_id, answer=answer), limit)
 
-    async def dismiss_form(self, run_id: str, *, timeout: float | None = None) -> None:
-        """Dismiss a run's question form: the run ends ``interrupted`` / ``form_dismissed``."""
+    async def dismiss_form(
+        self,
+        ask_id: str | None = None,
+        *,
+        message: str | None = None,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        """Dismiss a form ask: with a ``message`` it is feedback and the run goes on; without one
+        the run ends ``interrupted`` / ``form_dismissed``. See ``Supervisor.dismiss_form``."""
         limit = check.timeout("timeout", timeout)
-        await self._request(self.sync._dismiss_form_request(run_id), limit)
+        await self._request(self.sync._dismiss_form_request(ask_id, run_id=run_id, message=message), limit)
+
+    async def pending_asks(
+        self, *, run_id: str | None = None, timeout: float | None = None
+    ) -> tuple[AskSnapshot, ...]:
+        """Every open ask (of one run, with ``run_id``), in the order raised."""
+        asks = await self._query(lambda core: core.pending_asks(), timeout)
+        return asks if run_id is None else tuple(a for a in asks if a.run_id == run_id)
+
+    async def ask(self, ask_id: str, *, timeout: float | None = None) -> AskSnapshot | None:
+        """What is known of an ask, open or not (None if unknown, or forgotten with its run)."""
+        return await self._query(lambda core: core.ask_snapshot(ask_id), timeout)
 
     async def load(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
         """Load these directories' instances now (those without a current generation) and wait for

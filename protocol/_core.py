@@ -176,15 +176,18 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                     _Part(
                         tool=p.tool,
                         state=p.state,
-                        tool_started=p.tool_started,
+                        call_id=p.call_id or f"call-{n}",
+                        ran=p.tool_started,
                         message=p.message,
                         reason=p.reason,
                         origin=p.origin,
                         phase=p.phase,
+                        declined=p.declined,
                     )
-                    for p in recovered.parts
+                    for n, p in enumerate(recovered.parts, 1)
                 ],
             )
+            run.calls = {part.call_id: part for part in run.parts}
             self._runs[run.id] = run
             self._runs_in[run.state] += 1  # it enters the core already finished: no move to make
             self._remember_finished(run.id)

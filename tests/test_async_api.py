@@ -232,9 +232,9 @@ def test_an_answer_with_nothing_pending_raises_nothing_pending_from_the_async_fa
         async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
             run = await sup.start_run(held(gate), session="s", directory="/w/a")
             with pytest.raises(NothingPending):
-                await sup.reply_permission(run.run_id, approve=True)
+                await sup.reply_permission(run_id=run.run_id, approve=True)
             with pytest.raises(NothingPending):
-                await sup.dismiss_form(run.run_id)
+                await sup.dismiss_form(run_id=run.run_id)
             gate.open()
             await run.wait(timeout=5)
 
