@@ -141,14 +141,14 @@ def part_label(part: _PartFacts) -> str:
         if part.phase is Phase.RUNNING:
             return f"Did not run: interrupted by {_cause(part)} while {tool} waited for permission"
         return f"Did not run: interrupted by {_cause(part)} before the tool started"
-    if part.state is PartState.PENDING:
-        return f"{tool} call being generated"
-    if part.state is PartState.PREPARED:
-        return f"{tool} call prepared, not started"
     if part.waiting_for is AskKind.PERMISSION:
         return f"{tool} waiting for permission"
     if part.waiting_for is AskKind.FORM:
         return f"{tool} waiting for an answer"
+    if part.state is PartState.PENDING:
+        return f"{tool} call being generated"
+    if part.state is PartState.PREPARED:
+        return f"{tool} call prepared, not started"
     if not part.tool_started:
         return f"{tool} not started: its permission was not granted"
     return f"{tool} running"

@@ -670,3 +670,31 @@ def test_the_asks_of_a_forgotten_run_are_forgotten_with_it() -> None:
     assert core.ask_snapshot("r1:ask-1") is None
     (reply,) = core.request(AnswerForm(ask_id="r1:ask-1", answer="x"), reply_to="host")
     assert reply.answer.code is RejectCode.UNKNOWN_ASK  # type: ignore[union-attr]
+
+
+# --- the docs' example: prompts and cards drawn from the events alone -----------------------------
+
+
+def test_the_ask_prompts_example_draws_a_permission_prompt_a_form_and_truthful_cards_from_events() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "docs" / "examples" / "ask_prompts.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert (
+        "? bash (toolu_01): Run this command?\n    $ git push origin main\n    [once]  [always]  [reject]"
+        in out
+    )
+    assert "    1. Which remote?\n       ( ) origin\n       ( ) backup" in out
+    assert (
+        "# toolu_01   Did not run: the user declined bash: Push to a branch, not main.  [not started]" in out
+    )
+    assert "model is told: The user declined this bash call: Push to a branch, not main." in out
+    assert out.rstrip().endswith("run: completed")
+    api = (example.parents[1] / "api.md").read_text()
+    assert out.strip() in api  # the page shows what the example really prints
