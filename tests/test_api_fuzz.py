@@ -31,6 +31,8 @@ from hypothesis import strategies as st
 
 from run_supervisor.actors import (
     AlreadyInterrupting,
+    AskAlreadyAnswered,
+    AskWithdrawn,
     InvalidRequest,
     LoadFailed,
     NothingPending,
@@ -42,6 +44,7 @@ from run_supervisor.actors import (
     SupervisorClosed,
     SupervisorConfig,
     SupervisorTimeout,
+    UnknownAsk,
     UnknownDirectory,
     UnknownRun,
 )
@@ -63,6 +66,8 @@ from run_supervisor.protocol import (
 EXAMPLES = int(os.environ.get("RUN_SUPERVISOR_API_FUZZ_EXAMPLES", "600"))
 DOCUMENTED = (
     AlreadyInterrupting,
+    AskAlreadyAnswered,
+    AskWithdrawn,
     InvalidRequest,
     LoadFailed,
     NothingPending,
@@ -70,6 +75,7 @@ DOCUMENTED = (
     RunAlreadyFinished,
     SupervisorClosed,
     SupervisorTimeout,
+    UnknownAsk,
     UnknownDirectory,
     UnknownRun,
 )
@@ -184,15 +190,24 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
             lambda s: s.close_async(a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4]).result(10),
             a,
         )
-    if name == "reply_permission":
-        a = (arg(IDS), arg(FLAGS), arg(TEXTS), arg(TIMEOUTS))
-        return name, lambda s: s.reply_permission(a[0], approve=a[1], message=a[2], timeout=a[3]), a
-    if name == "answer_form":
-        a = (arg(IDS), arg(st.sampled_from(["yes", ""])), arg(TIMEOUTS))
-        return name, lambda s: s.answer_form(a[0], a[1], timeout=a[2]), a
-    if name == "dismiss_form":
-        a = (arg(IDS), arg(TIMEOUTS))
-        return name, lambda s: s.dismiss_form(a[0], timeout=a[1]), a
+    if name in ("reply_permission", "answer_form", "dismiss_form"):
+        # A reply names an ask id, or (the convenience) a run id; both, or neither, is refused.
+        to = draw(st.sampled_from(["ask", "run", "both", "neither"]))
+        ids = (arg(IDS), arg(IDS))
+        at = {
+            "ask": {"ask_id": ids[0]},
+            "run": {"run_id": ids[1]},
+            "both": {"ask_id": ids[0], "run_id": ids[1]},
+            "neither": {},
+        }[to]
+        if name == "reply_permission":
+            a = (at, arg(FLAGS), arg(TEXTS), arg(TIMEOUTS))
+            return name, lambda s: s.reply_permission(**a[0], approve=a[1], message=a[2], timeout=a[3]), a
+        if name == "answer_form":
+            a = (at, arg(st.sampled_from(["yes", ""])), arg(TIMEOUTS))
+            return name, lambda s: s.answer_form(**a[0], answer=a[1], timeout=a[2]), a
+        a = (at, arg(TEXTS), arg(TIMEOUTS))
+        return name, lambda s: s.dismiss_form(**a[0], message=a[1], timeout=a[2]), a
     if name in ("load", "declare"):
         a = (arg(DIRS), arg(DIRS), arg(TIMEOUTS))
         if name == "load":

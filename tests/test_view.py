@@ -95,10 +95,10 @@ def test_the_published_state_always_equals_what_the_core_answers(mismatches: lis
             handle.wait(5)
         events.wait_for("lifecycle.completed", action_id=deferred.action_id)
         asking = sup.start_run(asks, session="s3", directory="/w/a", run_id="ask")
-        events.wait_for("run.step.started", run_id="ask", step="permission")
-        sup.reply_permission("ask", approve=True)
-        events.wait_for("run.step.started", run_id="ask", step="form")
-        sup.answer_form("ask", "yes")
+        permission = events.wait_for("ask.requested", run_id="ask", kind="permission")
+        sup.reply_permission(permission.ask_id, approve=True)  # type: ignore[union-attr]
+        form = events.wait_for("ask.requested", run_id="ask", kind="form")
+        sup.answer_form(form.ask_id, answer="yes")  # type: ignore[union-attr]
         assert asking.wait(5).outcome is Outcome.COMPLETED
         for i in range(4):  # finished runs beyond retain_finished_runs are forgotten, oldest first
             sup.start_run(lambda ctx: None, session="s4", directory="/w/a", run_id=f"f{i}").wait(5)
