@@ -456,6 +456,8 @@ class Violation:
 
 @dataclass
 class Result:
+    scope: str
+    about: str
     depth: int
     states: int = 0
     transitions: int = 0
@@ -467,6 +469,7 @@ class Result:
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "scope": self.scope,
             "depth": self.depth,
             "states": self.states,
             "transitions": self.transitions,
@@ -492,12 +495,10 @@ def _problems(world: World) -> list[str]:
     return list(world.checker.violations)
 
 
-def explore(
-    depth: int, scope: Scope = FULL, *, drain: str = "leaves", max_violations: int = 20
-) -> Result:
+def explore(depth: int, scope: Scope = FULL, *, drain: str = "leaves", max_violations: int = 20) -> Result:
     """Breadth-first over every interleaving up to ``depth`` steps, checking after every step."""
     started = time.perf_counter()
-    result = Result(depth=depth)
+    result = Result(scope=scope.name, about=scope.about, depth=depth)
     root = initial_world()
     seen = {state_key(root)}
     frontier: list[tuple[World, tuple[str, ...]]] = [(root, ())]
@@ -540,7 +541,10 @@ def explore(
                     try:
                         drain_world(probe)
                     except Exception as error:
-                        report((*path, label, "drain"), [f"{type(error).__name__}: {error}", *probe.checker.violations])
+                        report(
+                            (*path, label, "drain"),
+                            [f"{type(error).__name__}: {error}", *probe.checker.violations],
+                        )
                         continue
                 next_frontier.append((child, (*path, label)))
         result.frontier.append(len(next_frontier))
@@ -555,7 +559,7 @@ def explore(
 
 
 def print_result(result: Result) -> None:
-    print(f"model check of the decision core: {len(RUNS)} runs, {len(SESSIONS)} sessions, {len(DIRECTORIES)} directories")
+    print(f"model check of the decision core, scope {result.scope}: {result.about}")
     print(f"  depth              {result.depth} (new states found down to depth {result.reached_depth})")
     print(f"  states explored    {result.states:,}")
     print(f"  transitions        {result.transitions:,}")
@@ -572,7 +576,9 @@ def print_result(result: Result) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--depth", type=int, default=8, help="steps from the initial state (default 8)")
-    parser.add_argument("--scope", choices=sorted(SCOPES), default="full", help="the alphabet (default: full)")
+    parser.add_argument(
+        "--scope", choices=sorted(SCOPES), default="full", help="the alphabet (default: full)"
+    )
     parser.add_argument("--max-closes", type=int, help="close requests per path (default: the scope's)")
     parser.add_argument(
         "--drain",

@@ -29,7 +29,6 @@ Profiles (registered in ``tests/conftest.py``):
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
@@ -66,7 +65,9 @@ from run_supervisor.actors import (
 )
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import (
+    CLOSE_RULES,
     ActionResult,
+    AnswerForm,
     CancelRun,
     CloseAction,
     CloseMode,
@@ -79,13 +80,13 @@ from run_supervisor.protocol import (
     InterruptReason,
     LifecycleCompleted,
     LifecycleDeferred,
-    LifecycleRequested,
     Outcome,
     PartSnapshot,
     PartState,
     Phase,
     RejectCode,
     ReplyPermission,
+    Request,
     RequestOutcome,
     RequestResult,
     RunFinished,
@@ -93,8 +94,10 @@ from run_supervisor.protocol import (
     RunStarted,
     SessionStatus,
     SessionStatusChanged,
+    Shutdown,
     StartRun,
 )
+from run_supervisor.protocol.testing import InvariantChecker
 
 # --- profiles: registered in conftest.py ("ci" by default; --hypothesis-profile soak) ---------------
 
@@ -627,50 +630,45 @@ class Model:
                 return UnknownDirectory
         return None
 
-    def _cover(
-        self, action: MAction, names: list[str], interrupt: Interrupt | None
+    def _apply_rule(
+        self, action: MAction, names: list[str], origin: str
     ) -> tuple[list[str], list[str], set[str], set[str]]:
-        done: list[str] = []
-        pending: list[str] = []
-        blocking: set[str] = set()
-        interrupted: set[str] = set()
-        for name in names:
-            directory = self.dirs[name]
-            instances = sorted(directory.open.values(), key=lambda i: i.generation)
-            if interrupt is not None:
-                for instance in instances:
-                    for run_id in sorted(instance.runs):
-                        run = self.runs[run_id]
-                        if run.ending is None:
-                            self.interrupt(run, interrupt)
-                            interrupted.add(run_id)
-            waits = False
-            for instance in instances:
-                if instance.live:
-                    instance.live = False
-                    if directory.current == instance.generation:
-                        directory.current = None
-                if instance.runs:
-                    waits = True
-                    blocking |= instance.runs
-                    instance.closers.append(action.id)
-                    action.awaiting.add(instance.key)
-                else:
-                    self._closed(instance)
-            (pending if waits else done).append(name)
-        action.blocking_at_request = frozenset(blocking)
-        return done, pending, blocking, interrupted
+        """What the close's rule (``CLOSE_RULES[mode]``) says happens to the directories it names:
+        if the rule interrupts, every run that is undecided there is interrupted with the rule's
+        reason; every open instance there is retired; one that holds no run closes now, the others
+        hold the action until their runs have finished. Predicted as sets, from the rule alone."""
+        rule = CLOSE_RULES[action.mode]
+        instances = [i for name in names for i in self.dirs[name].open.values()]
+        held = {run_id for instance in instances for run_id in instance.runs}
+        undecided = {run_id for run_id in held if self.runs[run_id].ending is None}
+        interrupted = undecided if rule.interrupts_with is not None else set()
+        pending = sorted({instance.directory for instance in instances if instance.runs})
+        done = sorted(set(names) - set(pending))
+        if rule.interrupts_with is not None:
+            interrupt = Interrupt(rule.interrupts_with, origin, action.id)
+            for run_id in sorted(interrupted):
+                self.interrupt(self.runs[run_id], interrupt)
+        for instance in instances:
+            instance.live = False
+            directory = self.dirs[instance.directory]
+            if directory.current == instance.generation:
+                directory.current = None
+            if instance.runs:
+                instance.closers.append(action.id)
+                action.awaiting.add(instance.key)
+            else:
+                self._closed(instance)
+        action.blocking_at_request = frozenset(held)
+        return done, pending, held, interrupted
 
     def close(
         self, do: CloseAction, mode: CloseMode, origin: str, directory: str | None, action_id: str
     ) -> Expected:
+        assert not CLOSE_RULES[mode].covers_everything
         names = [directory] if do in ONE_DIRECTORY and directory else self.loaded_directories()
         action = self.actions[action_id] = MAction(action_id, do, mode, CloseResult.COMPLETED)
-        interrupt = None
-        if mode is CloseMode.USER_CONFIRMED_INTERRUPT:
-            interrupt = Interrupt(InterruptReason.LIFECYCLE_INTERRUPT, origin, action_id)
         closed_before = len(self.closed_instances)
-        done, pending, blocking, interrupted = self._cover(action, names, interrupt)
+        done, pending, blocking, interrupted = self._apply_rule(action, names, origin)
         disposed_at_once = len(self.closed_instances) > closed_before
         if do is CloseAction.RELOAD:
             self.load(names[0])
@@ -687,28 +685,31 @@ class Model:
         return Expected(
             result=action.result,
             completed=completed_now,
-            completed_directories=tuple(sorted(done)),
-            pending_directories=tuple(sorted(pending)),
+            completed_directories=tuple(done),
+            pending_directories=tuple(pending),
             blocking_runs=tuple(sorted(blocking)),
             interrupted_runs=tuple(sorted(interrupted)),
         )
 
     def shutdown(self, reason: InterruptReason, origin: str, action_id: str) -> Expected:
+        mode = CloseMode(reason.value)
+        rule = CLOSE_RULES[mode]
+        assert rule.covers_everything and rule.interrupts_with is reason
         names = self.loaded_directories()
         for other in self.actions.values():
             if not other.completed:
                 other.superseded_by = action_id
         self.shutdown_id = action_id
         action = self.actions[action_id] = MAction(
-            action_id, CloseAction(reason.value), CloseMode(reason.value), CloseResult.FORCED
+            action_id, CloseAction(reason.value), mode, CloseResult.FORCED
         )
-        interrupt = Interrupt(reason, origin, action_id)
+        # Covering everything: the queued runs end without starting, then the rule applies everywhere.
         for session in self.sessions.values():
             while session.queue:
                 run = self.runs[session.queue.popleft()]
-                self._end(run, Outcome.INTERRUPTED, interrupt=interrupt)
+                self._end(run, Outcome.INTERRUPTED, interrupt=Interrupt(reason, origin, action_id))
         self.settle()
-        done, pending, blocking, interrupted = self._cover(action, names, interrupt)
+        done, pending, blocking, interrupted = self._apply_rule(action, names, origin)
         if not action.awaiting:
             self._complete(action)
         self.settle()
@@ -716,8 +717,8 @@ class Model:
         return Expected(
             result=CloseResult.FORCED,
             completed=True,
-            completed_directories=tuple(sorted(done)),
-            pending_directories=tuple(sorted(pending)),
+            completed_directories=tuple(done),
+            pending_directories=tuple(pending),
             blocking_runs=tuple(sorted(blocking)),
             interrupted_runs=tuple(sorted(interrupted)),
         )
@@ -764,6 +765,9 @@ class SupervisorMachine(RuleBasedStateMachine):
         self.sup = Supervisor.start(CONFIG, hooks=self.hooks)
         self.log = EventLog(self.sup)
         self.model = Model()
+        self.checker = InvariantChecker()
+        """The one oracle: every event, every request and its answer (``run_supervisor.protocol.testing``)."""
+        self.fed = 0
         self.run_count = 0
         self.requests = 0
         self.answers = 0
@@ -782,19 +786,51 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.broken = True
             raise
 
-    def _request(self, call: Callable[[], Any], rejected: type[SupervisorError] | None) -> Any:
-        """Make one request through the facade: it must answer exactly once, as the model says."""
+    def _request(
+        self, call: Callable[[], Any], rejected: type[SupervisorError] | None, request: Request
+    ) -> Any:
+        """Make one request through the facade: it must answer exactly once, as the model says.
+        ``request`` is what the facade sends; it and the answer go to the checker."""
         self.requests += 1
+        token = f"k{self.requests}"
+        self.checker.request(token, request)
         try:
             value = call()
         except SupervisorError as exc:
             self.answers += 1
+            closing = isinstance(request, CloseRequest | Shutdown)
+            rejection: CloseOutcome | RequestOutcome = (
+                CloseOutcome(result=CloseResult.REJECTED, error=str(exc), code=exc.code)
+                if closing
+                else RequestOutcome(result=RequestResult.REJECTED, error=str(exc), code=exc.code)
+            )
+            self.checker.answer(token, rejection)
             assert rejected is not None, f"unexpected rejection {exc!r}"
             assert type(exc) is rejected, f"rejected with {exc!r}, the model expected {rejected.__name__}"
             return None
         self.answers += 1
+        self.checker.answer(
+            token, value if isinstance(value, CloseOutcome) else RequestOutcome(result=RequestResult.OK)
+        )
         assert rejected is None, f"accepted ({value!r}), the model expected {rejected.__name__}"
         return value
+
+    def _submit(self, request: Request) -> CloseOutcome | RequestOutcome:
+        """Send a raw request (no facade), tell the checker; the answer."""
+        self.requests += 1
+        token = f"k{self.requests}"
+        self.checker.request(token, request)
+        answer = self.sup.submit(request).result(timeout=WAIT_S)
+        self.answers += 1
+        self.checker.answer(token, answer)
+        return answer
+
+    def _feed(self) -> None:
+        """Give the checker every event published since it last looked."""
+        events = self.log.collect()
+        for event in events[self.fed :]:
+            self.checker.event(event)
+        self.fed = len(events)
 
     def _sync(self) -> None:
         """Wait (bounded) for every event the model expects, then let a query pass through the
@@ -865,7 +901,9 @@ class SupervisorMachine(RuleBasedStateMachine):
         body = make_body(plan, end, run.control)
         rejected = SupervisorClosed if self.model.closed else None
         run.handle = self._request(
-            lambda: self.sup.start_run(body, session=session, directory=directory, run_id=run.id), rejected
+            lambda: self.sup.start_run(body, session=session, directory=directory, run_id=run.id),
+            rejected,
+            StartRun(run_id=run.id, session=session, directory=directory),
         )
         if run.handle is not None:
             self.model.start(run)
@@ -913,6 +951,7 @@ class SupervisorMachine(RuleBasedStateMachine):
                         lambda ctx: None, session="s1", directory="/w/a", run_id=run_id
                     ),
                     SupervisorClosed if self.model.closed else RunAlreadyExists,
+                    StartRun(run_id=run_id, session="s1", directory="/w/a"),
                 )
                 self._sync()
             elif request == "cancel":
@@ -923,7 +962,7 @@ class SupervisorMachine(RuleBasedStateMachine):
 
     def _cancel(self, run_id: str) -> None:
         rejected = self.model.rejection(run_id, None)
-        self._request(lambda: self.sup.cancel(run_id), rejected)
+        self._request(lambda: self.sup.cancel(run_id), rejected, CancelRun(run_id=run_id))
         if rejected is None:
             run = self.model.runs[run_id]
             interrupt = Interrupt(InterruptReason.USER_CANCEL, "user", None)
@@ -958,7 +997,14 @@ class SupervisorMachine(RuleBasedStateMachine):
             "answer": lambda: self.sup.answer_form(run_id=run_id, answer=f"answer to {run_id}"),
             "dismiss": lambda: self.sup.dismiss_form(run_id=run_id),
         }
-        self._request(calls[decision], rejected)
+        requests: dict[str, Request] = {
+            "approve": ReplyPermission(run_id=run_id, approve=True),
+            "reject": ReplyPermission(run_id=run_id, approve=False),
+            "reject_with_message": ReplyPermission(run_id=run_id, approve=False, message=f"not {run_id}"),
+            "answer": AnswerForm(run_id=run_id, answer=f"answer to {run_id}"),
+            "dismiss": DismissForm(run_id=run_id),
+        }
+        self._request(calls[decision], rejected, requests[decision])
         if rejected is None:
             run = self.model.runs[run_id]
             if decision in ("approve", "answer"):
@@ -1004,10 +1050,14 @@ class SupervisorMachine(RuleBasedStateMachine):
             else:
                 first = CancelRun(run_id=run.id, tag="first")
                 interrupt = Interrupt(InterruptReason.USER_CANCEL, "user", "first")
-            self.requests += 2
-            one = self.sup.submit(first)
-            two = self.sup.submit(CancelRun(run_id=run.id, origin="user.again", tag="second"))
+            second = CancelRun(run_id=run.id, origin="user.again", tag="second")
+            self.checker.request(f"k{self.requests + 1}", first)
+            self.checker.request(f"k{self.requests + 2}", second)
+            one, two = self.sup.submit(first), self.sup.submit(second)
             answers = (one.result(timeout=WAIT_S), two.result(timeout=WAIT_S))
+            self.checker.answer(f"k{self.requests + 1}", answers[0])
+            self.checker.answer(f"k{self.requests + 2}", answers[1])
+            self.requests += 2
             self.answers += 2
             assert answers[0].result is RequestResult.OK, answers[0]
             assert answers[1].result is RequestResult.REJECTED, answers[1]
@@ -1040,7 +1090,9 @@ class SupervisorMachine(RuleBasedStateMachine):
         origin = f"test.{do.value}"
         rejected = self.model.close_rejection(do, directory)
         outcome = self._request(
-            lambda: self.sup.close(do, mode=mode, origin=origin, directory=directory), rejected
+            lambda: self.sup.close(do, mode=mode, origin=origin, directory=directory),
+            rejected,
+            CloseRequest(do=do, mode=mode, origin=origin, directories=(directory,) if directory else ()),
         )
         if outcome is not None:
             assert outcome.action_id and outcome.action_id not in self.outcomes, outcome
@@ -1060,7 +1112,11 @@ class SupervisorMachine(RuleBasedStateMachine):
 
     def _shutdown(self, reason: InterruptReason) -> None:
         first = self.model.shutdown_outcome
-        outcome = self._request(lambda: self.sup.shutdown(grace_ms=GRACE_MS, reason=reason), None)
+        outcome = self._request(
+            lambda: self.sup.shutdown(grace_ms=GRACE_MS, reason=reason),
+            None,
+            Shutdown(reason=reason, grace_ms=GRACE_MS),
+        )
         if first is not None:
             # A second shutdown is never rejected: it gets the first one's outcome.
             assert outcome == first, (outcome, first)
@@ -1097,7 +1153,15 @@ class SupervisorMachine(RuleBasedStateMachine):
                 "answer": lambda: self.sup.answer_form(run_id=run_id, answer="late"),
                 "dismiss": lambda: self.sup.dismiss_form(run_id=run_id),
             }
-            self._request(calls[request], SupervisorClosed)
+            late: dict[str, Request] = {
+                "start": StartRun(run_id="(generated)", session="s1", directory="/w/a"),
+                "cancel": CancelRun(run_id=run_id),
+                "close": CloseRequest(do=CloseAction.DISPOSE_ALL, mode=CloseMode.MAINTENANCE, origin="late"),
+                "reply": ReplyPermission(run_id=run_id, approve=True),
+                "answer": AnswerForm(run_id=run_id, answer="late"),
+                "dismiss": DismissForm(run_id=run_id),
+            }
+            self._request(calls[request], SupervisorClosed, late[request])
 
     def _nothing_left(self) -> None:
         assert self.sup.threads.alive() == [], f"threads left: {self.sup.threads.alive()}"
@@ -1105,11 +1169,23 @@ class SupervisorMachine(RuleBasedStateMachine):
         assert not ours, f"actors left: {ours}"
 
     # -- invariants --
+    #
+    # What holds of ANY supervisor (seq order, one run at a time per session, runs only on the live
+    # generation, interrupts with an allowed cause, closes completing once and after the runs they
+    # waited for, every request answered once...) is checked by the one oracle,
+    # run_supervisor.protocol.testing.InvariantChecker. What follows compares the system with the
+    # model's predictions.
 
     @invariant()
-    def every_request_is_answered_once(self) -> None:
+    def the_oracle_holds(self) -> None:
         with self._checked():
+            self._feed()
+            self.checker.assert_ok()
             assert self.answers == self.requests
+
+    @invariant()
+    def every_close_is_published_with_the_result_it_was_answered(self) -> None:
+        with self._checked():
             results = Counter(e.action_id for e in self.log.of("action.result"))
             for action_id, outcome in self.outcomes.items():
                 assert results[action_id] == 1, f"{action_id}: {results[action_id]} action.result events"
@@ -1117,19 +1193,15 @@ class SupervisorMachine(RuleBasedStateMachine):
                 assert isinstance(event, ActionResult) and event.result is outcome.result
 
     @invariant()
-    def runs_start_and_finish_once_as_the_model_says(self) -> None:
+    def runs_start_and_finish_as_the_model_says(self) -> None:
         with self._checked():
             events = self.log.collect()
-            seqs = [e.seq for e in events]
-            assert all(a < b for a, b in itertools.pairwise(seqs)), "seq not strictly increasing"
-            started = Counter(e.run_id for e in events if isinstance(e, RunStarted))
-            finished = Counter(e.run_id for e in events if isinstance(e, RunFinished))
-            assert all(n == 1 for n in started.values()), f"a run started twice: {started}"
-            assert all(n == 1 for n in finished.values()), f"a run finished twice: {finished}"
             runs = self.model.runs.values()
-            assert set(started) == {r.id for r in runs if r.generation is not None}
-            assert set(finished) == {r.id for r in runs if r.state == FINISHED}
-            assert set(started) - set(finished) == {r.id for r in runs if r.state == ACTIVE}
+            started = {e.run_id for e in events if isinstance(e, RunStarted)}
+            finished = {e.run_id for e in events if isinstance(e, RunFinished)}
+            assert started == {r.id for r in runs if r.generation is not None}
+            assert finished == {r.id for r in runs if r.state == FINISHED}
+            assert started - finished == {r.id for r in runs if r.state == ACTIVE}
             assert {e.run_id for e in events if isinstance(e, RunQueued)} == self.model.queued_ever
             for event in events:
                 if isinstance(event, RunStarted):
@@ -1147,102 +1219,35 @@ class SupervisorMachine(RuleBasedStateMachine):
                     )
 
     @invariant()
-    def interrupts_have_an_allowed_cause(self) -> None:
-        """A run is interrupted only by the user's cancel or decision on it, a confirmed close of its
-        directory, or shutdown -- with that reason. Maintenance never interrupts."""
-        with self._checked():
-            requested = {e.action_id: e for e in self.log.of("lifecycle.requested")}
-            for event in self.log.of("run.finished"):
-                assert isinstance(event, RunFinished)
-                if event.outcome is not Outcome.INTERRUPTED:
-                    assert event.reason is None and event.action_id is None, event
-                    continue
-                assert event.reason in ALLOWED_REASONS, event
-                run = self.model.runs[event.run_id]
-                if event.reason is InterruptReason.LIFECYCLE_INTERRUPT:
-                    cause = requested[event.action_id]  # type: ignore[index]
-                    assert isinstance(cause, LifecycleRequested)
-                    assert cause.mode is CloseMode.USER_CONFIRMED_INTERRUPT, (event, cause)
-                    assert run.directory in cause.directories, (event, cause)
-                    assert event.origin == cause.origin, (event, cause)
-                elif event.reason in (InterruptReason.SHUTDOWN, InterruptReason.TEST_TEARDOWN):
-                    assert event.action_id == self.model.shutdown_id, event
-                    cause = requested[event.action_id]  # type: ignore[index]
-                    assert cause.mode.value == event.reason.value, (event, cause)
-                else:
-                    origin = {
-                        InterruptReason.USER_CANCEL: "user",
-                        InterruptReason.PERMISSION_REJECTED: "permission",
-                        InterruptReason.FORM_DISMISSED: "form",
-                    }[event.reason]
-                    assert event.origin == origin, event
-                    assert event.action_id in (None, "first"), event
-            maintenance = {a for a, e in requested.items() if e.mode is CloseMode.MAINTENANCE}
-            assert not [e for e in self.log.of("run.finished") if e.action_id in maintenance]  # type: ignore[union-attr]
-
-    @invariant()
-    def runs_start_only_on_the_current_live_generation(self) -> None:
-        """No run starts on a closed or retired generation; every instance closes once, after the
-        runs pinned to it; the hooks saw exactly the instances the events name."""
+    def instances_start_and_close_as_the_model_says(self) -> None:
+        """The model's generations are the system's, and the hooks saw exactly the instances the
+        events name; no dispose hook failed."""
         with self._checked():
             events = self.log.collect()
-            newest: dict[str, tuple[int, int]] = {}  # directory -> (generation, index of instance.started)
-            closed: dict[tuple[str, int], int] = {}
-            retired_at: dict[str, int] = {}
-            for index, event in enumerate(events):
-                if isinstance(event, InstanceStarted):
-                    assert event.generation == newest.get(event.directory, (0, 0))[0] + 1, event
-                    newest[event.directory] = (event.generation, index)
-                elif isinstance(event, InstanceClosed):
-                    key = (event.directory, event.generation)
-                    assert key not in closed, f"{key} closed twice"
-                    assert event.error is None, event
-                    closed[key] = index
-                elif isinstance(event, LifecycleRequested):
-                    for name in event.directories:
-                        retired_at[name] = index
-                elif isinstance(event, RunStarted):
-                    generation, loaded_at = newest.get(event.directory, (0, 0))
-                    assert event.generation == generation, f"{event} is not on the newest generation"
-                    assert (event.directory, generation) not in closed, f"{event} on a closed instance"
-                    assert retired_at.get(event.directory, -1) < loaded_at, f"{event} on a retired instance"
-            finished_at = {e.run_id: i for i, e in enumerate(events) if isinstance(e, RunFinished)}
-            for event in events:
-                if isinstance(event, RunStarted) and (event.directory, event.generation) in closed:
-                    assert (
-                        finished_at.get(event.run_id, len(events))
-                        < closed[(event.directory, event.generation)]
-                    )
-            assert sorted(self.model.started_instances) == sorted(
-                (e.directory, e.generation) for e in events if isinstance(e, InstanceStarted)
-            )
-            assert sorted(self.model.closed_instances) == sorted(closed)
-            assert sorted(self.hooks.disposed) == sorted(closed)
+            started = [(e.directory, e.generation) for e in events if isinstance(e, InstanceStarted)]
+            closed = [e for e in events if isinstance(e, InstanceClosed)]
+            assert all(e.error is None for e in closed), closed
+            assert sorted(self.model.started_instances) == sorted(started)
+            assert sorted(self.model.closed_instances) == sorted((e.directory, e.generation) for e in closed)
+            assert sorted(self.hooks.disposed) == sorted(self.model.closed_instances)
             expected = sorted(self.model.started_instances)
             assert self.hooks.loaded_by_now(expected) == expected
 
     @invariant()
-    def closes_complete_once_after_their_blocking_runs(self) -> None:
-        """One lifecycle.completed per action (superseded_by when shutdown took it over), never before
-        the runs it waited for finished, and never waiting for a run that started after it."""
+    def closes_complete_as_the_model_says(self) -> None:
+        """The model predicts which closes completed, were deferred or superseded, and what each
+        pending one waits for, now."""
         with self._checked():
             events = self.log.collect()
-            completed = Counter(e.action_id for e in events if isinstance(e, LifecycleCompleted))
-            assert all(n == 1 for n in completed.values()), completed
+            completed = {e.action_id: e for e in events if isinstance(e, LifecycleCompleted)}
             assert set(completed) == {a.id for a in self.model.actions.values() if a.completed}
             deferred = {e.action_id for e in events if isinstance(e, LifecycleDeferred)}
             model_deferred = {a.id for a in self.model.actions.values() if a.result is CloseResult.DEFERRED}
             assert deferred == model_deferred
-            index_of = {id(e): i for i, e in enumerate(events)}
-            finished_at = {e.run_id: index_of[id(e)] for e in events if isinstance(e, RunFinished)}
-            for event in events:
-                if not isinstance(event, LifecycleCompleted):
-                    continue
-                action = self.model.actions[event.action_id]
+            for action_id, event in completed.items():
+                action = self.model.actions[action_id]
                 assert event.superseded_by == action.superseded_by, (event, action)
                 assert event.error is None and event.abandoned_runs == (), event
-                for run_id in action.blocking_at_request:
-                    assert finished_at[run_id] < index_of[id(event)], f"{event} before {run_id} finished"
             if self.model.closed:
                 return
             pending = {p.action_id: p for p in self.sup.pending_actions(timeout=WAIT_S)}
@@ -1259,21 +1264,11 @@ class SupervisorMachine(RuleBasedStateMachine):
                     snapshot
                 )
                 assert list(snapshot.blocking_runs) == waits_for, (snapshot, waits_for)
-                assert set(snapshot.blocking_runs) <= action.blocking_at_request, "waits for a later run"
 
     @invariant()
-    def a_session_runs_one_run_at_a_time(self) -> None:
+    def sessions_are_as_the_model_says(self) -> None:
         with self._checked():
             events = self.log.collect()
-            active: dict[str, str | None] = {}
-            for event in events:
-                if isinstance(event, RunStarted):
-                    assert active.get(event.session) is None, f"{event} while {active[event.session]} runs"
-                    active[event.session] = event.run_id
-                elif isinstance(event, RunFinished) and event.generation is not None:
-                    session = self.model.runs[event.run_id].session
-                    assert active.get(session) == event.run_id, event
-                    active[session] = None
             for session in SESSIONS:
                 statuses = [
                     e.status for e in events if isinstance(e, SessionStatusChanged) and e.session == session
@@ -1335,13 +1330,14 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.log.close()
 
     def _after_the_end(self) -> None:
-        # Every check once more, on the complete event stream.
-        self.every_request_is_answered_once()
-        self.runs_start_and_finish_once_as_the_model_says()
-        self.interrupts_have_an_allowed_cause()
-        self.runs_start_only_on_the_current_live_generation()
-        self.closes_complete_once_after_their_blocking_runs()
-        self.a_session_runs_one_run_at_a_time()
+        # Every check once more, on the complete event stream; the oracle checks that it ended.
+        self._feed()
+        self.checker.finish()
+        self.every_close_is_published_with_the_result_it_was_answered()
+        self.runs_start_and_finish_as_the_model_says()
+        self.instances_start_and_close_as_the_model_says()
+        self.closes_complete_as_the_model_says()
+        self.sessions_are_as_the_model_says()
         assert all(r.state == FINISHED for r in self.model.runs.values())
         assert all(a.completed for a in self.model.actions.values())
         for session in SESSIONS:
