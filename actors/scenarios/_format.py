@@ -813,7 +813,7 @@ def _decode(text: str | bytes, fmt: Literal["toml", "json"]) -> dict[str, Any]:
         except tomllib.TOMLDecodeError as exc:
             raise _InvalidError(None, f"invalid TOML: {exc}") from None
         except ValueError:  # an integer too long to convert (more than sys.get_int_max_str_digits())
-            raise _InvalidError(None, f"invalid TOML: {_too_long_integer(text)}") from None
+            raise _too_long_integer(text) from None
         _check_values(document, ())
         return document
     if fmt != "json":
@@ -854,12 +854,50 @@ def _json_int(digits: str) -> int | _TooLongInteger:
     return int(digits)
 
 
-def _too_long_integer(text: str) -> str:
-    """Where a TOML document holds an integer too long to convert (tomllib does not say)."""
+def _too_long_integer(text: str) -> _InvalidError:
+    """Where a TOML document holds an integer too long to convert: tomllib does not say, so each long run
+    of digits is swapped for a marker integer and the document parsed again to find the marker's key."""
     limit = sys.get_int_max_str_digits()
-    found = re.search(rf"[0-9][0-9_]{{{limit},}}", text)
-    line = f" (at line {text.count(chr(10), 0, found.start()) + 1})" if found else ""
-    return f"an integer has more than {limit} digits{line}; no scenario value is that large"
+    runs = list(re.finditer(rf"[0-9][0-9_]{{{limit},}}", text))
+    markers: dict[int, int] = {}  # marker -> digits
+    swapped, last = [], 0
+    for index, found in enumerate(runs):
+        marker = _MARKER + index
+        markers[marker] = len(found.group().replace("_", ""))
+        swapped += [text[last : found.start()], str(marker)]
+        last = found.end()
+    try:
+        document = tomllib.loads("".join([*swapped, text[last:]]))
+    except ValueError:  # TOMLDecodeError included: report the line instead
+        document = {}
+    located = _find_marker(document, (), markers)
+    if located is not None:
+        path, digits = located
+        return _InvalidError(_key(*path), f"an integer of {digits} digits: no scenario value is that large")
+    line = f" (at line {text.count(chr(10), 0, runs[0].start()) + 1})" if runs else ""
+    return _InvalidError(
+        None, f"invalid TOML: an integer has more than {limit} digits{line}; no scenario value is that large"
+    )
+
+
+_MARKER = 7_315_904_118_207_331  # an integer no scenario holds, standing in for one too long to convert
+
+
+def _find_marker(
+    value: object, path: tuple[str | int, ...], markers: Mapping[int, int]
+) -> tuple[tuple[str | int, ...], int] | None:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) in markers:
+        return path, markers[abs(value)]
+    items: Iterable[tuple[str | int, object]] = ()
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    for name, item in items:
+        found = _find_marker(item, (*path, name), markers)
+        if found is not None:
+            return found
+    return None
 
 
 def _json_constant(name: str) -> NoReturn:
