@@ -741,8 +741,10 @@ class Supervisor:
         with self._lock:
             joining = self in _live
         if joining:
-            deadline = max(self._deadline or 0.0, time.monotonic()) + self.config.stop_timeout_s
-            self.threads.join(deadline)
+            # Our own threads get stop_timeout_s past the grace deadline to end; host code only the
+            # grace itself (a hook or callback still running then is left behind, and named).
+            grace_end = max(self._deadline or 0.0, time.monotonic())
+            self.threads.join(grace_end + self.config.stop_timeout_s, host_deadline=grace_end)
             overran = self.threads.overran()
             with self._lock:
                 if self in _live:

@@ -55,7 +55,7 @@ class Relay:
                     self._thread = threading.Thread(
                         target=self._loop, name="run-supervisor-relay", daemon=True
                     )
-                    self._threads.add(self._thread, _LABEL)
+                    self._threads.add(self._thread)
                     self._thread.start()
                 self._queue.put((future, value, error))
                 return
@@ -90,5 +90,8 @@ class Relay:
                 self._queue.put(None)
 
     def _loop(self) -> None:
+        me = threading.current_thread()
         while (item := self._queue.get()) is not None:
+            self._threads.label(me, _LABEL)  # host callbacks run now: shutdown names it if it hangs
             complete(*item)
+            self._threads.label(me, None)

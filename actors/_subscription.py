@@ -44,6 +44,8 @@ class Subscription:
         self.errors = 0
         """Exceptions raised by the callback (each logged, none stops delivery)."""
         self._callback = callback
+        self._threads = threads
+        self._label: str | None = None
         self._thread: threading.Thread | None = None
         self._unsubscribe: Callable[[Subscription], None] | None = None
         if callback is not None:
@@ -52,7 +54,8 @@ class Subscription:
             )
             if threads is not None:  # shutdown waits for it until its deadline, then names it
                 name = getattr(callback, "__qualname__", None) or type(callback).__name__
-                threads.add(self._thread, f"the subscriber callback {name}")
+                self._label = f"the subscriber callback {name}"
+                threads.add(self._thread)
             self._thread.start()
 
     # Called on the supervisor's thread: must never block.
@@ -124,11 +127,15 @@ class Subscription:
                 return
             except SupervisorTimeout:
                 continue
+            if self._threads is not None:  # host code runs now: shutdown names it if it hangs
+                self._threads.label(threading.current_thread(), self._label)
             try:
                 self._callback(event)
             except BaseException:  # contain it: a subscriber must never take anything down
                 self.errors += 1
                 logger.opt(exception=True).warning("event subscriber raised; it keeps receiving")
+            if self._threads is not None:
+                self._threads.label(threading.current_thread(), None)
 
 
 class Publisher:

@@ -63,12 +63,16 @@ class ThreadBook:
         with self._lock:
             return [t for t in self._threads if t.is_alive()]
 
-    def join(self, deadline: float) -> list[threading.Thread]:
-        """Join every live thread but the abandoned ones until ``deadline``; return the stragglers."""
+    def join(self, deadline: float, *, host_deadline: float | None = None) -> list[threading.Thread]:
+        """Join every live thread but the abandoned ones until ``deadline`` (those running host code
+        only until ``host_deadline``, when given); return the stragglers."""
         for thread in self.alive():
             if self._given_up(thread) or thread is threading.current_thread():
                 continue
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            until = deadline
+            if host_deadline is not None and thread in self._labels:
+                until = min(deadline, host_deadline)
+            thread.join(timeout=max(0.0, until - time.monotonic()))
         return [t for t in self.alive() if not self._given_up(t)]
 
     def overran(self) -> tuple[str, ...]:

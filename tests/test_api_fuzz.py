@@ -306,7 +306,8 @@ def test_every_call_succeeds_or_raises_a_documented_error_and_shutdown_still_com
         elapsed = time.monotonic() - started
     # Bodies here are quick: shutdown takes its grace at most (plus a margin for a loaded machine).
     assert elapsed < GRACE_MS / 1000 + 1.0, f"shutdown took {elapsed:.2f} s"
-    assert outcome.overran == ()
+    if not any(name == "shutdown" for name, _, _ in sequence):  # an earlier one may have had no grace
+        assert outcome.overran == ()  # nothing here hangs: nothing may be named as left behind
     deadline = time.monotonic() + 2.0
     for thread in sup.threads.alive():
         thread.join(max(0.0, deadline - time.monotonic()))
