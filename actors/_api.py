@@ -658,11 +658,13 @@ class Supervisor:
     ) -> tuple[AskSnapshot, ...]:
         """Every open ask (of one run, with ``run_id``), in the order raised: what waits for the
         user. A UI that joins late draws its prompts from this, then follows the ``ask.*`` events."""
+        run_id = None if run_id is None else check.identifier("run_id", run_id)
         asks = self._query(lambda core: core.pending_asks(), timeout)
         return asks if run_id is None else tuple(a for a in asks if a.run_id == run_id)
 
     def ask(self, ask_id: str, *, timeout: float | None = None) -> AskSnapshot | None:
         """What is known of an ask, open or not (None if unknown, or forgotten with its run)."""
+        ask_id = check.identifier("ask_id", ask_id)
         return self._query(lambda core: core.ask_snapshot(ask_id), timeout)
 
     def load(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:

@@ -164,6 +164,8 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
                 "session",
                 "statistics",
                 "pending_actions",
+                "ask",
+                "pending_asks",
                 "subscribe",
                 "wait",
                 "submit",
@@ -213,6 +215,12 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
         if name == "load":
             return name, lambda s: s.load(a[0], a[1], timeout=a[2]), a
         return name, lambda s: s.declare(a[0], a[1], timeout=a[2]), a
+    if name == "ask":
+        a = (arg(st.sampled_from(["ask-1", "ask-2", "r1"])), arg(TIMEOUTS))
+        return name, lambda s: s.ask(a[0], timeout=a[1]), a
+    if name == "pending_asks":
+        a = (arg(st.one_of(st.none(), IDS)), arg(TIMEOUTS))
+        return name, lambda s: s.pending_asks(run_id=a[0], timeout=a[1]), a
     if name == "run":
         a = (arg(IDS), arg(TIMEOUTS))
         return name, lambda s: s.run(a[0], timeout=a[1]), a
