@@ -213,6 +213,7 @@ def test_native_routes_start_cancel_close_and_query_a_run() -> None:
             assert (await client.get("/runs/nope")).status_code == 404
             stats = (await client.get("/statistics")).json()
             assert stats["runs_finished"] == 1 and stats["external_runs"] == 0
+            assert stats["sse_listeners"] == 1 and stats["events_buffered"] >= len(events.seen)
 
     run(scenario)
 

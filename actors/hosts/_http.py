@@ -331,7 +331,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
             **msgspec.to_builtins(stats),
             "external_runs": host.external.live,
             "sse_listeners": host.hub.listeners,
-            "events_buffered": len(host.hub.items()),
+            "events_buffered": host.hub.buffered,
         }
         return _json(body)
 

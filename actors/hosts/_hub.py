@@ -274,6 +274,11 @@ class EventHub:
             return list(self._buffer)
 
     @property
+    def buffered(self) -> int:
+        """Events held for replay."""
+        return len(self._buffer)
+
+    @property
     def listeners(self) -> int:
         return len(self._listeners)
 
