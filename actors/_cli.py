@@ -275,9 +275,22 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
     pass
 
 
+def _schema_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hosts",
+        action="store_true",
+        help="add what the wire hosts add: external-run reports, host events, stdio lines (docs/wire.md)",
+    )
+
+
 def _schema(args: argparse.Namespace) -> int:
     from run_supervisor.protocol import wire_schema
 
+    if getattr(args, "hosts", False):
+        from run_supervisor.actors.hosts._schema import with_hosts
+
+        _print_json(with_hosts(wire_schema()))
+        return 0
     _print_json(wire_schema())
     return 0
 
@@ -301,7 +314,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand(
         "schema",
         "print the JSON Schema of every request, answer, snapshot and event (to generate client types)",
-        _no_arguments,
+        _schema_arguments,
         _schema,
     ),
     Subcommand(

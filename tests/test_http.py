@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 from wire_support import Served, of_type, served, sse
 
 from run_supervisor.actors import SupervisorConfig
+from run_supervisor.actors._cli import main
 from run_supervisor.actors.hosts import STATUS_BY_CODE
-from run_supervisor.protocol import RejectCode
+from run_supervisor.actors.hosts._schema import with_hosts
+from run_supervisor.protocol import RejectCode, wire_schema
 
 
 def run(scenario: Callable[[Served], Awaitable[None]], **kwargs: Any) -> None:
@@ -437,3 +440,52 @@ def test_serve_on_sigterm_shuts_the_supervisor_down_interrupting_its_runs_and_ex
                 await proc.wait()
 
     asyncio.run(asyncio.wait_for(scenario(), 50))
+
+
+# --- the schema -----------------------------------------------------------------------------------
+
+
+def hosts_validator(entry: str) -> jsonschema.Draft202012Validator:
+    schema = with_hosts(wire_schema())
+    return jsonschema.Draft202012Validator({"$defs": schema["$defs"], "$ref": f"#/$defs/{entry}"})
+
+
+def test_every_event_and_host_notice_on_the_stream_matches_run_supervisor_schema_hosts() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client:
+            async with sse(client, "/events?after=0") as events:
+                await start(client, "r1")
+                await report(client, "r1", type="part", tool="bash", state="pending")
+                await report(client, "r1", type="ask")
+                await client.post("/runs/r1/permission", json={"approve": True})
+                await events.until(of_type("external.answer", run_id="r1"))
+                await client.post("/runs/r1/cancel")
+                await events.until(of_type("external.interrupt", run_id="r1"))
+                await report(client, "r1", type="end")
+                await events.until(of_type("run.finished", run_id="r1"))
+            async with sse(client, "/events", headers={"Last-Event-ID": "nonsense"}) as resumed:
+                await resumed.until(of_type("run.finished", run_id="r1"))
+        event_or_notice = hosts_validator("Event"), hosts_validator("HostEvent")
+        for event in events.seen + resumed.seen:
+            if event.type in ("external.interrupt", "external.answer", "stream.reset"):
+                event_or_notice[1].validate(event.data)
+            else:
+                event_or_notice[0].validate(event.data)
+        kinds = {e.type for e in events.seen + resumed.seen}
+        assert {"external.interrupt", "external.answer", "stream.reset", "run.finished"} <= kinds
+
+    run(scenario)
+
+
+def test_run_supervisor_schema_hosts_adds_the_hosts_messages_to_the_protocols_schema(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["schema", "--hosts"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator.check_schema(printed)
+    roots = [entry["$ref"].rsplit("/", 1)[-1] for entry in printed["anyOf"]]
+    assert roots[:3] == ["Request", "Answer", "Event"]
+    assert roots[-3:] == ["ExternalReport", "HostEvent", "StdioOutput"]
+    report = hosts_validator("ExternalReport")
+    report.validate({"type": "part", "tool": "bash", "state": "prepared"})
+    assert not report.is_valid({"type": "part", "tool": "bash", "state": "exploded"})

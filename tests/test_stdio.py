@@ -11,9 +11,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from run_supervisor.actors._cli import main
+from run_supervisor.actors.hosts._schema import with_hosts
+from run_supervisor.protocol import wire_schema
 
 
 class Sidecar:
@@ -113,6 +116,13 @@ def test_a_sidecar_session_drives_an_external_run_through_a_deferred_close_and_s
         await car.event("action.result", action_id=done["action_id"])
         while await car.read() is not None:
             pass
+        schema = with_hosts(wire_schema())
+        lines = jsonschema.Draft202012Validator({"$defs": schema["$defs"], "$ref": "#/$defs/StdioOutput"})
+        events = jsonschema.Draft202012Validator({"$defs": schema["$defs"], "$ref": "#/$defs/Event"})
+        for line in car.lines:  # every line out matches run-supervisor schema --hosts
+            lines.validate(line)
+            if line["type"] == "event":
+                events.validate(line["event"])
 
     assert session(scenario, "--directory", "/p/a") == 0
 

@@ -48,11 +48,13 @@ __all__ = [
     "DEFAULT_LEASE_MS",
     "MAX_LEASE_MS",
     "MIN_LEASE_MS",
+    "AnswerNotice",
     "AskReport",
     "EndReport",
     "ExternalReport",
     "ExternalRuns",
     "HeartbeatReport",
+    "InterruptNotice",
     "PartUpdate",
     "StepUpdate",
     "decode_report",
@@ -103,6 +105,42 @@ class EndReport(_Report, frozen=True, tag="end"):
 
 
 ExternalReport = StepUpdate | PartUpdate | AskReport | HeartbeatReport | EndReport
+
+
+# --- What the host tells the client (events on the stream; ``seq`` is the supervisor event they follow)
+
+
+class _Notice(msgspec.Struct, frozen=True, tag_field="type", kw_only=True, forbid_unknown_fields=True):
+    seq: int = 0
+    """Set by the event hub when it publishes the notice."""
+
+
+class InterruptNotice(_Notice, frozen=True, tag="external.interrupt"):
+    """The run was interrupted: stop and report ``end``."""
+
+    run_id: str
+    reason: InterruptReason
+    origin: str | None
+    action_id: str | None
+
+
+class AnswerNotice(_Notice, frozen=True, tag="external.answer"):
+    """The user answered one of the run's asks."""
+
+    run_id: str
+    ask_id: str
+    form: bool
+    approved: bool
+    message: str | None
+    answer: str | None
+
+
+def _notice(notice: _Notice) -> dict[str, Any]:
+    payload: dict[str, Any] = msgspec.to_builtins(notice)
+    del payload["seq"]
+    return payload
+
+
 _DECODER = msgspec.json.Decoder(ExternalReport)
 _CONVERT_TYPE: Any = ExternalReport
 
@@ -310,15 +348,16 @@ class ExternalRuns:
         if answers:
             answer = answers[0]
             self._publish(
-                {
-                    "type": "external.answer",
-                    "run_id": run.run_id,
-                    "ask_id": answer.ask_id,
-                    "form": answer.answer is not None,
-                    "approved": answer.approved,
-                    "message": answer.message,
-                    "answer": answer.answer,
-                }
+                _notice(
+                    AnswerNotice(
+                        run_id=run.run_id,
+                        ask_id=answer.ask_id,
+                        form=answer.answer is not None,
+                        approved=answer.approved,
+                        message=answer.message,
+                        answer=answer.answer,
+                    )
+                )
             )
             return None
         with self._lock:
@@ -391,13 +430,14 @@ class ExternalRuns:
         except Exception:  # the notice still goes out, with what the token knows
             pass
         self._publish(
-            {
-                "type": "external.interrupt",
-                "run_id": run.run_id,
-                "reason": reason.value,
-                "origin": snapshot.origin if snapshot else None,
-                "action_id": snapshot.action_id if snapshot else None,
-            }
+            _notice(
+                InterruptNotice(
+                    run_id=run.run_id,
+                    reason=reason,
+                    origin=snapshot.origin if snapshot else None,
+                    action_id=snapshot.action_id if snapshot else None,
+                )
+            )
         )
 
     def _lease_lapsed(self, run: _External) -> None:

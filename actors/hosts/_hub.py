@@ -20,7 +20,7 @@ import collections
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from loguru import logger
@@ -36,7 +36,7 @@ from run_supervisor.protocol import (
     encode,
 )
 
-__all__ = ["EventHub", "Listener", "WireItem", "parse_event_id"]
+__all__ = ["EventHub", "Listener", "StreamReset", "WireItem", "parse_event_id"]
 
 Key = tuple[int, int]
 
@@ -57,6 +57,15 @@ def parse_event_id(text: str | None) -> Key | None:
 
 def _format_id(key: Key) -> str:
     return str(key[0]) if key[1] == 0 else f"{key[0]}.{key[1]}"
+
+
+class StreamReset(msgspec.Struct, frozen=True, tag="stream.reset", tag_field="type", kw_only=True):
+    """Sent (without an SSE id) when a resume asks for more than the replay buffer holds; the whole
+    buffer follows. Re-read state from the queries."""
+
+    after: str
+    oldest: str | None
+    why: Literal["evicted", "unknown_id"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,20 +241,22 @@ class EventHub:
 
     def listen(
         self, after: str | None, *, loop: asyncio.AbstractEventLoop, bound: int = 10_000
-    ) -> tuple[list[WireItem], dict[str, Any] | None, Listener]:
+    ) -> tuple[list[WireItem], StreamReset | None, Listener]:
         """Start listening. ``after``: the last id the client has (``Last-Event-ID``), ``"0"`` for the
         whole buffer, None for live events only. Returns what to replay first, a ``stream.reset``
         payload when the buffer cannot bridge the gap, and the listener for what follows."""
         listener = Listener(loop, bound)
         with self._lock:
             replay: list[WireItem] = []
-            reset: dict[str, Any] | None = None
+            reset: StreamReset | None = None
             if after is not None:
                 key = parse_event_id(after)
                 if key is None or key > self._last or key < self._evicted_upto:
                     oldest = self._buffer[0].id if self._buffer else None
-                    why = "unknown_id" if key is None or key > self._last else "evicted"
-                    reset = {"type": "stream.reset", "after": after, "oldest": oldest, "why": why}
+                    why: Literal["evicted", "unknown_id"] = (
+                        "unknown_id" if key is None or key > self._last else "evicted"
+                    )
+                    reset = StreamReset(after=after, oldest=oldest, why=why)
                     replay = list(self._buffer)
                 else:
                     replay = [item for item in self._buffer if item.key > key]
