@@ -15,6 +15,7 @@ Logging is off by default; turn it on with ``loguru.logger.enable("run_superviso
 from run_supervisor.actors import _logging  # noqa: F401 -- silences the library before anything logs
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
 from run_supervisor.actors._async_api import AsyncRunHandle, AsyncSubscription, AsyncSupervisor
+from run_supervisor.actors._async_body import AsyncAsk, AsyncRunBody, AsyncRunContext, AsyncToolCall
 from run_supervisor.actors._context import (
     Ask,
     CancelToken,
@@ -54,9 +55,13 @@ __all__ = [
     "Ask",
     "AskAlreadyAnswered",
     "AskWithdrawn",
+    "AsyncAsk",
+    "AsyncRunBody",
+    "AsyncRunContext",
     "AsyncRunHandle",
     "AsyncSubscription",
     "AsyncSupervisor",
+    "AsyncToolCall",
     "CancelToken",
     "CloseActionName",
     "CloseModeName",

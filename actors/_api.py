@@ -9,6 +9,7 @@ host can await one without blocking its loop: ``await asyncio.wrap_future(fut)``
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import threading
 import time
@@ -23,6 +24,7 @@ import pykka
 from pydantic import BaseModel, ConfigDict, Field
 
 from run_supervisor.actors import _validate as check
+from run_supervisor.actors._async_body import AsyncBodies, is_async_body
 from run_supervisor.actors._context import RunBody
 from run_supervisor.actors._errors import (
     InvalidRequest,
@@ -228,6 +230,7 @@ class Supervisor:
         self._final: CloseOutcome | None = None
         self._deadline: float | None = None
         self._relay = Relay(self.threads)
+        self._async_bodies = AsyncBodies(self.threads)
         core = SupervisorCore(
             dispose_budget_ms=config.dispose_budget_ms, retain_finished=config.retain_finished_runs
         )
@@ -336,6 +339,7 @@ class Supervisor:
 
     def _on_stopped(self) -> None:
         """The supervisor's mailbox is closed: nothing still waiting will ever be answered."""
+        self._async_bodies.close()
         with self._lock:
             self._closed = True
             waiting = list(self._outstanding)
@@ -370,7 +374,11 @@ class Supervisor:
         )
 
     def _call(
-        self, request: Request, body: RunBody | None = None, finished: Future[RunSnapshot] | None = None
+        self,
+        request: Request,
+        body: RunBody | None = None,
+        finished: Future[RunSnapshot] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> Future[CloseOutcome | RequestOutcome]:
         """Send a checked request; the internal future resolves to its outcome (rejections included)."""
         answer: Future[CloseOutcome | RequestOutcome] = Future()
@@ -379,9 +387,14 @@ class Supervisor:
             return answer
         run = None
         if isinstance(request, StartRun):  # its actor starts here, on the caller's thread, idle
-            run = RunActor.launch(
-                request.run_id, body, self._ref, self.config.request_timeout_s, self.threads
-            )
+            if is_async_body(body):  # a task on the host's loop (AsyncSupervisor) or on ours
+                run = self._async_bodies.launch(
+                    request.run_id, body, self._ref, self.config.request_timeout_s, loop
+                )
+            else:
+                run = RunActor.launch(
+                    request.run_id, body, self._ref, self.config.request_timeout_s, self.threads
+                )
         inner = self._post(lambda reply: Submit(request, reply, run, finished))
 
         def relay(done: Future[Any]) -> None:

@@ -301,7 +301,9 @@ class AsyncSupervisor:
         body: RunBody | None = None,
         finished: Future[RunSnapshot] | None = None,
     ) -> Any:
-        outcome = await self._await(self.sync._call(request, body, finished), timeout)
+        # An async def body runs as a task on this loop: the host's.
+        call = self.sync._call(request, body, finished, asyncio.get_running_loop())
+        outcome = await self._await(call, timeout)
         raise_for_rejection(outcome)
         return outcome
 
@@ -327,7 +329,8 @@ class AsyncSupervisor:
     ) -> AsyncRunHandle:
         """Start a run (or queue it behind the session's active run), pinned to the directory's
         current instance generation. Without ``run_id`` one is made (``run-N``), never one a host
-        already used. See ``Supervisor.start_run``."""
+        already used. An ``async def`` body runs as a task on this (the awaiting) loop, with an
+        ``AsyncRunContext``; any other body on its own thread. See ``Supervisor.start_run``."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = self.sync._start_run_request(session=session, directory=directory, run_id=run_id)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pykka
 
@@ -29,6 +29,9 @@ from run_supervisor.actors._errors import (
     SupervisorError,
     SupervisorTimeout,
 )
+
+if TYPE_CHECKING:
+    from run_supervisor.actors._async_body import AsyncRunContext
 from run_supervisor.protocol import (
     AskKind,
     AskPayload,
@@ -350,8 +353,9 @@ class ToolCall:
         return self.open_form(title=title, questions=questions, data=data).wait(timeout)
 
 
-RunBody = Callable[["RunContext"], Any]
-"""A run body: a callable that does the run's work on its own thread, given its context."""
+RunBody = Callable[["RunContext"], Any] | Callable[["AsyncRunContext"], Awaitable[Any]]
+"""A run body: a callable that does the run's work on its own thread, given its ``RunContext``;
+or an ``async def`` that runs as a task on an event loop, given an ``AsyncRunContext``."""
 
 
 class RunContext:

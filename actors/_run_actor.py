@@ -18,9 +18,11 @@ thread whose token is abandoned).
 
 from __future__ import annotations
 
+import inspect
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pykka
 
@@ -117,8 +119,12 @@ class RunActor(pykka.ThreadingActor):
         try:
             if self._body is None:
                 error = "no body was given for this run"
-            else:
-                self._body(context)
+            elif inspect.iscoroutine(result := cast("Callable[[RunContext], Any]", self._body)(context)):
+                result.close()  # never a silent "completed" for a body that did not run
+                error = (
+                    "the body returned a coroutine instead of running: pass the async def itself "
+                    "as the body (it then gets an AsyncRunContext)"
+                )
         except RunInterrupted as exc:
             if exc._owner is not self.token or not self.token.cancelled:
                 # Not this run's own interruption (one caught in another run and re-raised): the

@@ -27,6 +27,10 @@ CLASSES = [
     "Gate",
     "CancelToken",
     "PermissionReply",
+    "AsyncRunContext",
+    "AsyncToolCall",
+    "AsyncAsk",
+    "Ask",
 ]
 
 

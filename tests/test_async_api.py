@@ -31,6 +31,7 @@ from run_supervisor import (
     RunAlreadyExists,
     RunAlreadyFinished,
     RunContext,
+    RunSnapshot,
     Supervisor,
     SupervisorClosed,
     SupervisorConfig,
@@ -39,7 +40,8 @@ from run_supervisor import (
     UnknownDirectory,
     UnknownRun,
 )
-from run_supervisor.actors.testing import simulate_crash
+from run_supervisor.actors._async_body import AsyncRunContext
+from run_supervisor.actors.testing import EventLog, simulate_crash
 from run_supervisor.protocol import CancelRun, Event, InterruptReason, RejectCode
 
 T = TypeVar("T")
@@ -122,8 +124,9 @@ def test_an_async_start_on_a_journal_recovers_the_runs_a_dead_process_left(tmp_p
 
     async def host() -> tuple[str, ...]:
         first = await AsyncSupervisor.start(CONFIG, directories=["/w/a"], journal=journal)
+        log = EventLog(first)
         await first.start_run(held(gate), session="s1", directory="/w/a", run_id="r1")
-        await first.run("r1")  # answered after the start was journaled
+        await log.wait_for_async("run.started", run_id="r1", timeout=5)  # seen: so journaled
         simulate_crash(first.sync)
         async with AsyncSupervisor.start(CONFIG, journal=journal, journal_sync="full") as second:
             return tuple(event.run_id for event in second.recovered())
@@ -435,3 +438,193 @@ def test_the_event_loop_keeps_ticking_while_hundreds_of_calls_are_in_flight() ->
     # starts); a call that waited on the supervisor would hold the loop, and so the gate, for the
     # 20 s of its wait.
     assert worst < 2.5, f"the loop was {worst:.3f} s late"
+
+
+# --- async run bodies ---------------------------------------------------------------------------
+
+
+def test_an_async_body_runs_as_a_task_on_the_hosts_loop_with_steps_and_tool_parts() -> None:
+    async def host() -> tuple[RunSnapshot, list[bool]]:
+        host_loop = asyncio.get_running_loop()
+        on_host_loop: list[bool] = []
+
+        async def turn(ctx: AsyncRunContext) -> None:
+            on_host_loop.append(asyncio.get_running_loop() is host_loop)
+            async with ctx.step("model"):
+                await ctx.sleep(0.001)
+            bash = ctx.tool("bash")
+            bash.prepared()
+            with ctx.step("tool_exec"):
+                bash.running()
+            bash.completed()
+
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            run = await sup.start_run(turn, session="s1", directory="/w/a")
+            return await run.wait(timeout=5), on_host_loop
+
+    finished, on_host_loop = run_async(host)
+    assert on_host_loop == [True]
+    assert finished.outcome is Outcome.COMPLETED and finished.error is None
+    assert [(p.tool, p.state.value, p.tool_started) for p in finished.parts] == [("bash", "completed", True)]
+
+
+def test_an_async_body_given_to_the_sync_facade_runs_on_a_loop_thread_the_supervisor_owns() -> None:
+    threads: list[str] = []
+
+    async def turn(ctx: AsyncRunContext) -> str:
+        threads.append(threading.current_thread().name)
+        await asyncio.sleep(0)
+        return "done"
+
+    with Supervisor.start(CONFIG, directories=["/w/a"]) as sup:
+        first = sup.start_run(turn, session="s1", directory="/w/a")
+        second = sup.start_run(turn, session="s2", directory="/w/a")
+        assert first.wait(timeout=5).outcome is Outcome.COMPLETED
+        assert second.wait(timeout=5).outcome is Outcome.COMPLETED
+    assert threads == ["run-supervisor-async-bodies"] * 2
+    assert sup.threads.alive() == []  # the loop thread stopped with the supervisor
+
+
+def test_an_interrupt_cancels_the_task_and_the_body_sees_it_at_its_next_await() -> None:
+    seen: list[str] = []
+
+    async def host() -> RunSnapshot:
+        never, waiting = asyncio.Event(), asyncio.Event()
+
+        async def turn(ctx: AsyncRunContext) -> None:
+            waiting.set()  # the body runs on this loop: it can tell us
+            try:
+                await never.wait()  # any await, not only the context's
+            except asyncio.CancelledError:
+                seen.append(f"cancelled, run interrupted: {ctx.cancelled}")
+                raise
+
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            run = await sup.start_run(turn, session="s1", directory="/w/a")
+            await waiting.wait()
+            await run.cancel()
+            return await run.wait(timeout=5)
+
+    finished = run_async(host)
+    assert finished.outcome is Outcome.INTERRUPTED and finished.reason is InterruptReason.USER_CANCEL
+    assert seen == ["cancelled, run interrupted: True"]
+
+
+def test_an_async_body_that_swallows_cancellation_is_abandoned_at_the_shutdown_deadline() -> None:
+    held: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+    started = threading.Event()
+    swallowed: list[int] = []
+
+    async def deaf(ctx: AsyncRunContext) -> None:
+        release = asyncio.get_running_loop().create_future()
+        held.append((asyncio.get_running_loop(), release))
+        started.set()
+        while not release.done():
+            try:
+                await asyncio.shield(release)
+            except asyncio.CancelledError:
+                swallowed.append(1)  # ignores the interrupt, keeps going
+
+    sup = Supervisor.start(CONFIG, directories=["/w/a"])
+    log = EventLog(sup)
+    try:
+        sup.start_run(deaf, session="s1", directory="/w/a", run_id="r1")
+        assert started.wait(5)
+        begun = time.monotonic()
+        outcome = sup.shutdown(grace_ms=200)
+        took = time.monotonic() - begun
+        assert outcome.abandoned_runs == ("r1",)
+        finished = log.wait_for("run.finished", run_id="r1", timeout=2)
+        assert finished.abandoned and finished.reason is InterruptReason.SHUTDOWN  # type: ignore[union-attr]
+        assert swallowed and took < 5.0  # bounded by the grace deadline, whatever the body does
+    finally:
+        for loop, release in held:  # let it end: its loop thread then stops (the leak check joins it)
+            loop.call_soon_threadsafe(release.set_result, None)
+
+
+def test_the_async_contexts_waits_and_asks_are_awaitable_and_answered_by_the_user() -> None:
+    gate = Gate("tool input")
+    got: list[object] = []
+
+    async def host() -> RunSnapshot:
+        asked: asyncio.Queue[str] = asyncio.Queue()  # the body runs on this loop: it can tell us
+
+        async def turn(ctx: AsyncRunContext) -> None:
+            got.append(await ctx.wait(gate, timeout=5))
+            got.append(await ctx.wait(Gate("never"), timeout=0.01))
+            bash = ctx.tool("bash")
+            permission = bash.open_permission(title="run rm -rf build?", command="rm -rf build")
+            await asked.put(permission.ask_id)  # opened (registered) before the host hears of it
+            reply = await permission.wait(timeout=5)
+            got.append((reply.approved, reply.message))
+            form = ctx.open_form(title="which branch?", questions=["branch"])
+            await asked.put(form.ask_id)
+            got.append((await form.wait(timeout=5)).answer)
+            dismissed = ctx.open_form(title="anything else?")
+            await asked.put(dismissed.ask_id)
+            await dismissed.wait(timeout=5)  # dismissed without a message: the run ends here
+
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            run = await sup.start_run(turn, session="s1", directory="/w/a", run_id="r1")
+            gate.open()
+            await sup.reply_permission(await asked.get(), approve=False, message="use rg instead")
+            await sup.answer_form(await asked.get(), answer="main")
+            await sup.dismiss_form(await asked.get())
+            return await run.wait(timeout=5)
+
+    finished = run_async(host)
+    assert got == [True, False, (False, "use rg instead"), "main"]
+    assert finished.outcome is Outcome.INTERRUPTED and finished.reason is InterruptReason.FORM_DISMISSED
+
+
+def test_an_async_ask_that_times_out_is_withdrawn_and_a_withdrawal_can_lose_to_a_reply() -> None:
+    results: list[object] = []
+
+    async def host() -> None:
+        asked: asyncio.Queue[str] = asyncio.Queue()
+
+        async def turn(ctx: AsyncRunContext) -> None:
+            with pytest.raises(SupervisorTimeout, match="withdrawn"):
+                await ctx.ask_permission(timeout=0.01, title="nobody answers")
+            ask = ctx.open_form(title="answered before the withdrawal")
+            await asked.put(ask.ask_id)
+            await asked.join()  # the host has answered
+            results.append(await ask.withdraw())  # False: the reply came first and stands
+            results.append((await ask.wait(timeout=1)).answer)
+
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            run = await sup.start_run(turn, session="s1", directory="/w/a")
+            await sup.answer_form(await asked.get(), answer="yes")
+            asked.task_done()
+            assert (await run.wait(timeout=5)).outcome is Outcome.COMPLETED
+
+    run_async(host)
+    assert results == [False, "yes"]
+
+
+def test_a_sync_body_that_returns_a_coroutine_fails_with_a_clear_error_never_completed() -> None:
+    async def turn(ctx: AsyncRunContext) -> None:
+        raise AssertionError("never run")
+
+    def wraps_it(ctx: RunContext) -> object:  # a sync body handing back a coroutine
+        return turn(ctx)  # type: ignore[arg-type]
+
+    with Supervisor.start(CONFIG, directories=["/w/a"]) as sup:
+        finished = sup.start_run(wraps_it, session="s1", directory="/w/a").wait(timeout=5)
+    assert finished.outcome is Outcome.FAILED
+    assert "returned a coroutine" in (finished.error or "")
+
+
+def test_an_async_body_cancelled_at_once_ends_interrupted_whether_or_not_its_task_had_run() -> None:
+    async def host() -> list[RunSnapshot]:
+        async def turn(ctx: AsyncRunContext) -> None:
+            await asyncio.Event().wait()
+
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            runs = [await sup.start_run(turn, session=f"s{i}", directory="/w/a") for i in range(20)]
+            for run in runs:  # some before their task took its first step, some after
+                await run.cancel()
+            return [await run.wait(timeout=5) for run in runs]
+
+    for finished in run_async(host):
+        assert finished.outcome is Outcome.INTERRUPTED and finished.reason is InterruptReason.USER_CANCEL

@@ -34,6 +34,15 @@ if TYPE_CHECKING:
         AskWithdrawn as AskWithdrawn,
     )
     from run_supervisor.actors import (
+        AsyncAsk as AsyncAsk,
+    )
+    from run_supervisor.actors import (
+        AsyncRunBody as AsyncRunBody,
+    )
+    from run_supervisor.actors import (
+        AsyncRunContext as AsyncRunContext,
+    )
+    from run_supervisor.actors import (
         AsyncRunHandle as AsyncRunHandle,
     )
     from run_supervisor.actors import (
@@ -41,6 +50,9 @@ if TYPE_CHECKING:
     )
     from run_supervisor.actors import (
         AsyncSupervisor as AsyncSupervisor,
+    )
+    from run_supervisor.actors import (
+        AsyncToolCall as AsyncToolCall,
     )
     from run_supervisor.actors import (
         CancelToken as CancelToken,
@@ -240,9 +252,13 @@ _HOME: dict[str, str] = {
     "WithdrawReason": "run_supervisor.protocol",
     "part_note": "run_supervisor.protocol",
     "AlreadyInterrupting": "run_supervisor.actors",
+    "AsyncAsk": "run_supervisor.actors",
+    "AsyncRunBody": "run_supervisor.actors",
+    "AsyncRunContext": "run_supervisor.actors",
     "AsyncRunHandle": "run_supervisor.actors",
     "AsyncSubscription": "run_supervisor.actors",
     "AsyncSupervisor": "run_supervisor.actors",
+    "AsyncToolCall": "run_supervisor.actors",
     "ShutdownReasonName": "run_supervisor.actors",
     "LoadFailed": "run_supervisor.actors",
     "CloseModeName": "run_supervisor.actors",
@@ -306,9 +322,13 @@ __all__ = [
     "AskSnapshot",
     "AskState",
     "AskWithdrawn",
+    "AsyncAsk",
+    "AsyncRunBody",
+    "AsyncRunContext",
     "AsyncRunHandle",
     "AsyncSubscription",
     "AsyncSupervisor",
+    "AsyncToolCall",
     "CancelToken",
     "CloseAction",
     "CloseActionName",

@@ -1,0 +1,563 @@
+"""Async run bodies: an ``async def`` body runs as a task on an event loop, with the same context
+semantics in async form.
+
+The loop is the host's when it started the run through ``AsyncSupervisor`` (the loop that awaited
+``start_run``), otherwise a loop thread the supervisor owns, started with the first async body.
+The run still has its ``RunActor`` (the design's owner of a run); ``AsyncRunActor._run`` only
+schedules the task, and the task reports ``BodyEnded`` when the body is done.
+
+An interrupt cancels the task: the body sees ``asyncio.CancelledError`` at its next ``await`` (the
+context's own waits raise ``RunInterrupted``, as in a thread body). A body that swallows the
+cancellation goes on until it ends, or is abandoned at the shutdown deadline exactly like a thread
+body: the supervisor stops waiting for it and leaves its task (and the owned loop) running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar, cast
+
+import pykka
+
+from run_supervisor.actors._context import (
+    Ask,
+    CancelToken,
+    FormReply,
+    Gate,
+    PermissionReply,
+    QuestionLike,
+    RunContext,
+    ToolCall,
+)
+from run_supervisor.actors._errors import RunInterrupted, SupervisorTimeout
+from run_supervisor.actors._run_actor import RunActor, RunSlot, _describe
+from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.protocol import DeliverAnswer, InterruptReason, StepKind, WithdrawAsk, WithdrawReason
+
+__all__ = ["AsyncAsk", "AsyncBodies", "AsyncRunBody", "AsyncRunContext", "AsyncToolCall", "is_async_body"]
+
+R = TypeVar("R")
+
+AsyncRunBody: TypeAlias = Callable[["AsyncRunContext"], Awaitable[Any]]
+"""An ``async def`` run body: a coroutine function taking an ``AsyncRunContext``."""
+
+
+def is_async_body(body: object) -> TypeGuard[AsyncRunBody]:
+    """An ``async def`` function (or a partial of one, or an object with an ``async def __call__``)."""
+    while isinstance(body, functools.partial):
+        body = body.func
+    if inspect.iscoroutinefunction(body):
+        return True
+    return callable(body) and inspect.iscoroutinefunction(type(body).__call__)
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class AsyncCancelToken(CancelToken):
+    """A ``CancelToken`` whose changes also wake coroutines waiting on it, on their own loops, and
+    cancel the body's task."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiters: list[asyncio.Future[None]] = []  # guarded by self._cond
+        self._on_interrupt: Callable[[], None] | None = None
+
+    def _notify(self, *, interrupt: bool = False) -> None:
+        with self._cond:
+            waiters, self._waiters = self._waiters, []
+            on_interrupt = self._on_interrupt if interrupt else None
+        for waiter in waiters:
+            try:
+                waiter.get_loop().call_soon_threadsafe(_release, waiter)
+            except RuntimeError:
+                pass  # its loop is closed: nobody waits there any more
+        if on_interrupt is not None:
+            on_interrupt()
+
+    def cancel(self, reason: InterruptReason) -> None:
+        super().cancel(reason)
+        self._notify(interrupt=True)
+
+    def abandon(self) -> None:
+        super().abandon()
+        self._notify(interrupt=True)
+
+    def deliver(self, answer: DeliverAnswer) -> None:
+        super().deliver(answer)
+        self._notify()
+
+    def wake(self) -> None:
+        super().wake()
+        self._notify()
+
+    async def wait_until_async(
+        self, ready: Callable[[], bool], timeout: float | None = None, *, interruptible: bool = True
+    ) -> bool:
+        """``wait_until`` for a coroutine: wait until ``ready()`` or (when ``interruptible``) an
+        interrupt, without blocking the loop. Returns whether ``ready()`` held; raises
+        ``RunInterrupted`` when woken by an interrupt or abandonment."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._cond:
+                if self._abandoned or (interruptible and self._reason is not None):
+                    raise RunInterrupted._for(self._reason, self)
+                if ready():
+                    return True
+                waiter = loop.create_future()
+                self._waiters.append(waiter)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                await asyncio.wait({waiter}, timeout=remaining)
+            finally:
+                with self._cond:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+
+
+class _Step:
+    """``ctx.step(...)`` for an async body: usable with ``with`` and with ``async with``."""
+
+    def __init__(
+        self, ctx: RunContext, kind: StepKind, step_id: str, tool: str | None, call_id: str | None
+    ) -> None:
+        self._ctx = ctx
+        self._kind = kind
+        self._tool = tool
+        self._call_id = call_id
+        self.step_id = step_id
+
+    def __enter__(self) -> str:
+        self._ctx.step_started(self.step_id, self._kind, tool=self._tool, call_id=self._call_id)
+        return self.step_id
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is None:
+            self._ctx.step_finished(self.step_id, self._kind, tool=self._tool, call_id=self._call_id)
+
+    async def __aenter__(self) -> str:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        self.__exit__(exc_type)
+
+
+class AsyncAsk(Generic[R]):
+    """An open ask of an async body (``Ask`` in async form): ``await ask.wait()`` for the decision,
+    or ``await ask.withdraw()``. Same rules: a reply accepted before a withdrawal stands."""
+
+    def __init__(self, ask: Ask[R], token: AsyncCancelToken) -> None:
+        self.sync = ask
+        self.ask_id = ask.ask_id
+        self.kind = ask.kind
+        self._token = token
+
+    def __repr__(self) -> str:
+        return f"AsyncAsk({self.ask_id!r}, {self.kind.value})"
+
+    @property
+    def done(self) -> bool:
+        """A decision (or the withdrawal) has reached the body."""
+        return self.sync.done
+
+    async def _wait(self, timeout: float | None) -> DeliverAnswer | None:
+        await self._token.wait_until_async(lambda: self.sync._taken() is not None, timeout)
+        return self.sync._taken()
+
+    async def _settle(self, reason: WithdrawReason) -> DeliverAnswer:
+        ask, ctx = self.sync, self.sync._ctx
+        if ask._taken() is None:
+            ctx._tell(WithdrawAsk(run_id=ctx.run_id, ask_id=self.ask_id, reason=reason))
+        answer = await self._wait(ctx._ask_timeout)
+        if answer is None:
+            raise SupervisorTimeout(
+                f"the supervisor did not settle ask {self.ask_id!r} within {ctx._ask_timeout} s"
+            )
+        return answer
+
+    async def wait(self, timeout: float | None = None) -> R:
+        """Wait for the decision (see ``Ask.wait``): ``RunInterrupted`` if the run is interrupted,
+        ``SupervisorTimeout`` if no reply came in time (the ask is then withdrawn)."""
+        answer = await self._wait(timeout)
+        if answer is None:
+            answer = await self._settle(WithdrawReason.TIMEOUT)
+        if answer.withdrawn:
+            raise SupervisorTimeout(
+                f"no answer to {self.kind.value} ask {self.ask_id!r} in {timeout} s; it was withdrawn"
+            )
+        return self.sync._convert(answer)
+
+    async def withdraw(self) -> bool:
+        """Stop waiting for it: True if it was withdrawn, False if a reply came first."""
+        return (await self._settle(WithdrawReason.BODY)).withdrawn
+
+
+class AsyncToolCall:
+    """A tool part of an async body (``ToolCall`` with awaitable asks)."""
+
+    def __init__(self, call: ToolCall, token: AsyncCancelToken) -> None:
+        self.sync = call
+        self.tool = call.tool
+        self.call_id = call.call_id
+        self._token = token
+
+    def __repr__(self) -> str:
+        return f"AsyncToolCall({self.tool!r}, {self.call_id!r})"
+
+    def prepared(self) -> None:
+        """The call's input is complete (materialized); the tool has not started."""
+        self.sync.prepared()
+
+    def running(self) -> None:
+        """The tool starts to run."""
+        self.sync.running()
+
+    def completed(self) -> None:
+        self.sync.completed()
+
+    def failed(self, message: str) -> None:
+        """The tool itself failed (not an interruption): the part ends ``error``, the run goes on."""
+        self.sync.failed(message)
+
+    def open_permission(
+        self,
+        *,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> AsyncAsk[PermissionReply]:
+        """``AsyncRunContext.open_permission`` for this call."""
+        ask = self.sync.open_permission(title=title, command=command, options=options, data=data)
+        return AsyncAsk(ask, self._token)
+
+    async def ask_permission(
+        self,
+        timeout: float | None = None,
+        *,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> PermissionReply:
+        """Ask before the tool does its work (see ``RunContext.ask_permission``)."""
+        ask = self.open_permission(title=title, command=command, options=options, data=data)
+        return await ask.wait(timeout)
+
+    def open_form(
+        self,
+        *,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> AsyncAsk[FormReply]:
+        """``AsyncRunContext.open_form`` for this call."""
+        return AsyncAsk(self.sync.open_form(title=title, questions=questions, data=data), self._token)
+
+    async def ask_form(
+        self,
+        timeout: float | None = None,
+        *,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> FormReply:
+        """``AsyncRunContext.ask_form`` for this call."""
+        return await self.open_form(title=title, questions=questions, data=data).wait(timeout)
+
+
+class AsyncRunContext:
+    """Given to an ``async def`` run body: ``RunContext`` in async form. Reports (steps, tool parts,
+    ``raise_ask``) are the same non-blocking calls; waits are awaitable and wake on an interrupt."""
+
+    def __init__(self, context: RunContext) -> None:
+        self.sync = context
+        """The same run's ``RunContext`` (its waits block: use them only from another thread)."""
+        self.run_id = context.run_id
+        self.session = context.session
+        self.directory = context.directory
+        self.generation = context.generation
+        """The instance generation this run is pinned to; it stays loaded until the run ends."""
+        self.token: AsyncCancelToken = context.token  # type: ignore[assignment]
+
+    # --- cancellation ----------------------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        return self.sync.cancelled
+
+    def check(self) -> None:
+        """Raise ``RunInterrupted`` if the run has been interrupted."""
+        self.sync.check()
+
+    async def sleep(self, seconds: float) -> None:
+        """Pause, waking early (with ``RunInterrupted``) if the run is interrupted."""
+        await self.token.wait_until_async(lambda: False, seconds)
+
+    async def wait(self, gate: Gate, timeout: float | None = None) -> bool:
+        """Wait for a gate to open (True) or the timeout (False); ``RunInterrupted`` on interrupt."""
+        with gate._lock:
+            if gate._open:
+                return True
+            gate._waiters.add(self.token)
+        try:
+            return await self.token.wait_until_async(lambda: gate._open, timeout)
+        finally:
+            with gate._lock:
+                gate._waiters.discard(self.token)
+
+    # --- progress (non-blocking, as in RunContext) -----------------------------------------------
+
+    def next_step_id(self, kind: StepKind | str) -> str:
+        return self.sync.next_step_id(kind)
+
+    def step_started(
+        self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
+    ) -> None:
+        self.sync.step_started(step_id, kind, tool=tool, call_id=call_id)
+
+    def step_finished(
+        self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
+    ) -> None:
+        self.sync.step_finished(step_id, kind, tool=tool, call_id=call_id)
+
+    def step(
+        self, kind: StepKind | str, step_id: str | None = None, *, call: AsyncToolCall | None = None
+    ) -> _Step:
+        """Report a step around a block (``with`` or ``async with``); the id defaults to the kind,
+        then ``kind-2``... With ``call``, the step events name that call's tool and call id."""
+        kind = StepKind(kind)
+        tool, call_id = (call.tool, call.call_id) if call is not None else (None, None)
+        return _Step(self.sync, kind, step_id or self.next_step_id(kind), tool, call_id)
+
+    def tool(self, tool: str, *, call_id: str | None = None) -> AsyncToolCall:
+        """Begin a tool part: the model starts generating this tool call's input."""
+        return AsyncToolCall(self.sync.tool(tool, call_id=call_id), self.token)
+
+    # --- asking the user (as in RunContext; the waits are awaitable) ------------------------------
+
+    def open_permission(
+        self,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> AsyncAsk[PermissionReply]:
+        """Ask the user to allow a tool call, without waiting (see ``RunContext.open_permission``)."""
+        ask = self.sync.open_permission(
+            tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
+        )
+        return AsyncAsk(ask, self.token)
+
+    async def ask_permission(
+        self,
+        timeout: float | None = None,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> PermissionReply:
+        """Ask the user to allow a tool call and wait (see ``RunContext.ask_permission``)."""
+        ask = self.open_permission(
+            tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
+        )
+        return await ask.wait(timeout)
+
+    def open_form(
+        self,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> AsyncAsk[FormReply]:
+        """Raise a question form without waiting (see ``RunContext.open_form``)."""
+        ask = self.sync.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data)
+        return AsyncAsk(ask, self.token)
+
+    async def ask_form(
+        self,
+        timeout: float | None = None,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> FormReply:
+        """Raise a question form and wait (see ``RunContext.ask_form``)."""
+        ask = self.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data)
+        return await ask.wait(timeout)
+
+    # --- the instance ----------------------------------------------------------------------------
+
+    async def instance(self) -> Any:
+        """The cache object of the instance this run is pinned to (see ``RunContext.instance``);
+        asked on a short-lived thread, so the loop never waits on the instance actor."""
+        result: Future[Any] = Future()
+
+        def ask() -> None:
+            try:
+                result.set_result(self.sync.instance())
+            except BaseException as exc:
+                result.set_exception(exc)
+
+        threading.Thread(target=ask, name=f"run-supervisor-instance-{self.run_id}", daemon=True).start()
+        return await asyncio.wrap_future(result)
+
+
+class _OwnedLoop:
+    """The event loop a supervisor runs async bodies on when no host loop is given."""
+
+    def __init__(self, threads: ThreadBook) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._threads = threads
+        self.thread = threading.Thread(target=self._serve, name="run-supervisor-async-bodies", daemon=True)
+        threads.add(self.thread)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        if not asyncio.all_tasks(self.loop):
+            self.loop.close()
+
+    def stop(self) -> None:
+        """Stop once the bodies have ended; with an abandoned body left, keep serving it, unjoined
+        (as an abandoned thread body keeps its thread), and stop when it ends."""
+
+        def stop_if_idle(*_: object) -> None:
+            pending = asyncio.all_tasks(self.loop)
+            if not pending:
+                self.loop.stop()
+                return
+            self._threads.abandoned.add(self.thread)
+            for task in pending:  # look again when each ends: the last one stops the loop
+                task.add_done_callback(stop_if_idle)
+
+        try:
+            self.loop.call_soon_threadsafe(stop_if_idle)
+        except RuntimeError:
+            pass  # already closed
+
+
+class AsyncBodies:
+    """A supervisor's async bodies: which loop runs them, and launching their run actors."""
+
+    def __init__(self, threads: ThreadBook) -> None:
+        self._threads = threads
+        self._lock = threading.Lock()
+        self._owned: _OwnedLoop | None = None
+        self._closed = False
+
+    def _loop(self, host_loop: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop:
+        if host_loop is not None:
+            return host_loop
+        with self._lock:
+            if self._owned is None:
+                self._owned = _OwnedLoop(self._threads)
+            return self._owned.loop
+
+    def launch(
+        self,
+        run_id: str,
+        body: AsyncRunBody,
+        supervisor: pykka.ActorRef[Any],
+        ask_timeout: float,
+        host_loop: asyncio.AbstractEventLoop | None,
+    ) -> RunSlot:
+        token = AsyncCancelToken()
+        loop = self._loop(host_loop)
+        ref = AsyncRunActor.start(run_id, body, supervisor, ask_timeout, self._threads, token, loop)
+        return RunSlot(ref=cast("pykka.ActorRef[RunActor]", ref), token=token)
+
+    def close(self) -> None:
+        """The supervisor has stopped: stop the owned loop (after its last body)."""
+        with self._lock:
+            owned, self._closed = self._owned, True
+        if owned is not None:
+            owned.stop()
+
+
+class AsyncRunActor(RunActor):
+    """A run whose body is an ``async def``: ``_run`` starts it as a task on its loop."""
+
+    def __init__(
+        self,
+        run_id: str,
+        body: AsyncRunBody,
+        supervisor: pykka.ActorRef[Any],
+        ask_timeout: float,
+        threads: ThreadBook,
+        token: AsyncCancelToken,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        super().__init__(run_id, None, supervisor, ask_timeout, threads, token)
+        self._async_body = body
+        self._loop = loop
+        self._async_token = token
+
+    def _run(self, context: RunContext) -> None:
+        ctx = AsyncRunContext(context)
+        try:
+            self._loop.call_soon_threadsafe(self._start_task, ctx)
+        except RuntimeError:  # the loop is closed
+            self._ended("the event loop for this async body is closed")
+
+    def _start_task(self, ctx: AsyncRunContext) -> None:
+        task = self._loop.create_task(self._drive(ctx), name=f"run-supervisor-run-{self.run_id}")
+        task.add_done_callback(self._task_done)  # also when cancelled before it ever ran
+        token = self._async_token
+
+        def interrupt() -> None:
+            try:
+                self._loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:
+                pass  # the loop is closed: the task will never run again anyway
+
+        with token._cond:
+            token._on_interrupt = interrupt
+            already = token.cancelled
+        if already:
+            task.cancel()
+
+    async def _drive(self, ctx: AsyncRunContext) -> str | None:
+        """Run the body; its error, if any (as ``RunActor._run`` would report it)."""
+        try:
+            await self._async_body(ctx)
+        except RunInterrupted as exc:
+            if exc._owner is not self.token or not self.token.cancelled:
+                return "the body raised a RunInterrupted that was not its own run's interruption"
+            return None
+        except asyncio.CancelledError:
+            return None if self.token.cancelled else _CANCELLED_OUTSIDE
+        except BaseException as exc:  # contained, as for a thread body
+            return _describe(exc)
+        return None
+
+    def _task_done(self, task: asyncio.Task[str | None]) -> None:
+        if task.cancelled():
+            self._ended(None if self.token.cancelled else _CANCELLED_OUTSIDE)
+        else:
+            self._ended(task.result())
+
+
+_CANCELLED_OUTSIDE = "the body's task was cancelled from outside (its event loop shut down?)"
