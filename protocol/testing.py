@@ -809,7 +809,7 @@ class InvariantChecker:
                 continue
             by = f"{type(request).__name__} {token!r}"
             if isinstance(request, CancelRun):
-                add(request.run_id, _Decision(InterruptReason.USER_CANCEL, request.origin, request.tag, by))
+                add(request.run_id, _Decision(request.reason, request.origin, request.tag, by))
             elif isinstance(request, ReplyPermission) and not request.approve and not request.message:
                 add(
                     self._asked_run(request.ask_id, request.run_id),

@@ -50,6 +50,9 @@ from typing import Any
 from run_supervisor.protocol import (
     AbandonRun,
     AnswerForm,
+    AskKind,
+    AskPayload,
+    AskRaised,
     BodyEnded,
     CancelRun,
     CloseAction,
@@ -72,7 +75,8 @@ from run_supervisor.protocol import (
     StartGraceTimer,
     StartRun,
     SupervisorCore,
-    WaitingForUser,
+    WithdrawAsk,
+    WithdrawReason,
 )
 from run_supervisor.protocol._core import Report
 from run_supervisor.protocol.testing import InvariantChecker
@@ -150,8 +154,8 @@ class World:
         self.carry_out(self.core.report(report))
 
 
-def initial_world() -> World:
-    world = World(core=SupervisorCore(), checker=InvariantChecker())
+def initial_world(core: Callable[[], SupervisorCore] = SupervisorCore) -> World:
+    world = World(core=core(), checker=InvariantChecker())
     world.core.declare(B)
     world.carry_out(world.core.preload(A))
     return world
@@ -182,11 +186,24 @@ def _body_ends(run_id: str, error: str | None) -> Callable[[World], None]:
     return move
 
 
+def _ask_id(run_id: str) -> str:
+    return f"{run_id}:ask"
+
+
 def _body_asks(run_id: str, form: bool) -> Callable[[World], None]:
     def move(world: World) -> None:
         body = world.bodies[run_id]
         body.waiting, body.asked = ("form" if form else "permission"), True
-        world.report(WaitingForUser(run_id=run_id, form=form))
+        kind = AskKind.FORM if form else AskKind.PERMISSION
+        world.report(AskRaised(run_id=run_id, ask_id=_ask_id(run_id), kind=kind, payload=AskPayload()))
+
+    return move
+
+
+def _body_gives_up(run_id: str) -> Callable[[World], None]:
+    def move(world: World) -> None:
+        world.bodies[run_id].waiting = None
+        world.report(WithdrawAsk(run_id=run_id, ask_id=_ask_id(run_id), reason=WithdrawReason.TIMEOUT))
 
     return move
 
@@ -311,16 +328,20 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
     for reason in scope.reasons if world.shutdowns < scope.max_shutdowns else ():
         yield f"shutdown {reason.value}", _shutdown(Shutdown(reason=reason, origin="mc", grace_ms=100))
     for run_id, body in sorted(world.bodies.items()):
+        ask = _ask_id(run_id)
         if body.waiting == "permission":
-            yield f"approve {run_id}", _request(ReplyPermission(run_id=run_id, approve=True))
-            yield f"reject {run_id}", _request(ReplyPermission(run_id=run_id, approve=False))
+            yield f"approve {ask}", _request(ReplyPermission(ask_id=ask, approve=True))
+            yield f"reject {ask}", _request(ReplyPermission(ask_id=ask, approve=False))
             yield (
-                f"reject {run_id} with a message",
-                _request(ReplyPermission(run_id=run_id, approve=False, message="no")),
+                f"reject {ask} with a message",
+                _request(ReplyPermission(ask_id=ask, approve=False, message="no")),
             )
         elif body.waiting == "form":
-            yield f"answer {run_id}", _request(AnswerForm(run_id=run_id, answer="yes"))
-            yield f"dismiss {run_id}", _request(DismissForm(run_id=run_id))
+            yield f"answer {ask}", _request(AnswerForm(ask_id=ask, answer="yes"))
+            yield f"dismiss {ask}", _request(DismissForm(ask_id=ask))
+            yield f"dismiss {ask} with a message", _request(DismissForm(ask_id=ask, message="later"))
+        if body.waiting is not None:
+            yield f"{run_id} stops waiting (timeout)", _body_gives_up(run_id)
         yield f"{run_id} returns", _body_ends(run_id, None)
         if scope.raises:
             yield f"{run_id} raises", _body_ends(run_id, "boom")
@@ -495,11 +516,18 @@ def _problems(world: World) -> list[str]:
     return list(world.checker.violations)
 
 
-def explore(depth: int, scope: Scope = FULL, *, drain: str = "leaves", max_violations: int = 20) -> Result:
+def explore(
+    depth: int,
+    scope: Scope = FULL,
+    *,
+    drain: str = "leaves",
+    max_violations: int = 20,
+    core: Callable[[], SupervisorCore] = SupervisorCore,
+) -> Result:
     """Breadth-first over every interleaving up to ``depth`` steps, checking after every step."""
     started = time.perf_counter()
     result = Result(scope=scope.name, about=scope.about, depth=depth)
-    root = initial_world()
+    root = initial_world(core)
     seen = {state_key(root)}
     frontier: list[tuple[World, tuple[str, ...]]] = [(root, ())]
     result.states = 1
