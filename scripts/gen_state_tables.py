@@ -14,6 +14,7 @@ from typing import Any
 
 from run_supervisor.protocol import (
     ACTION_TRANSITIONS,
+    ASK_TRANSITIONS,
     CLOSE_RULES,
     INSTANCE_TRANSITIONS,
     PART_PHASE,
@@ -75,6 +76,14 @@ def tables() -> str:
         "| --- | --- | --- |",
     ]
     lines += _transition_rows(ACTION_TRANSITIONS)
+    lines += [
+        "",
+        "**Asks** (`ASK_TRANSITIONS`): a permission or a form, from `ask.requested` to its decision",
+        "",
+        "| state | trigger | next state |",
+        "| --- | --- | --- |",
+    ]
+    lines += _transition_rows(ASK_TRANSITIONS)
     lines += [
         "",
         "**Close modes** (`CLOSE_RULES`)",
