@@ -201,6 +201,10 @@ _FIELDS_SHOWN = (
     "generation",
     "step",
     "kind",
+    "ask_id",
+    "call_id",
+    "tool",
+    "state",
     "status",
     "outcome",
     "reason",
@@ -216,6 +220,7 @@ _FIELDS_SHOWN = (
     "blocking_runs",
     "superseded_by",
     "abandoned_runs",
+    "label",
 )
 
 

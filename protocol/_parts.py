@@ -132,6 +132,8 @@ def part_label(part: _PartFacts) -> str:
     if part.state is PartState.COMPLETED:
         return f"{tool} ran"
     if part.state is PartState.ERROR:
+        if not part.tool_started:  # it ended before the tool did anything: it did not fail, it never ran
+            return _with(f"Did not run: {tool}", part.message)
         return _with(f"{tool} failed", part.message)
     if part.state is PartState.INTERRUPTED:
         if part.tool_started:

@@ -3,10 +3,12 @@ withdrawal, and tool parts announced as events (issue 9)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +27,11 @@ from run_supervisor.actors import (
     SupervisorTimeout,
     UnknownAsk,
 )
+from run_supervisor.actors.scenarios import load_scenario, play, scenario_files
+from run_supervisor.actors.scenarios._format import PartExpectation
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import (
+    PART_TRANSITIONS,
     AnswerForm,
     AskKind,
     AskPayload,
@@ -678,7 +683,6 @@ def test_the_asks_of_a_forgotten_run_are_forgotten_with_it() -> None:
 def test_the_ask_prompts_example_draws_a_permission_prompt_a_form_and_truthful_cards_from_events() -> None:
     import subprocess
     import sys
-    from pathlib import Path
 
     example = Path(__file__).resolve().parents[1] / "docs" / "examples" / "ask_prompts.py"
     done = subprocess.run(
@@ -698,3 +702,53 @@ def test_the_ask_prompts_example_draws_a_permission_prompt_a_form_and_truthful_c
     assert out.rstrip().endswith("run: completed")
     api = (example.parents[1] / "api.md").read_text()
     assert out.strip() in api  # the page shows what the example really prints
+
+
+# --- the scenario library: every tool-part change is an event, every part's card is checked ---------
+
+LIBRARY = Path(__file__).resolve().parents[1] / "docs" / "scenarios"
+
+
+@pytest.mark.parametrize("path", scenario_files(LIBRARY), ids=lambda p: p.stem)
+def test_every_tool_part_change_of_the_library_is_a_run_part_updated_event(path: Path) -> None:
+    scenario = load_scenario(path)
+    report = play(scenario, timeout=10)
+    assert report.passed, report.failures
+    updates: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for event in report.events:
+        if event["type"] == "run.part.updated":
+            updates.setdefault((event["run"], event["call_id"]), []).append(event)
+    for run_id, run in report.runs.items():
+        for part in run.tool_parts:
+            seen = updates.pop((run_id, part.call_id), [])  # type: ignore[arg-type]
+            assert seen, f"{run_id} {part.call_id}: no run.part.updated at all"
+            states = [PartState(u["state"]) for u in seen]
+            assert states[0] is PartState.PENDING, f"{run_id} {part.call_id} begins {states[0]}"
+            for before, after in itertools.pairwise(seen):  # each event is a change, each move legal
+                assert before != after | {"seq": before["seq"]}, f"{run_id} {part.call_id}: repeated {after}"
+                old, new = PartState(before["state"]), PartState(after["state"])
+                assert old is new or new in PART_TRANSITIONS[old] or new is PartState.INTERRUPTED, (
+                    f"{run_id} {part.call_id}: {old} -> {new} skips a change"
+                )
+            last = seen[-1]  # the card a UI drew last is the card the run ended with
+            assert (last["state"], last["tool_started"], last["label"]) == (
+                part.state,
+                part.tool_started,
+                part.label,
+            )
+    assert updates == {}, f"part events of parts no run reported: {sorted(updates)}"
+
+
+@pytest.mark.parametrize("path", scenario_files(LIBRARY), ids=lambda p: p.stem)
+def test_every_tool_part_of_the_library_has_its_label_and_tool_started_expected(path: Path) -> None:
+    scenario = load_scenario(path)
+    expected = {e.target: e.fields.get("tool_parts") for e in scenario.expect}
+    for run in scenario.runs:
+        if not run.tools:
+            continue
+        parts = expected.get(run.id)
+        # Given for every run with tool calls (empty: a run that never reached one, e.g. cancelled queued).
+        assert isinstance(parts, tuple), f"{path.name}: {run.id} says nothing of its tool parts"
+        for part in parts:
+            assert isinstance(part, PartExpectation), f"{path.name}: {run.id}: a bare state {part}"
+            assert part.tool_started is not None and part.label, f"{path.name}: {run.id}: {part}"

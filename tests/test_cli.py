@@ -41,7 +41,7 @@ def test_the_contract_example_passes_with_exit_0_and_a_json_report(
     assert code == 0
     assert report["passed"] is True
     assert report["runs"]["r1"]["tool_parts"] == [
-        {"tool": "bash", "state": "completed", "tool_started": True, "label": "bash ran"}
+        {"tool": "bash", "state": "completed", "tool_started": True, "label": "bash ran", "call_id": "call-1"}
     ]
     assert report["actions"]["a1"]["completed_directories"] == ["/proj/b"]
     assert report["actions"]["action-2"] == {"do": "open_gate", "result": "ok"}

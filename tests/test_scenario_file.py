@@ -1176,8 +1176,8 @@ def _expect_case(entries: str, key: str, case_id: str) -> Any:
             "a part's unknown state",
         ),
         _expect_case(
-            'r1 = { tool_parts = [{ state = "completed", label = "x" }] }',
-            "expect.r1.tool_parts[0].label",
+            'r1 = { tool_parts = [{ state = "completed", note = "x" }] }',
+            "expect.r1.tool_parts[0].note",
             "an unknown part key",
         ),
         _expect_case(

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from run_supervisor import Ask, Gate, RunContext, ToolCall
+from run_supervisor import Ask, Gate, RunContext, SupervisorTimeout, ToolCall
 from run_supervisor.actors.scenarios._format import RunSpec, Scenario, StepSpec
 from run_supervisor.protocol import PartState, StepKind
 
@@ -33,8 +33,15 @@ def _work(ctx: RunContext, step: StepSpec, gates: dict[str, Gate]) -> None:
         raise ScenarioFault(step.fail)
 
 
-def make_body(spec: RunSpec, gates: dict[str, Gate]) -> Callable[[RunContext], None]:
-    """The run body a scenario run stands for: its steps, gates, work, faults and asks."""
+def make_body(
+    spec: RunSpec, gates: dict[str, Gate], ask_ids: dict[tuple[str, str], str] | None = None
+) -> Callable[[RunContext], None]:
+    """The run body a scenario run stands for: its steps, gates, work, faults and asks.
+
+    A named ask (a step's ``ask``) is recorded in ``ask_ids`` under ``(run, name)`` as it opens, so the
+    play can reply to it by id. An ask with ``wait = false`` stays open while the run goes on; the body
+    waits for it (and ends its tool part) after the last step.
+    """
     last_step_of_part: dict[int, str] = {}
     for step in spec.steps:
         if step.part is not None:
@@ -44,6 +51,8 @@ def make_body(spec: RunSpec, gates: dict[str, Gate]) -> Callable[[RunContext], N
         # Each step's state is reported *before* its run.step.started event, so an action fired on
         # that event finds the part (and an immediate ask) exactly where the file says it is.
         call: ToolCall | None = None
+        later: list[tuple[Ask[Any], StepSpec, ToolCall | None]] = []  # asks opened with wait = false
+        waiting_parts: set[int] = set()  # parts whose end waits for such an ask
         for step in spec.steps:
             kind = step.kind
             asks = kind in (StepKind.PERMISSION, StepKind.FORM)
@@ -58,7 +67,7 @@ def make_body(spec: RunSpec, gates: dict[str, Gate]) -> Callable[[RunContext], N
                 if step.at is PartState.RUNNING:
                     call.running()
             elif ask_at_once:  # opened before the step event: an action fired on it finds the ask
-                ask = _open_ask(ctx, call, kind)
+                ask = _open_ask(ctx, call, step, spec.id, ask_ids)
             in_part = call is not None and step.part is not None
             tool, call_id = (call.tool, call.call_id) if in_part and call is not None else (None, None)
             ctx.step_started(step.id, kind, tool=tool, call_id=call_id)
@@ -71,22 +80,56 @@ def make_body(spec: RunSpec, gates: dict[str, Gate]) -> Callable[[RunContext], N
                 call.running()
             _work(ctx, step, gates)
             if asks:
-                (ask or _open_ask(ctx, call, kind)).wait()
+                ask = ask or _open_ask(ctx, call, step, spec.id, ask_ids)
+                if step.wait:
+                    _await(ask, step, call)
+                else:
+                    later.append((ask, step, call))
+                    if step.part is not None:
+                        waiting_parts.add(step.part)
             if kind is StepKind.TOOL_EXEC and step.error is not None:
                 assert call is not None
                 call.failed(step.error)
             ctx.step_finished(step.id, kind, tool=tool, call_id=call_id)
-            if step.part is not None and last_step_of_part[step.part] == step.id and call is not None:
+            part_ends = step.part is not None and last_step_of_part[step.part] == step.id
+            if part_ends and call is not None and step.part not in waiting_parts:
                 call.completed()  # ignored by the core if the part already ended in error
+        for ask, step, call in later:  # the asks left open, in the order they were opened
+            _await(ask, step, call)
+            if call is not None:
+                call.completed()
 
     return body
 
 
-def _open_ask(ctx: RunContext, call: ToolCall | None, kind: StepKind) -> Ask[Any]:
-    """The step's ask, tied to its tool part."""
-    if kind is StepKind.PERMISSION:
-        return call.open_permission() if call is not None else ctx.open_permission()
-    return call.open_form() if call is not None else ctx.open_form()
+def _open_ask(
+    ctx: RunContext,
+    call: ToolCall | None,
+    step: StepSpec,
+    run: str,
+    ask_ids: dict[tuple[str, str], str] | None,
+) -> Ask[Any]:
+    """The step's ask, tied to its tool part, with the step's payload."""
+    ask: Ask[Any]
+    if step.kind is StepKind.PERMISSION:
+        opener = call.open_permission if call is not None else ctx.open_permission
+        ask = opener(title=step.title, command=step.command, options=step.options)
+    else:
+        form = call.open_form if call is not None else ctx.open_form
+        ask = form(title=step.title, questions=step.questions)
+    if step.ask is not None and ask_ids is not None:
+        ask_ids[(run, step.ask)] = ask.ask_id
+    return ask
+
+
+def _await(ask: Ask[Any], step: StepSpec, call: ToolCall | None) -> None:
+    """Wait for the ask's decision; past the step's ``timeout_ms`` it is withdrawn and the call fails."""
+    timeout = None if step.timeout_ms is None else step.timeout_ms / 1000.0
+    try:
+        ask.wait(timeout)
+    except SupervisorTimeout:
+        if call is not None:
+            call.failed(f"no answer to the {step.kind.value} ask within {step.timeout_ms} ms")
 
 
 class ScenarioHooks:

@@ -48,6 +48,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from run_supervisor.protocol import (
+    AskKind,
     CloseAction,
     CloseMode,
     CloseResult,
@@ -55,6 +56,8 @@ from run_supervisor.protocol import (
     Outcome,
     PartState,
     Phase,
+    Question,
+    RejectCode,
     RequestResult,
     SessionStatus,
     ShutdownReason,
@@ -150,6 +153,17 @@ class StepSpec:
     ignores_cancel: bool
     part: int | None
     """Index (0-based, within the run) of the tool part this step belongs to; ``None`` outside a tool part."""
+    ask: str | None = None
+    """``permission`` and ``form``: the ask's name (actions may reply to it by name)."""
+    wait: bool = True
+    """``permission`` and ``form``: ``False`` opens the ask and goes on; it is waited for after the
+    last step."""
+    timeout_ms: int | None = None
+    """``permission`` and ``form``: how long the body waits; then the ask is withdrawn and the call fails."""
+    title: str | None = None
+    command: str | None = None
+    options: tuple[str, ...] = ()
+    questions: tuple[Question, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +206,9 @@ class ActionSpec:
     origin: str | None = None
     """Default: the ``do`` value for closes, ``shutdown`` and ``test_teardown``; ``user`` for ``cancel``."""
     run: str | None = None
+    ask: str | None = None
+    """Replies: the name of the ask (a ``permission`` or ``form`` step's ``ask``) they answer; without
+    it, the reply names the run (the contract's way: its one open ask of that kind)."""
     decision: Decision | None = None
     message: str | None = None
     answer: str | None = None
@@ -210,10 +227,12 @@ class InstanceFaultSpec:
 
 @dataclass(frozen=True, slots=True)
 class PartExpectation:
-    """An expected tool part given as a table; ``tool_started`` ``None`` when the file does not say."""
+    """An expected tool part given as a table; ``tool_started`` and ``label`` ``None`` when the file
+    does not say."""
 
     state: PartState
     tool_started: bool | None = None
+    label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,17 +369,22 @@ def _values(enum: type[StrEnum]) -> frozenset[str]:
 
 
 _STEP_COMMON_KEYS = ("kind", "id", "gate", "ms", "fail", "ignores_cancel")
+_ASK_KEYS = ("ask", "wait", "timeout_ms", "title")  # this project: asks with names and payloads
 _STEP_KEYS: Mapping[StepKind, frozenset[str]] = {
     StepKind.MODEL: frozenset(_STEP_COMMON_KEYS),
     StepKind.TOOL_INPUT: frozenset((*_STEP_COMMON_KEYS, "tool")),
     StepKind.TOOL_EXEC: frozenset((*_STEP_COMMON_KEYS, "tool", "at", "error")),
-    StepKind.PERMISSION: frozenset(_STEP_COMMON_KEYS),
-    StepKind.FORM: frozenset(_STEP_COMMON_KEYS),
+    StepKind.PERMISSION: frozenset((*_STEP_COMMON_KEYS, *_ASK_KEYS, "command", "options")),
+    StepKind.FORM: frozenset((*_STEP_COMMON_KEYS, *_ASK_KEYS, "questions")),
 }
 _STEP_KEY_HOME: Mapping[str, str] = {
     "tool": "tool_input and tool_exec steps",
     "at": "tool_exec steps",
     "error": "tool_exec steps",
+    **dict.fromkeys(_ASK_KEYS, "permission and form steps"),
+    "command": "permission steps",
+    "options": "permission steps",
+    "questions": "form steps",
 }
 
 # Keys each `do` takes besides id, when and do (in the contract's order), and the ones it requires.
@@ -373,10 +397,15 @@ _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
     CloseAction.SHUTDOWN: ("grace_ms", "origin"),
     CloseAction.TEST_TEARDOWN: ("grace_ms", "origin"),
     UserAction.START_RUN: ("run",),
-    UserAction.REPLY_PERMISSION: ("run", "decision", "message"),
-    UserAction.ANSWER_FORM: ("run", "answer"),
-    UserAction.CANCEL_FORM: ("run",),
+    UserAction.REPLY_PERMISSION: ("run", "ask", "decision", "message"),
+    UserAction.ANSWER_FORM: ("run", "ask", "answer"),
+    UserAction.CANCEL_FORM: ("run", "ask", "message"),
     UserAction.OPEN_GATE: ("gate",),
+}
+_ASK_OF: Mapping[ActionDo, AskKind] = {
+    UserAction.REPLY_PERMISSION: AskKind.PERMISSION,
+    UserAction.ANSWER_FORM: AskKind.FORM,
+    UserAction.CANCEL_FORM: AskKind.FORM,
 }
 _ACTION_REQUIRED: Mapping[ActionDo, tuple[str, ...]] = {
     CloseAction.DISPOSE: ("directory", "mode"),
@@ -480,6 +509,13 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class _QuestionModel(_Model):
+    question: _Text
+    header: _Text | None = None
+    options: list[_Text] = Field(default_factory=list)
+    multiple: StrictBool = False
+
+
 class _StepModel(_Model):
     kind: Annotated[StrictStr, _one_of_values(StepKind)]
     id: _Id | None = None
@@ -490,6 +526,13 @@ class _StepModel(_Model):
     error: _Text | None = None
     fail: _Text | None = None
     ignores_cancel: StrictBool = False
+    ask: _Id | None = None
+    wait: StrictBool = True
+    timeout_ms: _Ms | None = None
+    title: _Text | None = None
+    command: _Text | None = None
+    options: list[_Text] | None = None
+    questions: list[_Text | _QuestionModel] | None = None
 
 
 class _RunModel(_Model):
@@ -508,6 +551,7 @@ class _ActionModel(_Model):
     mode: StrictStr | None = None
     origin: StrictStr | None = None
     run: StrictStr | None = None
+    ask: StrictStr | None = None
     decision: StrictStr | None = None
     message: StrictStr | None = None
     answer: Any = None
@@ -544,6 +588,7 @@ class _RunExpectModel(_Model):
 class _PartExpectModel(_Model):
     state: Annotated[StrictStr, _one_of_values(PartState)]
     tool_started: StrictBool | None = None
+    label: StrictStr | None = None
 
 
 class _ActionExpectModel(_Model):
@@ -553,6 +598,7 @@ class _ActionExpectModel(_Model):
     completed: Annotated[Any, AfterValidator(_bool_or_none)] = None
     completed_after: StrictStr | None = None
     interrupted_runs: list[StrictStr] | None = None
+    code: Annotated[StrictStr, _one_of_values(RejectCode, none=True)] | None = None
 
 
 class _SessionExpectModel(_Model):
@@ -1004,6 +1050,7 @@ def _check_directories(directories: Sequence[str]) -> None:
 def _build_run(index: int, run: _RunModel) -> RunSpec:
     for position, step in enumerate(run.steps):
         _check_step_keys(index, position, step)
+    _check_ask_names(index, run.steps)
     parts, tools = _tool_parts(index, run.steps)
     ids = _step_ids(index, run.steps)
     steps = tuple(
@@ -1018,6 +1065,13 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
             fail=step.fail,
             ignores_cancel=step.ignores_cancel,
             part=part,
+            ask=step.ask,
+            wait=step.wait,
+            timeout_ms=step.timeout_ms,
+            title=step.title,
+            command=step.command,
+            options=tuple(step.options or ()),
+            questions=tuple(_question(q) for q in step.questions or ()),
         )
         for step, step_id, part in zip(run.steps, ids, parts, strict=True)
     )
@@ -1029,6 +1083,28 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
         steps=steps,
         tools=tools,
     )
+
+
+def _question(given: str | _QuestionModel) -> Question:
+    if isinstance(given, str):
+        return Question(question=given)
+    return Question(
+        question=given.question, header=given.header, options=tuple(given.options), multiple=given.multiple
+    )
+
+
+def _check_ask_names(run: int, steps: Sequence[_StepModel]) -> None:
+    seen: dict[str, int] = {}
+    for position, step in enumerate(steps):
+        if step.ask is None:
+            continue
+        if step.ask in seen:
+            raise _InvalidError(
+                _key("runs", run, "steps", position, "ask"),
+                f"{step.ask!r} also names the ask of steps[{seen[step.ask]}]; "
+                "ask names must be unique within a run",
+            )
+        seen[step.ask] = position
 
 
 def _check_step_keys(run: int, position: int, step: _StepModel) -> None:
@@ -1193,6 +1269,8 @@ def _check_action(
                 _key("actions", index, "run"),
                 f"run {run.id!r} starts at begin; start_run needs a run declared with start = 'manual'",
             )
+    if action.ask is not None:
+        _check_ask_reference(index, action, do, names)
     if do is UserAction.REPLY_PERMISSION and action.decision not in _values(Decision):
         raise _InvalidError(
             _key("actions", index, "decision"),
@@ -1205,6 +1283,24 @@ def _check_action(
         )
     if action.gate is not None and action.gate not in gates:
         raise _InvalidError(_key("actions", index, "gate"), f"no step names the gate {action.gate!r}")
+
+
+def _check_ask_reference(index: int, action: _ActionModel, do: ActionDo, names: _Names) -> None:
+    """A reply by ask names an ask step of its run, of the kind the reply answers."""
+    if action.run is None:
+        raise _InvalidError(_key("actions", index, "run"), f"do = {do.value!r} needs this key")
+    run = names.runs[action.run]
+    step = next((step for step in run.steps if step.ask == action.ask), None)
+    if step is None:
+        raise _InvalidError(
+            _key("actions", index, "ask"), f"{action.ask!r} names no ask of run {action.run!r}"
+        )
+    kind = _ASK_OF[do]
+    if step.kind.value != kind.value:
+        raise _InvalidError(
+            _key("actions", index, "ask"),
+            f"{action.ask!r} is a {step.kind.value} ask; {do.value} answers a {kind.value}",
+        )
 
 
 def _answer(value: object) -> str | None:
@@ -1233,6 +1329,7 @@ def _build_action(index: int, action_id: str, action: _ActionModel, names: _Name
         mode=CloseMode(action.mode) if action.mode is not None else None,
         origin=action.origin if action.origin is not None else _DEFAULT_ORIGIN.get(do),
         run=action.run,
+        ask=action.ask,
         decision=Decision(action.decision) if action.decision is not None else None,
         message=action.message,
         answer=_answer(action.answer) if "answer" in action.model_fields_set else None,
@@ -1355,6 +1452,8 @@ def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> 
             value = getattr(action, name)
             if name == "result":
                 value = ScenarioResult(value) if value in _values(ScenarioResult) else _answer_result(value)
+            if name == "code":
+                value = None if value == NONE else RejectCode(value)
             fields[name] = None if name == "completed" and value == NONE else value
         if action.completed_after is not None:
             key = _key(*prefix, "completed_after")
@@ -1389,7 +1488,9 @@ def _tool_parts_expectation(
             parts.append(PartState(item))
         elif isinstance(item, dict):
             part = _validate(_PartExpectModel, item, (*prefix, index))
-            parts.append(PartExpectation(state=PartState(part.state), tool_started=part.tool_started))
+            parts.append(
+                PartExpectation(state=PartState(part.state), tool_started=part.tool_started, label=part.label)
+            )
         else:
             raise _InvalidError(
                 _key(*prefix, index),

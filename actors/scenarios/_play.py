@@ -184,6 +184,8 @@ class _Player:
         self.begin_pending: set[str] = set()
         self.awaiting: dict[Future[CloseOutcome | RequestOutcome], tuple[_Asked, int]] = {}
         """Requests in flight, in firing order, with the checker's token for each."""
+        self.ask_ids: dict[tuple[str, str], str] = {}
+        """(run, ask name) -> the supervisor's ask id, recorded by the run's body as it opens the ask."""
         self.checker = InvariantChecker()
         """The protocol's oracle: fed every event, request and answer, in order."""
         self.tokens = itertools.count(1)
@@ -196,7 +198,9 @@ class _Player:
         for spec in self.scenario.runs:
             if spec.start is RunStart.BEGIN:
                 self.begin_pending.add(spec.id)
-                self._submit(_start(spec), _Asked(spec.id, begin=True), make_body(spec, self.gates))
+                self._submit(
+                    _start(spec), _Asked(spec.id, begin=True), make_body(spec, self.gates, self.ask_ids)
+                )
         if not self.begin_pending:
             self._fire(WhenKind.BEGIN.value)
         while True:
@@ -276,7 +280,7 @@ class _Player:
             body = None
             if spec.do is UserAction.START_RUN:
                 assert spec.run is not None
-                body = make_body(self.runs[spec.run].spec, self.gates)
+                body = make_body(self.runs[spec.run].spec, self.gates, self.ask_ids)
             self._submit(self._request_for(spec), _Asked(spec.id), body)
 
     def _request_for(self, spec: ActionSpec) -> Request:
@@ -301,11 +305,30 @@ class _Player:
             return _start(self.runs[spec.run].spec)
         if do is UserAction.REPLY_PERMISSION:
             approve = spec.decision is Decision.APPROVE
+            if spec.ask is not None:
+                return ReplyPermission(
+                    ask_id=self._ask_id(spec.run, spec.ask),
+                    approve=approve,
+                    message=spec.message,
+                    tag=spec.id,
+                )
             return ReplyPermission(run_id=spec.run, approve=approve, message=spec.message, tag=spec.id)
         if do is UserAction.ANSWER_FORM:
+            if spec.ask is not None:
+                return AnswerForm(
+                    ask_id=self._ask_id(spec.run, spec.ask), answer=spec.answer or "", tag=spec.id
+                )
             return AnswerForm(run_id=spec.run, answer=spec.answer or "", tag=spec.id)
         assert do is UserAction.CANCEL_FORM, do
-        return DismissForm(run_id=spec.run, tag=spec.id)
+        if spec.ask is not None:
+            return DismissForm(ask_id=self._ask_id(spec.run, spec.ask), message=spec.message, tag=spec.id)
+        return DismissForm(run_id=spec.run, message=spec.message, tag=spec.id)
+
+    def _ask_id(self, run: str, ask: str) -> str:
+        """The supervisor's id of a named ask: its body records it when it opens the ask (before the
+        step's event). An ask not opened yet has none: the reply names an id that does not exist and
+        is rejected ``unknown_ask``, as it should be."""
+        return self.ask_ids.get((run, ask), f"{run}:{ask} (not asked yet)")
 
     # --- what comes back ------------------------------------------------------------------------
 
@@ -367,6 +390,8 @@ class _Player:
         tag = data.pop("tag", None)
         if "run_id" in data:
             data["run"] = data.pop("run_id")
+        if kind.startswith("ask.") and tag is not None:
+            data["action"] = tag  # the file's reply action that decided this ask
         if "action_id" in data:
             action = data.pop("action_id")
             data["action"] = tag if tag is not None else self._file_action(action)
@@ -511,6 +536,8 @@ def _part_report(part: PartSnapshot) -> PartReport:
         state=part.state,
         tool_started=part.tool_started,
         label=part_label(part),
+        call_id=msgspec.UNSET if part.call_id is None else part.call_id,
+        note=msgspec.UNSET if part.note is None else part.note,
         message=msgspec.UNSET if part.message is None else part.message,
         reason=part.reason if interrupted else msgspec.UNSET,
         origin=part.origin if interrupted else msgspec.UNSET,
@@ -526,7 +553,12 @@ def _action_report(record: _ActionRecord) -> ActionReport:
     if outcome is None:
         return ActionReport(do=do, result=None)
     if outcome.rejected:
-        return ActionReport(do=do, result=outcome.result, error=outcome.error or "rejected, without a reason")
+        return ActionReport(
+            do=do,
+            result=outcome.result,
+            error=outcome.error or "rejected, without a reason",
+            code=msgspec.UNSET if outcome.code is None else outcome.code,
+        )
     if not isinstance(outcome, CloseOutcome):
         return ActionReport(do=do, result=outcome.result)
     shutdown = do in SHUTDOWNS

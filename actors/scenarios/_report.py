@@ -32,6 +32,7 @@ from run_supervisor.protocol import (
     Outcome,
     PartState,
     Phase,
+    RejectCode,
     RequestResult,
     SessionStatus,
 )
@@ -55,8 +56,12 @@ class PartReport(msgspec.Struct, frozen=True, omit_defaults=True):
     state: PartState
     tool_started: bool
     label: str
+    call_id: str | UnsetType = UNSET
+    """Extension: the call's id (as in its ``run.part.updated`` events)."""
+    note: str | UnsetType = UNSET
+    """Extension: what the model is told of an interrupted or declined call."""
     message: str | UnsetType = UNSET
-    """The tool's error, or the feedback of a permission rejected with a message."""
+    """The tool's error, or the feedback of a permission rejected (or a form dismissed) with a message."""
     reason: InterruptReason | UnsetType | None = UNSET
     """``interrupted`` parts only (with ``origin`` and ``phase``)."""
     origin: str | UnsetType | None = UNSET
@@ -97,6 +102,8 @@ class ActionReport(msgspec.Struct, frozen=True, omit_defaults=True):
     """``shutdown`` and ``test_teardown`` only: bodies left running at the deadline, sorted."""
     error: str | UnsetType = UNSET
     """``rejected`` only: why, in one sentence."""
+    code: RejectCode | UnsetType = UNSET
+    """Extension, ``rejected`` only: the rejection's code (``ask_withdrawn``, ``nothing_pending``...)."""
 
 
 class ScenarioReport(msgspec.Struct, frozen=True):
@@ -206,6 +213,14 @@ def _check_parts(
             failures.append(
                 f"{rid}: tool part {index}: expected tool_started {expected.tool_started}, "
                 f"got {part.tool_started}"
+            )
+        if (
+            isinstance(expected, PartExpectation)
+            and expected.label is not None
+            and part.label != expected.label
+        ):
+            failures.append(
+                f"{rid}: tool part {index}: expected label {expected.label!r}, got {part.label!r}"
             )
     return failures
 
