@@ -111,6 +111,13 @@ class InstanceActor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         self._order.set()  # not disposed (stopped at shutdown): the hook thread just ends
+        if self._loaded_future is not None and not self._loaded.is_set():
+            try:  # whoever waits for this load stops waiting: nothing will use it any more
+                self._loaded_future.set_result(
+                    f"the supervisor stopped before the load hook of {self._name()} returned"
+                )
+            except InvalidStateError:
+                pass
 
     # --- the hook thread: host code only runs here --------------------------------------------
 

@@ -36,6 +36,7 @@ from run_supervisor.actors import (
     SupervisorTimeout,
 )
 from run_supervisor.actors._subscription import Subscription
+from run_supervisor.actors.scenarios import load_scenario, play
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import (
     CancelRun,
@@ -344,6 +345,18 @@ def test_interpreter_exit_with_an_unshut_supervisor_and_a_stuck_subscriber_takes
     )
     assert float(done.stdout) < 1.0, done.stdout  # the exit shutdown's 200 ms grace, not a 5 s join
     assert done.stderr == ""
+
+
+def test_the_library_scenario_with_a_hanging_dispose_hook_plays_in_under_two_seconds() -> None:
+    """Its story ends once the 1000 ms dispose budget has run out; nothing may wait for the hook after."""
+    scenario = load_scenario(
+        Path(__file__).resolve().parents[1] / "docs/scenarios/29-fault-dispose-hook-hangs.toml"
+    )
+    started = time.monotonic()
+    report = play(scenario)
+    elapsed = time.monotonic() - started
+    assert report.passed, report.failures
+    assert elapsed < 2.0, f"scenario 29 took {elapsed:.2f} s"
 
 
 def test_at_shutdown_a_dispose_hook_that_returned_at_once_is_not_blamed_for_a_stubborn_body(
