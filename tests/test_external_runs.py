@@ -100,17 +100,53 @@ def test_a_permission_ask_is_answered_through_an_event_and_a_client_error_fails_
     async def scenario(srv: Served) -> None:
         async with srv.client() as client, sse(client, "/events?after=0") as events:
             await start(client, "r1", "s1")
-            await report(client, "r1", type="part", tool="bash", state="pending")
-            assert (await report(client, "r1", type="ask")).status_code == 200
-            answer = await client.post("/runs/r1/permission", json={"approve": False, "message": "not there"})
+            await report(client, "r1", type="part", tool="bash", state="pending", call_id="c1")
+            asked = await report(client, "r1", type="ask", tool="bash", call_id="c1", command="rm -rf build")
+            assert asked.status_code == 200, asked.text
+            ask_id = asked.json()["ask_id"]
+            requested = await events.until(of_type("ask.requested", ask_id=ask_id))
+            assert (
+                requested.data["call_id"] == "c1" and requested.data["payload"]["command"] == "rm -rf build"
+            )
+            assert [a["ask_id"] for a in (await client.get("/asks", params={"run_id": "r1"})).json()] == [
+                ask_id
+            ]
+            answer = await client.post(
+                f"/asks/{ask_id}/permission", json={"approve": False, "message": "not there"}
+            )
             assert answer.status_code == 200, answer.text
             relayed = await events.until(of_type("external.answer", run_id="r1"))
-            assert (relayed.data["approved"], relayed.data["message"]) == (False, "not there")
+            assert (relayed.data["ask_id"], relayed.data["approved"], relayed.data["message"]) == (
+                ask_id,
+                False,
+                "not there",
+            )
+            assert (await client.get("/asks")).json() == []
+            late = await client.post(f"/asks/{ask_id}/permission", json={"approve": True})
+            assert late.status_code in (404, 409), late.text
             assert (await report(client, "r1", type="end", error="model quota")).status_code == 200
             finished = await events.until(of_type("run.finished", run_id="r1"))
             assert (finished.data["outcome"], finished.data["error"]) == ("failed", "model quota")
             bad = await report(client, "r1", type="nonsense")
             assert bad.status_code == 422 and "nonsense" in bad.json()["error"]
+
+    run(scenario)
+
+
+def test_a_form_with_questions_is_answered_by_its_ask_id() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            await start(client, "r1", "s1")
+            asked = await report(
+                client, "r1", type="ask", form=True, title="Which branch?", questions=["name?"]
+            )
+            ask_id = asked.json()["ask_id"]
+            await events.until(of_type("ask.requested", ask_id=ask_id))
+            assert (await client.post(f"/asks/{ask_id}/form", json={"answer": "main"})).status_code == 200
+            relayed = await events.until(of_type("external.answer", run_id="r1"))
+            assert (relayed.data["form"], relayed.data["answer"]) == (True, "main")
+            await report(client, "r1", type="end")
+            assert (await events.until(of_type("run.finished", run_id="r1"))).data["outcome"] == "completed"
 
     run(scenario)
 

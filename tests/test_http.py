@@ -485,7 +485,7 @@ def test_run_supervisor_schema_hosts_adds_the_hosts_messages_to_the_protocols_sc
     jsonschema.Draft202012Validator.check_schema(printed)
     roots = [entry["$ref"].rsplit("/", 1)[-1] for entry in printed["anyOf"]]
     assert roots[:3] == ["Request", "Answer", "Event"]
-    assert roots[-3:] == ["ExternalReport", "HostEvent", "StdioOutput"]
+    assert roots[-4:] == ["ExternalReport", "ReportOutcome", "HostEvent", "StdioOutput"]
     report = hosts_validator("ExternalReport")
     report.validate({"type": "part", "tool": "bash", "state": "prepared"})
     assert not report.is_valid({"type": "part", "tool": "bash", "state": "exploded"})

@@ -31,14 +31,13 @@ import msgspec
 
 from run_supervisor.actors._api import Supervisor
 from run_supervisor.actors._context import RunContext, ToolCall
-from run_supervisor.actors._errors import RunInterrupted
+from run_supervisor.actors._errors import RunInterrupted, SupervisorError
 from run_supervisor.protocol import (
     CancelRun,
     DeliverAnswer,
     InterruptReason,
     PartState,
     RejectCode,
-    RequestOutcome,
     RequestResult,
     StartRun,
     StepKind,
@@ -56,6 +55,7 @@ __all__ = [
     "HeartbeatReport",
     "InterruptNotice",
     "PartUpdate",
+    "ReportOutcome",
     "StepUpdate",
     "decode_report",
 ]
@@ -83,15 +83,28 @@ class PartUpdate(_Report, frozen=True, tag="part"):
 
     tool: str
     state: PartState
+    call_id: str | None = None
+    """Names the part (unique in the run; default ``call-1``, ``call-2``...); without it, a state
+    applies to the latest part of ``tool``."""
     message: str | None = None
     """With ``error``: what the tool said."""
 
 
 class AskReport(_Report, frozen=True, tag="ask"):
-    """The client asks the user: a permission (``form=false``) or a form. The answer comes back as
-    an ``external.answer`` event (or, for a rejection without feedback, an interrupt)."""
+    """The client asks the user: a permission (``form=false``) or a form, with what to show (the
+    ``ask.requested`` event carries it). The answer comes back as an ``external.answer`` event (or,
+    for a rejection without feedback, an interrupt). Answered with its ``ask_id``."""
 
     form: bool = False
+    tool: str | None = None
+    call_id: str | None = None
+    """The tool part it gates (default: the run's latest unfinished part)."""
+    title: str | None = None
+    command: str | None = None
+    options: tuple[str, ...] = ()
+    questions: tuple[Any, ...] = ()
+    """Form questions: text, or objects with the fields of ``Question``."""
+    data: dict[str, Any] | None = None
 
 
 class HeartbeatReport(_Report, frozen=True, tag="heartbeat"):
@@ -160,23 +173,34 @@ def decode_report(data: bytes | str | dict[str, Any]) -> ExternalReport:
 _REMEMBER_ENDED = 10_000
 
 
-def _settle(future: Future[RequestOutcome], outcome: RequestOutcome) -> None:
+class ReportOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """The answer to a report: a ``RequestOutcome`` plus what the report made (an ask's id, a part's
+    call id), so the client can address it."""
+
+    result: RequestResult
+    error: str | None = None
+    code: RejectCode | None = None
+    ask_id: str | None = None
+    call_id: str | None = None
+
+
+def _settle(future: Future[ReportOutcome], outcome: ReportOutcome) -> None:
     try:
         future.set_result(outcome)
     except InvalidStateError:
         pass  # answered already (a report taken while the run was still queued)
 
 
-def _has_ended(run_id: str) -> RequestOutcome:
+def _has_ended(run_id: str) -> ReportOutcome:
     return _rejected(RejectCode.RUN_FINISHED, f"run {run_id!r} has ended; the report does nothing")
 
 
-def _ok() -> RequestOutcome:
-    return RequestOutcome(result=RequestResult.OK)
+def _ok(*, ask_id: str | None = None, call_id: str | None = None) -> ReportOutcome:
+    return ReportOutcome(result=RequestResult.OK, ask_id=ask_id, call_id=call_id)
 
 
-def _rejected(code: RejectCode, error: str) -> RequestOutcome:
-    return RequestOutcome(result=RequestResult.REJECTED, code=code, error=error)
+def _rejected(code: RejectCode, error: str) -> ReportOutcome:
+    return ReportOutcome(result=RequestResult.REJECTED, code=code, error=error)
 
 
 @dataclass
@@ -184,12 +208,13 @@ class _External:
     run_id: str
     lease_s: float
     deadline: float
-    queue: collections.deque[tuple[ExternalReport, Future[RequestOutcome]]] = field(
+    queue: collections.deque[tuple[ExternalReport, Future[ReportOutcome]]] = field(
         default_factory=collections.deque
     )
     ctx: RunContext | None = None
     ended: bool = False
-    parts: dict[str, ToolCall] = field(default_factory=dict)
+    parts: dict[str, ToolCall] = field(default_factory=dict)  # by call id
+    latest: dict[str, ToolCall] = field(default_factory=dict)  # the latest part of each tool
     asks: list[str] = field(default_factory=list)  # the ids of its open asks, oldest first
 
 
@@ -243,11 +268,11 @@ class ExternalRuns:
         with self._lock:
             return run_id in self._runs
 
-    def report(self, run_id: str, report: ExternalReport) -> Future[RequestOutcome]:
+    def report(self, run_id: str, report: ExternalReport) -> Future[ReportOutcome]:
         """Queue a report for the run's driver; resolves once the driver has taken it. Reports sent
         while the run waits in its session's queue are answered ``ok`` at once and applied, in order,
         when it starts."""
-        answer: Future[RequestOutcome] = Future()
+        answer: Future[ReportOutcome] = Future()
         with self._lock:
             run = self._runs.get(run_id)
             ended = run_id in self._ended_set
@@ -369,7 +394,7 @@ class ExternalRuns:
             return "lapsed"
         return None
 
-    def _apply(self, run: _External, ctx: RunContext, report: ExternalReport) -> RequestOutcome:
+    def _apply(self, run: _External, ctx: RunContext, report: ExternalReport) -> ReportOutcome:
         if isinstance(report, HeartbeatReport):
             return _ok()
         if ctx.token.reason is not None:
@@ -387,8 +412,10 @@ class ExternalRuns:
             elif isinstance(report, PartUpdate):
                 return self._part(run, ctx, report)
             elif isinstance(report, AskReport):
-                ask = ctx.open_form() if report.form else ctx.open_permission()
-                run.asks.append(ask.ask_id)
+                return self._ask(run, ctx, report)
+        except SupervisorError as exc:  # a malformed payload, an unknown call id...
+            code = exc.code or RejectCode.INVALID_REQUEST
+            return _rejected(code, str(exc))
         except RunInterrupted:
             reason = ctx.token.reason.value if ctx.token.reason else "abandoned"
             return _rejected(
@@ -398,16 +425,43 @@ class ExternalRuns:
         return _ok()
 
     @staticmethod
-    def _part(run: _External, ctx: RunContext, report: PartUpdate) -> RequestOutcome:
+    def _ask(run: _External, ctx: RunContext, report: AskReport) -> ReportOutcome:
+        ask: Any
+        if report.form:
+            ask = ctx.open_form(
+                tool=report.tool,
+                call_id=report.call_id,
+                title=report.title,
+                questions=report.questions,
+                data=report.data,
+            )
+        else:
+            ask = ctx.open_permission(
+                tool=report.tool,
+                call_id=report.call_id,
+                title=report.title,
+                command=report.command,
+                options=report.options,
+                data=report.data,
+            )
+        run.asks.append(ask.ask_id)
+        return _ok(ask_id=ask.ask_id, call_id=report.call_id)
+
+    @staticmethod
+    def _part(run: _External, ctx: RunContext, report: PartUpdate) -> ReportOutcome:
         if report.state is PartState.PENDING:
-            run.parts[report.tool] = ctx.tool(report.tool)
-            return _ok()
-        call = run.parts.get(report.tool)
-        if call is None:
+            call = ctx.tool(report.tool, call_id=report.call_id)
+            run.parts[call.call_id] = call
+            run.latest[report.tool] = call
+            return _ok(call_id=call.call_id)
+        found = run.parts.get(report.call_id) if report.call_id else run.latest.get(report.tool)
+        if found is None:
+            named = f"call {report.call_id!r}" if report.call_id else f"tool {report.tool!r}"
             return _rejected(
                 RejectCode.INVALID_REQUEST,
-                f"run {run.run_id!r} has no part of tool {report.tool!r}: report state pending first",
+                f"run {run.run_id!r} has no part of {named}: report state pending first",
             )
+        call = found
         if report.state is PartState.PREPARED:
             call.prepared()
         elif report.state is PartState.RUNNING:
@@ -421,7 +475,7 @@ class ExternalRuns:
                 RejectCode.INVALID_REQUEST,
                 "a client does not report a part interrupted: the supervisor decides that",
             )
-        return _ok()
+        return _ok(call_id=call.call_id)
 
     def _announce_interrupt(self, run: _External, reason: InterruptReason) -> None:
         snapshot = None

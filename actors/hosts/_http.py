@@ -32,7 +32,7 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from run_supervisor.actors.hosts._external import decode_report
+from run_supervisor.actors.hosts._external import ReportOutcome, decode_report
 from run_supervisor.actors.hosts._hub import WireItem
 from run_supervisor.actors.hosts._timeline import live_page
 from run_supervisor.actors.hosts._wire import HostError, WireHost, http_status
@@ -109,7 +109,9 @@ def _refusal(code: str, error: str, headers: dict[str, str] | None = None) -> Re
     return _json(HostError(code, error).body(), http_status(code), headers)
 
 
-def _outcome(outcome: CloseOutcome | RequestOutcome, extra: dict[str, Any] | None = None) -> Response:
+def _outcome(
+    outcome: CloseOutcome | RequestOutcome | ReportOutcome, extra: dict[str, Any] | None = None
+) -> Response:
     status = http_status(outcome.code.value if outcome.code else None)
     if extra:
         body = {**msgspec.to_builtins(outcome), **extra}
@@ -277,6 +279,20 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
 
         return route
 
+    def on_ask(kind: str) -> Callable[[HttpRequest], Awaitable[Response]]:
+        async def route(request: HttpRequest) -> Response:
+            fields = await _body(request)
+            outcome = await host.submit(
+                _request({**fields, "type": kind, "ask_id": request.path_params["ask_id"]})
+            )
+            return _outcome(outcome)
+
+        return route
+
+    async def get_asks(request: HttpRequest) -> Response:
+        run_id = request.query_params.get("run_id")
+        return _json(encode(host.read(lambda sup: sup.pending_asks(run_id=run_id))))
+
     async def report(request: HttpRequest) -> Response:
         raw = await request.body()
         try:
@@ -426,6 +442,10 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
         Route("/runs/{run_id}/form", handler(on_run("answer_form")), methods=["POST"]),
         Route("/runs/{run_id}/form/dismiss", handler(on_run("dismiss_form")), methods=["POST"]),
         Route("/runs/{run_id}/reports", handler(report), methods=["POST"]),
+        Route("/asks", handler(get_asks), methods=["GET"]),
+        Route("/asks/{ask_id}/permission", handler(on_ask("reply_permission")), methods=["POST"]),
+        Route("/asks/{ask_id}/form", handler(on_ask("answer_form")), methods=["POST"]),
+        Route("/asks/{ask_id}/dismiss", handler(on_ask("dismiss_form")), methods=["POST"]),
         Route("/sessions/{session}", handler(get_session), methods=["GET"]),
         Route("/actions", handler(get_actions), methods=["GET"]),
         Route("/statistics", handler(get_statistics), methods=["GET"]),

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from run_supervisor.actors.hosts._external import AnswerNotice, ExternalReport, InterruptNotice
+from run_supervisor.actors.hosts._external import AnswerNotice, ExternalReport, InterruptNotice, ReportOutcome
 from run_supervisor.actors.hosts._hub import StreamReset
 
 __all__ = ["StreamReset", "host_schema_roots", "with_hosts"]
@@ -40,6 +40,7 @@ def host_schema_roots() -> dict[str, Any]:
     """The host-level roots, by name, for the schema document."""
     return {
         "ExternalReport": ExternalReport,
+        "ReportOutcome": ReportOutcome,
         "HostEvent": InterruptNotice | AnswerNotice | StreamReset,
         "StdioOutput": StdioAnswer | StdioError | StdioEvent,
     }
@@ -58,7 +59,16 @@ def with_hosts(schema: dict[str, Any]) -> dict[str, Any]:
     for name, ref in zip(names, refs, strict=True):
         defs.setdefault(name, ref)
     # What the hosts send has every field, always (as the protocol's answers and events).
-    for name in ("InterruptNotice", "AnswerNotice", "StreamReset", "StdioAnswer", "StdioError", "StdioEvent"):
+    sent = (
+        "InterruptNotice",
+        "AnswerNotice",
+        "StreamReset",
+        "ReportOutcome",
+        "StdioAnswer",
+        "StdioError",
+        "StdioEvent",
+    )
+    for name in sent:
         defs[name] = {**defs[name], "required": list(defs[name]["properties"])}
     return {
         **schema,

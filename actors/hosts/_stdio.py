@@ -40,7 +40,7 @@ from run_supervisor.protocol import (
 __all__ = ["serve_stdio"]
 
 _INVALID = RejectCode.INVALID_REQUEST.value
-_QUERIES = ("run", "session", "actions", "statistics")
+_QUERIES = ("run", "session", "actions", "asks", "statistics")
 
 
 def _needs(fields: dict[str, Any], key: str) -> str:
@@ -71,6 +71,11 @@ async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
             return 200, msgspec.to_builtins(host.read(lambda sup: sup.session(session)))
         if what == "actions":
             return 200, msgspec.to_builtins(host.read(lambda sup: sup.pending_actions()))
+        if what == "asks":
+            of_run = fields.get("run_id")
+            if of_run is not None and not isinstance(of_run, str):
+                raise HostError(_INVALID, "run_id must be a string")
+            return 200, msgspec.to_builtins(host.read(lambda sup: sup.pending_asks(run_id=of_run)))
         if what == "statistics":
             return 200, msgspec.to_builtins(host.read(lambda sup: sup.statistics()))
         raise HostError(_INVALID, f"what must be one of {', '.join(_QUERIES)}, got {what!r}")

@@ -14,7 +14,12 @@ from typing import Any, TypeVar
 
 from run_supervisor.actors._api import Supervisor
 from run_supervisor.actors._errors import SupervisorClosed, SupervisorError
-from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS, ExternalReport, ExternalRuns
+from run_supervisor.actors.hosts._external import (
+    DEFAULT_LEASE_MS,
+    ExternalReport,
+    ExternalRuns,
+    ReportOutcome,
+)
 from run_supervisor.actors.hosts._hub import EventHub
 from run_supervisor.protocol import (
     CloseOutcome,
@@ -111,7 +116,7 @@ class WireHost:
         outcome: CloseOutcome | RequestOutcome = await self._await(future)
         return outcome
 
-    async def report(self, run_id: str, report: ExternalReport) -> RequestOutcome:
+    async def report(self, run_id: str, report: ExternalReport) -> ReportOutcome:
         return await self._await(self.external.report(run_id, report))
 
     def read(self, read: Callable[[Supervisor], T]) -> T:
