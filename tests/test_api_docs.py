@@ -60,12 +60,13 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 MYPY_STRICT_NO_CONFIG = [sys.executable, "-m", "mypy", "--strict", "--config-file", ""]  # no plugins
 
 
-def test_the_typed_host_example_passes_mypy_strict_against_the_installed_package_without_plugins(
+def test_the_host_examples_pass_mypy_strict_against_the_installed_package_without_plugins(
     tmp_path: Path,
 ) -> None:
     pytest.importorskip("mypy")
     done = subprocess.run(
-        [*MYPY_STRICT_NO_CONFIG, "--cache-dir", str(tmp_path), str(EXAMPLES / "typed_host.py")],
+        [*MYPY_STRICT_NO_CONFIG, "--cache-dir", str(tmp_path)]
+        + [str(EXAMPLES / name) for name in ("typed_host.py", "asyncio_host.py")],
         cwd=tmp_path,  # nothing local to find: the package comes from the environment, as in a host
         capture_output=True,
         text=True,
@@ -88,3 +89,20 @@ def test_the_typed_host_example_runs() -> None:
         "bash ran",
         "mode must be one of maintenance, user_confirmed_interrupt; got 'maintenace'",
     ]
+
+
+def test_the_asyncio_host_example_runs_async_bodies_closes_and_an_event_stream() -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "asyncio_host.py")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for expected in ("close: deferred, waiting for run-1", "tool card: bash ran", "second run: user_cancel"):
+        assert expected in lines
+    assert lines[-1] == "shut down"  # after the stream ended, with the shutdown's last events
+    assert any(line.endswith("lifecycle.completed") for line in lines)
+    assert done.stderr == ""
