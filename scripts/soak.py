@@ -8,7 +8,8 @@ reject with or without a message, answer, dismiss), closes directories in every 
 finally shuts down (``shutdown`` or ``test_teardown``, and a second one that joins the first). Some bodies
 raise, some ignore their cancellation for a while, some tools fail, some dispose hooks raise or overrun.
 
-The event stream is checked as it comes (see :class:`Checker` for the invariants), and so is every answer
+The event stream is checked as it comes by the one oracle, ``run_supervisor.protocol.testing.InvariantChecker``
+(and :class:`Tracker` checks what only the driver knows), and so is every answer
 the driver gets: a rejection is fine only where a race allows it (``RunAlreadyFinished`` for a run that
 just ended, ``AlreadyInterrupting`` for a second interrupt...). After the final shutdown no thread the
 supervisor started may be alive.
@@ -27,10 +28,10 @@ import random
 import sys
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -47,26 +48,21 @@ from run_supervisor.actors import (
     UnknownRun,
 )
 from run_supervisor.protocol import (
-    ActionResult,
     CloseOutcome,
     CloseResult,
     Event,
     InstanceClosed,
     InstanceStarted,
     InterruptReason,
-    LifecycleCompleted,
-    LifecycleDeferred,
     LifecycleRequested,
     Outcome,
     RequestOutcome,
     RunFinished,
     RunQueued,
     RunStarted,
-    SessionStatus,
-    SessionStatusChanged,
-    StepFinished,
     StepStarted,
 )
+from run_supervisor.protocol.testing import InvariantChecker, InvariantViolation
 
 DEFAULT_SEED = 20240611
 ASK_TIMEOUT_S = 30.0
@@ -288,196 +284,84 @@ class LifecycleRecord:
     do: str
     mode: str
     action_id: str | None = None
-    requested: int = 0
-    completed: int = 0
-    covered: set[tuple[str, int]] = field(default_factory=set)
-    blocking_runs: tuple[str, ...] = ()
-    result: str | None = None
 
 
-class Checker:
-    """Feeds on the event stream, in order, and records every invariant that does not hold.
+class Tracker:
+    """Follows the event stream for the driver, and checks what only the driver can know.
 
-    - ``seq`` strictly increasing, without gaps (the subscription is unbounded and came first);
-    - every started (or queued) run finishes exactly once; a run finishes ``interrupted`` exactly when
-      the driver got an interrupt of it accepted (or shutdown reached it), with that interrupt's reason,
-      origin and action (the first one wins; maintenance closes never interrupt); ``failed`` only when
-      its body raised; it finishes on the generation it started on;
-    - a run starts only on its directory's live generation: never on one a close already retired or that
-      closed; generations count 1, 2, 3... per directory; each instance closes once, with no run still
-      active on it;
-    - a session never has two runs active at once, starts its queued runs first in first out, says
-      ``busy``/``idle`` only on change and is ``idle`` exactly when it has nothing active or queued;
-    - every lifecycle request completes exactly once (per tag: a joined shutdown has its own), after
-      every instance it covered closed and, for a deferred close, after all of its blocking runs finished;
-    - step events come only while their run is active; nothing starts after shutdown was requested.
+    Every invariant that holds of any supervisor (``seq``, sessions one run at a time and first in
+    first out, runs only on their directory's live generation, instances closing once after their
+    runs, every lifecycle request completing once after the runs there at its request, interrupts
+    with an allowed cause, shutdown ending everything...) is checked by the one oracle,
+    ``run_supervisor.protocol.testing.InvariantChecker`` (``oracle``), fed the same events. What is
+    checked here needs the driver's knowledge: a run finishes ``interrupted`` exactly when the driver
+    got an interrupt of it accepted (or shutdown reached it), with that interrupt's reason, origin and
+    action; ``failed`` only when its body raised; every lifecycle event carries a tag the driver gave,
+    echoing its action and mode.
     """
 
     def __init__(self) -> None:
-        self.violations: list[str] = []
-        self.last_seq = 0
+        self.oracle = InvariantChecker()
+        self.notes: list[str] = []
         self.events = 0
         self.runs: dict[str, RunRecord] = {}
-        self.sessions: dict[str, str | None] = {}  # session -> active run
-        self.session_queue: dict[str, deque[str]] = {}
-        self.session_status: dict[str, SessionStatus] = {}
-        self.live: dict[str, int | None] = {}  # directory -> live generation
-        self.last_generation: dict[str, int] = {}
-        self.open_instances: set[tuple[str, int]] = set()
-        self.retired: set[tuple[str, int]] = set()
-        self.closed_instances: set[tuple[str, int]] = set()
-        self.instance_runs: dict[tuple[str, int], set[str]] = {}
         self.lifecycle: dict[str, LifecycleRecord] = {}  # by tag
-        self.shutdown_requested = False
         self.shutdown: Interrupt | None = None
         self.outcomes: Counter[str] = Counter()
         self.instances_started = 0
         self.instance_errors = 0
+        self.closed_instances: set[tuple[str, int]] = set()
         self.abandoned = 0
         self.queued = 0
         self.last_step: dict[str, str] = {}
         self.open_runs: dict[str, RunRecord] = {}
         self.finished_runs: list[RunRecord] = []
 
+    @property
+    def violations(self) -> list[str]:
+        return [*self.oracle.violations, *self.notes]
+
     def violation(self, text: str) -> None:
-        self.violations.append(text)
+        self.notes.append(text)
 
     # --- feeding -----------------------------------------------------------------------------
 
     def feed(self, event: Event) -> None:
         self.events += 1
-        if event.seq != self.last_seq + 1:
-            self.violation(f"seq {event.seq} after {self.last_seq}: not strictly increasing by one")
-        self.last_seq = max(self.last_seq, event.seq)
-        handler = _HANDLERS.get(type(event))
-        if handler is not None:
-            handler(self, event)
-
-    def _instance_started(self, event: InstanceStarted) -> None:
-        key = (event.directory, event.generation)
-        self.instances_started += 1
-        expected = self.last_generation.get(event.directory, 0) + 1
-        if event.generation != expected:
-            self.violation(f"{event.directory} started generation {event.generation}, expected {expected}")
-        if self.shutdown_requested:
-            self.violation(f"{event.directory} generation {event.generation} started after shutdown")
-        self.last_generation[event.directory] = event.generation
-        self.live[event.directory] = event.generation
-        self.open_instances.add(key)
-        self.instance_runs.setdefault(key, set())
-
-    def _instance_closed(self, event: InstanceClosed) -> None:
-        key = (event.directory, event.generation)
-        if key in self.closed_instances:
-            self.violation(f"{key} closed twice")
-        elif key not in self.open_instances:
-            self.violation(f"{key} closed but never started")
-        if key not in self.retired:
-            self.violation(f"{key} closed without a close or shutdown covering it")
-        active = sorted(self.instance_runs.get(key, ()))
-        if active:
-            self.violation(f"{key} closed while runs {active} were still active on it")
-        if event.error is not None:
-            self.instance_errors += 1
-        self.open_instances.discard(key)
-        self.closed_instances.add(key)
-        if self.live.get(event.directory) == event.generation:
-            self.violation(f"{key} closed while it was still its directory's live generation")
-
-    def _run_queued(self, event: RunQueued) -> None:
-        run = self.runs.get(event.run_id)
-        if run is None or run.state != "submitted":
-            self.violation(f"run {event.run_id} queued but it was not just submitted")
-            return
-        self.queued += 1
-        run.state = "queued"
-        self.open_runs[run.id] = run
-        if self.sessions.get(event.session) is None:
-            self.violation(f"run {event.run_id} queued although session {event.session} had no active run")
-        self.session_queue.setdefault(event.session, deque()).append(event.run_id)
-
-    def _run_started(self, event: RunStarted) -> None:
-        run = self.runs.get(event.run_id)
-        if run is None or run.state not in ("submitted", "queued"):
-            self.violation(f"run {event.run_id} started twice or unannounced")
-            return
-        if self.shutdown_requested:
-            self.violation(f"run {event.run_id} started after shutdown was requested")
-        queue = self.session_queue.setdefault(event.session, deque())
-        if run.state == "queued":
-            if not queue or queue[0] != event.run_id:
-                self.violation(f"run {event.run_id} started out of its session's queue order {list(queue)}")
-            if event.run_id in queue:
-                queue.remove(event.run_id)
-        elif queue:
-            self.violation(f"run {event.run_id} started at once while session {event.session} had a queue")
-        active = self.sessions.get(event.session)
-        if active is not None:
-            self.violation(f"session {event.session} runs {event.run_id} while {active} is still active")
-        if self.session_status.get(event.session) is not SessionStatus.BUSY:
-            self.violation(f"run {event.run_id} started but session {event.session} is not busy")
-        key = (event.directory, event.generation)
-        if key in self.retired or key in self.closed_instances:
-            self.violation(f"run {event.run_id} started on {key}, a generation already retired or closed")
-        if self.live.get(event.directory) != event.generation:
-            self.violation(
-                f"run {event.run_id} started on {key}; "
-                f"the live generation is {self.live.get(event.directory)}"
-            )
-        if (event.session, event.directory) != (run.session, run.directory):
-            self.violation(f"run {event.run_id} started in the wrong session or directory")
-        run.state = "active"
-        self.open_runs[run.id] = run
-        run.generation = event.generation
-        self.sessions[event.session] = event.run_id
-        self.instance_runs.setdefault(key, set()).add(event.run_id)
-
-    def _step(self, event: StepStarted | StepFinished) -> None:
-        if isinstance(event, StepStarted):
+        self.oracle.event(event)
+        if isinstance(event, InstanceStarted):
+            self.instances_started += 1
+        elif isinstance(event, InstanceClosed):
+            self.closed_instances.add((event.directory, event.generation))
+            self.instance_errors += event.error is not None
+        elif isinstance(event, RunQueued | RunStarted):
+            run = self.runs.get(event.run_id)
+            if run is None:
+                self.violation(f"run {event.run_id} announced but the driver never started it")
+                return
+            self.queued += isinstance(event, RunQueued)
+            run.state = "queued" if isinstance(event, RunQueued) else "active"
+            if isinstance(event, RunStarted):
+                run.generation = event.generation
+            self.open_runs[run.id] = run
+        elif isinstance(event, StepStarted):
             self.last_step[event.run_id] = event.step
-        run = self.runs.get(event.run_id)
-        if run is None or run.state != "active":
-            self.violation(f"step event of run {event.run_id} while it is not active")
+        elif isinstance(event, RunFinished):
+            self._run_finished(event)
+        elif isinstance(event, LifecycleRequested):
+            self._lifecycle_requested(event)
 
     def _run_finished(self, event: RunFinished) -> None:
         run = self.runs.get(event.run_id)
-        if run is None:
-            self.violation(f"run {event.run_id} finished but was never submitted")
-            return
-        run.finish_count += 1
-        if run.finish_count > 1:
-            self.violation(f"run {event.run_id} finished {run.finish_count} times")
-            return
-        was = run.state
-        if was not in ("queued", "active"):
-            self.violation(f"run {event.run_id} finished from state {was}")
+        if run is None or run.finished is not None:
+            return  # the oracle says what is wrong with it
         run.state = "finished"
         run.finished = event
         self.open_runs.pop(run.id, None)
         self.finished_runs.append(run)
-        if event.abandoned:
-            self.abandoned += 1
+        self.abandoned += event.abandoned
         label = event.outcome.value if event.reason is None else f"{event.outcome.value}/{event.reason.value}"
         self.outcomes[label] += 1
-        self._check_outcome(run, event, was)
-        if was == "queued":
-            queue = self.session_queue.get(run.session, deque())
-            if event.run_id in queue:
-                queue.remove(event.run_id)
-            if event.generation is not None:
-                self.violation(f"queued run {event.run_id} finished with generation {event.generation}")
-            return
-        if event.generation != run.generation:
-            self.violation(
-                f"run {event.run_id} finished on generation {event.generation}, started on {run.generation}"
-            )
-        self.instance_runs.get((run.directory, run.generation or 0), set()).discard(event.run_id)
-        if self.sessions.get(run.session) == event.run_id:
-            self.sessions[run.session] = None
-        else:
-            self.violation(f"run {event.run_id} finished but was not its session's active run")
-
-    def _check_outcome(self, run: RunRecord, event: RunFinished, was: str) -> None:
         expected = run.interrupt
         if expected is None and self.shutdown is not None and event.outcome is Outcome.INTERRUPTED:
             expected = self.shutdown  # shutdown reaches every run no interrupt was decided for
@@ -496,17 +380,6 @@ class Checker:
             self.violation(f"run {event.run_id} failed ({event.error!r}) although its body did not raise")
         elif event.outcome is Outcome.COMPLETED and run.plan.raises:
             self.violation(f"run {event.run_id} completed although its body raises")
-        if event.abandoned:
-            self.violation(f"run {event.run_id} abandoned without an interrupt")
-
-    def _session_status(self, event: SessionStatusChanged) -> None:
-        before = self.session_status.get(event.session)
-        if before is event.status:
-            self.violation(f"session {event.session} said {event.status.value} twice in a row")
-        busy = self.sessions.get(event.session) is not None or self.session_queue.get(event.session)
-        if event.status is SessionStatus.IDLE and busy:
-            self.violation(f"session {event.session} idle with a run active or queued")
-        self.session_status[event.session] = event.status
 
     def _lifecycle_requested(self, event: LifecycleRequested) -> None:
         record = self.lifecycle.get(event.tag or "")
@@ -515,57 +388,10 @@ class Checker:
                 f"lifecycle action {event.action_id} requested without a tag of ours ({event.tag})"
             )
             return
-        record.requested += 1
         record.action_id = event.action_id
-        if record.requested > 1:
-            self.violation(f"lifecycle request {record.tag} announced {record.requested} times")
-        if event.do.value in ("shutdown", "test_teardown"):
-            if not self.shutdown_requested:
-                self.shutdown_requested = True
-                for key in self.open_instances:
-                    self.retired.add(key)
-                    record.covered.add(key)
-                self.live = dict.fromkeys(self.live)
-            return
-        if event.mode.value != record.mode or event.do.value != record.do:
+        joined = event.do.value in ("shutdown", "test_teardown")  # a joining shutdown names the first
+        if not joined and (event.mode.value != record.mode or event.do.value != record.do):
             self.violation(f"lifecycle request {record.tag} announced as {event.do}/{event.mode}")
-        for directory in event.directories:
-            for key in self.open_instances:
-                if key[0] == directory:
-                    self.retired.add(key)
-                    record.covered.add(key)
-            self.live[directory] = None
-
-    def _lifecycle_deferred(self, event: LifecycleDeferred) -> None:
-        record = self.lifecycle.get(event.tag or "")
-        if record is not None:
-            record.blocking_runs = event.blocking_runs
-
-    def _lifecycle_completed(self, event: LifecycleCompleted) -> None:
-        record = self.lifecycle.get(event.tag or "")
-        if record is None:
-            self.violation(
-                f"lifecycle action {event.action_id} completed without a tag of ours ({event.tag})"
-            )
-            return
-        record.completed += 1
-        if record.completed > 1:
-            self.violation(f"lifecycle request {record.tag} completed {record.completed} times")
-        if record.requested != 1:
-            self.violation(f"lifecycle request {record.tag} completed before it was requested")
-        still_open = sorted(record.covered - self.closed_instances)
-        if still_open:
-            self.violation(f"lifecycle request {record.tag} completed while {still_open} were not closed")
-        unfinished = [r for r in record.blocking_runs if self.runs[r].state != "finished"]
-        if unfinished:
-            self.violation(
-                f"deferred close {record.tag} completed before its blocking runs {unfinished} finished"
-            )
-
-    def _action_result(self, event: ActionResult) -> None:
-        record = self.lifecycle.get(event.tag or "")
-        if record is not None:
-            record.result = event.result.value
 
     # --- the end -----------------------------------------------------------------------------
 
@@ -573,30 +399,10 @@ class Checker:
         for run in self.runs.values():
             if run.state not in ("finished", "rejected"):
                 self.violation(f"run {run.id} never finished (last seen {run.state})")
-        for record in self.lifecycle.values():
-            if record.requested and record.completed != 1:
-                self.violation(f"lifecycle request {record.tag} completed {record.completed} times")
-        for session, status in self.session_status.items():
-            if status is not SessionStatus.IDLE:
-                self.violation(f"session {session} ended {status.value}")
-        if self.open_instances:
-            self.violation(f"instances still open after shutdown: {sorted(self.open_instances)[:5]}")
-
-
-_HANDLERS: dict[type, Callable[[Checker, Any], None]] = {
-    InstanceStarted: Checker._instance_started,
-    InstanceClosed: Checker._instance_closed,
-    RunQueued: Checker._run_queued,
-    RunStarted: Checker._run_started,
-    StepStarted: Checker._step,
-    StepFinished: Checker._step,
-    RunFinished: Checker._run_finished,
-    SessionStatusChanged: Checker._session_status,
-    LifecycleRequested: Checker._lifecycle_requested,
-    LifecycleDeferred: Checker._lifecycle_deferred,
-    LifecycleCompleted: Checker._lifecycle_completed,
-    ActionResult: Checker._action_result,
-}
+        try:
+            self.oracle.finish()
+        except InvariantViolation:
+            pass  # its violations are in self.violations
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -621,7 +427,7 @@ class Soak:
         self.rng = random.Random(options.seed)
         self.board = AskBoard()
         self.notes = Notes()
-        self.checker = Checker()
+        self.checker = Tracker()
         self.hooks = SoakHooks(options.seed)
         self.actions: Counter[str] = Counter()
         self.answers: Counter[str] = Counter()
