@@ -8,8 +8,9 @@ reject with or without a message, answer, dismiss), closes directories in every 
 finally shuts down (``shutdown`` or ``test_teardown``, and a second one that joins the first). Some bodies
 raise, some ignore their cancellation for a while, some tools fail, some dispose hooks raise or overrun.
 
-The event stream is checked as it comes by the one oracle, ``run_supervisor.protocol.testing.InvariantChecker``
-(and :class:`Tracker` checks what only the driver knows), and so is every answer
+The event stream is checked as it comes by the one oracle,
+``run_supervisor.protocol.testing.InvariantChecker`` (and :class:`Tracker` checks what only the driver
+knows), and so is every answer
 the driver gets: a rejection is fine only where a race allows it (``RunAlreadyFinished`` for a run that
 just ended, ``AlreadyInterrupting`` for a second interrupt...). After the final shutdown no thread the
 supervisor started may be alive.
