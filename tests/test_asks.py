@@ -730,6 +730,7 @@ def test_every_tool_part_change_of_the_library_is_a_run_part_updated_event(path:
                 assert old is new or new in PART_TRANSITIONS[old] or new is PartState.INTERRUPTED, (
                     f"{run_id} {part.call_id}: {old} -> {new} skips a change"
                 )
+            assert not any("abort" in u["label"].lower() for u in seen), seen  # labels tell the truth
             last = seen[-1]  # the card a UI drew last is the card the run ended with
             assert (last["state"], last["tool_started"], last["label"]) == (
                 part.state,
@@ -752,3 +753,47 @@ def test_every_tool_part_of_the_library_has_its_label_and_tool_started_expected(
         for part in parts:
             assert isinstance(part, PartExpectation), f"{path.name}: {run.id}: a bare state {part}"
             assert part.tool_started is not None and part.label, f"{path.name}: {run.id}: {part}"
+
+
+def test_a_reply_and_a_timeout_that_cross_agree_the_host_and_the_body_see_the_same_winner(
+    supervisor: Supervisor,
+) -> None:
+    """Either the reply won (the host got ok, the body the reply) or the timeout did (the host got
+    AskWithdrawn, the body SupervisorTimeout): never one of each."""
+    rng = random.Random(3)
+    timeouts = [rng.choice([0.0, 0.0002, 0.0005, 0.001, 0.002]) for _ in range(300)]
+    body_saw: dict[str, str] = {}
+    host_saw: dict[str, Future[Any]] = {}
+    lock = threading.Lock()
+
+    def reply(event: Event) -> None:
+        if isinstance(event, AskRequested):
+            future = supervisor.submit(ReplyPermission(ask_id=event.ask_id, approve=True))
+            with lock:
+                host_saw[event.ask_id] = future
+
+    def body(ctx: RunContext) -> None:
+        for timeout in timeouts:
+            ask = ctx.open_permission(title="quick?")
+            try:
+                ask.wait(timeout)
+                body_saw[ask.ask_id] = "reply"
+            except SupervisorTimeout:
+                body_saw[ask.ask_id] = "timeout"
+
+    subscription = supervisor.subscribe(callback=reply)
+    try:
+        assert supervisor.start_run(body, session="s1", directory="/w/a").wait(timeout=60).outcome is (
+            Outcome.COMPLETED
+        )
+    finally:
+        subscription.close()
+    with lock:
+        host = {ask_id: future.result(timeout=10) for ask_id, future in host_saw.items()}
+    assert set(host) == set(body_saw) and len(body_saw) == len(timeouts)
+    for ask_id, saw in body_saw.items():
+        outcome = host[ask_id]
+        if saw == "reply":
+            assert outcome.result is RequestResult.OK, (ask_id, outcome)
+        else:
+            assert outcome.code is RejectCode.ASK_WITHDRAWN, (ask_id, outcome)
