@@ -3,9 +3,10 @@
 ``run-supervisor schema`` prints it. A client generates its types from it: ``$defs`` names every
 request, answer, snapshot and event by its struct's name, with three entry points, ``Request``,
 ``Answer`` and ``Event`` (and ``RunSnapshot``, ``SessionSnapshot``, ``ActionSnapshot``,
-``CoreStatistics`` for the queries). What the supervisor sends (answers, snapshots, events) lists
-every field as required, because every field is always present on the wire (``null`` or ``[]``
-when empty); what a client sends (requests) may leave out any field that has a default.
+``CoreStatistics``, ``AskSnapshot`` for the queries). What the supervisor sends (answers,
+snapshots, events) lists every field as required, because every field is always present on the
+wire (``null`` or ``[]`` when empty); what a client sends (requests) may leave out any field that
+has a default.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import msgspec
 from run_supervisor.protocol._core import CoreStatistics
 from run_supervisor.protocol._events import Event
 from run_supervisor.protocol._lifecycle import ActionSnapshot
+from run_supervisor.protocol._payloads import AskSnapshot
 from run_supervisor.protocol._requests import (
     CloseOutcome,
     Request,
@@ -37,6 +39,7 @@ OUTPUT_TYPES: tuple[Any, ...] = (
     SessionSnapshot,
     ActionSnapshot,
     CoreStatistics,
+    AskSnapshot,
     *Event.__args__,
 )
 """Every struct the supervisor sends: answers, snapshots, statistics and events."""
@@ -50,6 +53,7 @@ _ROOTS: dict[str, Any] = {
     "SessionSnapshot": SessionSnapshot,
     "ActionSnapshot": ActionSnapshot,
     "CoreStatistics": CoreStatistics,
+    "AskSnapshot": AskSnapshot,
 }
 
 
@@ -61,6 +65,7 @@ _ENTRY_POINTS = (
     "SessionSnapshot",
     "ActionSnapshot",
     "CoreStatistics",
+    "AskSnapshot",
 )
 
 

@@ -111,6 +111,10 @@ def _empty_value(info: msgspec.inspect.Type) -> Any:
         return _empty_value(info.types[0])
     if isinstance(info, msgspec.inspect.VarTupleType | msgspec.inspect.ListType):
         return []
+    if isinstance(info, msgspec.inspect.StructType):
+        return {f.encode_name: _empty_value(f.type) for f in info.fields if f.required}
+    if isinstance(info, msgspec.inspect.DictType):
+        return {}
     if isinstance(info, msgspec.inspect.EnumType):
         return next(iter(info.cls)).value
     if isinstance(info, msgspec.inspect.StructType):  # a nested struct (an ask's payload): all defaults
