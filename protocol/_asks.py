@@ -22,6 +22,7 @@ register of asks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,7 @@ from run_supervisor.protocol._events import (
 )
 from run_supervisor.protocol._parts import PartSnapshot, part_snapshot
 from run_supervisor.protocol._payloads import AskPayload, AskSnapshot
-from run_supervisor.protocol._records import _Part, _Run
+from run_supervisor.protocol._records import Journal, _Part, _Run
 from run_supervisor.protocol._requests import (
     AnswerForm,
     AskRaised,
@@ -101,7 +102,8 @@ class AskBook:
     it reaches nothing for as long as its run is remembered.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal  # every change is journaled: the core's inputs are atomic
         self._asks: dict[str, Ask] = {}
         self._open: dict[str, Ask] = {}
         self._by_run: dict[str, list[str]] = {}
@@ -113,14 +115,21 @@ class AskBook:
         return self._asks.get(ask_id)
 
     def add(self, ask: Ask) -> None:
-        self._asks[ask.ask_id] = ask
-        self._open[ask.ask_id] = ask
-        self._by_run.setdefault(ask.run_id, []).append(ask.ask_id)
+        journal = self._journal
+        journal.fresh(ask)
+        journal.put(self._asks, ask.ask_id, ask)
+        journal.put(self._open, ask.ask_id, ask)
+        ids = self._by_run.get(ask.run_id)
+        if ids is None:
+            journal.put(self._by_run, ask.run_id, [ask.ask_id])
+        else:
+            journal.append(ids, ask.ask_id)
 
     def close(self, ask: Ask, trigger: AskTrigger) -> None:
         """Move an open ask to its final state."""
+        self._journal.touch(ask)
         ask.state = next_ask_state(ask.state, trigger)
-        self._open.pop(ask.ask_id, None)
+        self._journal.drop(self._open, ask.ask_id)
 
     def open_of(self, run_id: str, kind: AskKind | None = None) -> list[Ask]:
         """The open asks of one run, in the order they were raised."""
@@ -131,9 +140,9 @@ class AskBook:
         ]
 
     def forget_run(self, run_id: str) -> None:
-        for ask_id in self._by_run.pop(run_id, ()):
-            self._asks.pop(ask_id, None)
-            self._open.pop(ask_id, None)
+        for ask_id in self._journal.drop(self._by_run, run_id) or ():
+            self._journal.drop(self._asks, ask_id)
+            self._journal.drop(self._open, ask_id)
 
     def pending(self) -> tuple[AskSnapshot, ...]:
         return tuple(ask.snapshot() for ask in self._open.values())
@@ -165,6 +174,7 @@ class AsksMixin:
         _out: list[Command]
         _runs: dict[str, _Run]
         _asks: AskBook
+        _touch: Callable[[object], None]
 
         def _next_seq(self) -> int: ...
         def _emit(self, event: Event) -> None: ...
@@ -217,6 +227,7 @@ class AsksMixin:
             )
         )
         if part is not None and part.state in UNFINISHED_PART_STATES:
+            self._touch(run)
             part.ask = ask
             if ask.kind is AskKind.PERMISSION and part.state is PartState.RUNNING and not part.approved:
                 part.gated = True  # the tool waits for this permission before it does its work
@@ -421,9 +432,10 @@ class AsksMixin:
             return None
         return ask
 
-    @staticmethod
-    def _ask_part(run: _Run, ask: Ask) -> _Part | None:
-        """The tool part the ask belongs to; it no longer waits on this ask."""
+    def _ask_part(self, run: _Run, ask: Ask) -> _Part | None:
+        """The tool part the ask belongs to; it no longer waits on this ask. (The run is saved in
+        the journal: its parts change from here on.)"""
+        self._touch(run)
         part = run.calls.get(ask.part) if ask.part is not None else None
         if part is not None and part.ask is ask:
             part.ask = None
@@ -436,6 +448,7 @@ class AsksMixin:
         shown = part_view(part)
         if shown == part.shown:
             return
+        self._touch(run)
         part.shown = shown
         self._emit(
             RunPartUpdated(

@@ -12,7 +12,7 @@ Costs: a request touches only the runs and instances of the directories and sess
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -54,7 +54,7 @@ from run_supervisor.protocol._events import (
 )
 from run_supervisor.protocol._lifecycle import ActionSnapshot, LifecycleMixin, _Action
 from run_supervisor.protocol._parts import PartSnapshot
-from run_supervisor.protocol._records import _Directory, _Instance, _Interrupt, _Part, _Run, _Session
+from run_supervisor.protocol._records import Journal, _Directory, _Instance, _Interrupt, _Part, _Run, _Session
 from run_supervisor.protocol._requests import (
     AnswerForm,
     AskRaised,
@@ -105,6 +105,12 @@ class CoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Body reports that arrived after their run was decided (late, or out of order): dropped."""
     shutting_down: bool
     closed: bool
+    runs_known: int = 0
+    """Runs the core remembers: unfinished ones, and up to ``retain_finished`` finished ones."""
+    sessions_known: int = 0
+    """Sessions it remembers: busy ones, and up to ``retain_finished`` idle ones."""
+    directories_known: int = 0
+    """Directories it remembers: open or declared ones, and up to ``retain_finished`` closed ones."""
 
 
 class SupervisorCore(LifecycleMixin, AsksMixin):
@@ -113,7 +119,13 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
 
     ``dispose_budget_ms`` bounds each dispose hook (the shell enforces it); ``retain_finished`` is
     how many finished runs stay queryable (and guarded against id reuse) before the oldest is
-    forgotten.
+    forgotten -- and how many idle sessions and closed directories are remembered (a forgotten
+    directory is new again: its next instance is generation 1, and a close naming it is rejected as
+    an unknown directory until it is loaded or declared again).
+
+    Every input applies fully or not at all: if deciding it raises (a bug), the core is left exactly
+    as before the call (an undo journal, ``protocol._records.Journal``) and the exception propagates
+    to the caller, which may go on feeding the core -- and shut it down.
 
     The close logic (``_close``, ``_shutdown_request``, ``_cover``, ``_answer``, ``_complete``,
     ``_closed_instance``) lives in ``protocol._lifecycle``; the asks (``_ask_raised``, the replies,
@@ -131,7 +143,6 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         self._sessions: dict[str, _Session] = {}
         self._dirs: dict[str, _Directory] = {}
         self._actions: dict[str, _Action] = {}  # pending (not completed) lifecycle actions
-        self._asks = AskBook()
         self._shutdown: _Action | None = None
         self._deadline_passed = False
         self._closed = False
@@ -141,24 +152,35 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         self._runs_in: dict[RunState, int] = dict.fromkeys(RunState, 0)
         self._instances_in: dict[InstanceState, int] = dict.fromkeys(InstanceState, 0)
         self._reports_ignored = 0
+        # Remembered for retain_finished entries each, oldest (first inserted) forgotten first.
+        self._idle_sessions: dict[str, None] = {}
+        self._closed_dirs: dict[str, None] = {}
+        self._journal = Journal()
+        self._touch = self._journal.touch
+        self._asks = AskBook(self._journal)
 
     # --- entry points ------------------------------------------------------------------------
 
     def declare(self, directory: str) -> None:
         """Make a directory known without loading it (closes may then name it)."""
-        self._directory(directory)
+        self._atomically(self._directory, directory)
 
     def preload(self, directory: str) -> list[Command]:
         """Load the directory's instance now if it has no current generation."""
+        return self._atomically(self._preload, directory)
+
+    def _preload(self, directory: str) -> None:
         if self._shutdown is None and self._directory(directory).current is None:
             self._load(directory)
-        return self._flush()
 
     def recover(self, runs: Iterable[RecoveredRun]) -> list[Command]:
         """Take on the runs a dead process left unfinished (read from its journal); call it before
         any request. Each is known from now on as finished, ``interrupted`` with reason ``crash``
         (so ``resume_of`` may name it and its id is not reused while it is remembered), and is
         announced by a ``run.recovered`` event."""
+        return self._atomically(self._recover, tuple(runs))
+
+    def _recover(self, runs: tuple[RecoveredRun, ...]) -> None:
         for recovered in runs:
             if recovered.run_id in self._runs:
                 continue
@@ -188,7 +210,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                 ],
             )
             run.calls = {part.call_id: part for part in run.parts}
-            self._runs[run.id] = run
+            self._journal.put(self._runs, run.id, run)
             self._runs_in[run.state] += 1  # it enters the core already finished: no move to make
             self._remember_finished(run.id)
             self._emit(
@@ -207,11 +229,13 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                     withdrawn_asks=recovered.withdrawn_asks,
                 )
             )
-        return self._flush()
 
     def request(self, request: Request, reply_to: Any) -> list[Command]:
         """Handle a host request. Its answer is a ``Reply(reply_to, ...)`` among the commands --
         right away, or for a close with instances disposing at once, when they have closed."""
+        return self._atomically(self._request, request, reply_to)
+
+    def _request(self, request: Request, reply_to: Any) -> None:
         if self._shutdown is not None and not isinstance(request, Shutdown):
             self._reject(
                 reply_to,
@@ -219,7 +243,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                 f"the supervisor has shut down ({self._shutdown.id}); no request is accepted any more",
                 close=isinstance(request, CloseRequest),
             )
-            return self._flush()
+            return
         if isinstance(request, StartRun):
             self._start_run(request, reply_to)
         elif isinstance(request, CancelRun):
@@ -234,10 +258,12 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             self._answer_form(request, reply_to)
         else:
             self._dismiss_form(request, reply_to)
-        return self._flush()
 
     def report(self, report: Report) -> list[Command]:
         """Handle what a body, an instance or a timer reports."""
+        return self._atomically(self._report, report)
+
+    def _report(self, report: Report) -> None:
         if isinstance(report, StepReport):
             self._step(report)
         elif isinstance(report, PartReport):
@@ -252,6 +278,37 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             self._dispose_done(report)
         else:
             self._grace_expired(report)
+
+    def _atomically(self, decide: Callable[..., object], *args: Any) -> list[Command]:
+        """Decide one input; on any exception, undo all of it (records, tables, counters, the
+        commands decided so far) and let the exception go on."""
+        saved = (
+            self._seq,
+            self._action_count,
+            self._shutdown,
+            self._deadline_passed,
+            self._closed,
+            self._reports_ignored,
+            self._runs_in.copy(),
+            self._instances_in.copy(),
+        )
+        try:
+            decide(*args)
+        except BaseException:
+            self._journal.rollback()
+            (
+                self._seq,
+                self._action_count,
+                self._shutdown,
+                self._deadline_passed,
+                self._closed,
+                self._reports_ignored,
+                self._runs_in,
+                self._instances_in,
+            ) = saved
+            self._out.clear()
+            raise
+        self._journal.clear()
         return self._flush()
 
     # --- queries -----------------------------------------------------------------------------
@@ -325,6 +382,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             reports_ignored=self._reports_ignored,
             shutting_down=self._shutdown is not None,
             closed=self._closed,
+            runs_known=len(self._runs),
+            sessions_known=len(self._sessions),
+            directories_known=len(self._dirs),
         )
 
     def live_instances(self) -> tuple[tuple[str, int], ...]:
@@ -355,16 +415,19 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                 )
                 return
         run = _Run(id=req.run_id, session=req.session, directory=req.directory, resume_of=req.resume_of)
-        self._runs[run.id] = run
+        self._journal.fresh(run)
+        self._journal.put(self._runs, run.id, run)
         self._runs_in[run.state] += 1
         self._directory(run.directory)
         session = self._sessions.get(run.session)
         if session is None:
-            session = self._sessions[run.session] = _Session(run.session)
+            session = _Session(run.session)
+            self._journal.fresh(session)
+            self._journal.put(self._sessions, session.id, session)
         if session.active is None:
             self._activate(run, session)
         else:
-            session.queue.append(run.id)
+            self._journal.append(session.queue, run.id)
             self._emit(RunQueued(seq=self._next_seq(), run_id=run.id, session=run.session))
         self._reply(reply_to, _OK)
 
@@ -372,13 +435,16 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         """Start ``run`` as its session's active run. A session that just finished its active run
         stays busy through the hand-over to the next one (no status change)."""
         self._move_run(run, RunTrigger.START)
-        directory = self._dirs[run.directory]
+        directory = self._directory(run.directory)  # (re)made if it was forgotten while the run queued
         instance = directory.current or self._load(run.directory)
+        self._touch(instance)
+        self._touch(session)
         run.generation = instance.generation
-        instance.runs.add(run.id)
+        self._journal.add(instance.runs, run.id)
         was_idle = session.active is None
         session.active = run.id
         if was_idle:
+            self._journal.drop(self._idle_sessions, session.id)
             self._emit(
                 SessionStatusChanged(seq=self._next_seq(), session=session.id, status=SessionStatus.BUSY)
             )
@@ -453,19 +519,20 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         self._withdraw_open_asks(run, WithdrawReason.INTERRUPTED, reason)
         self._out.append(SignalInterrupt(run_id=run.id, reason=reason))
 
-    @staticmethod
-    def _decide_interrupt(run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None:
+    def _decide_interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None:
+        self._touch(run)
         part = run.open_part()
         run.interrupt = _Interrupt(
             reason=reason, origin=origin, action=action, phase=PART_PHASE[part.state] if part else None
         )
 
     def _unqueue(self, run: _Run) -> None:
-        self._sessions[run.session].queue.remove(run.id)
+        self._journal.remove(self._sessions[run.session].queue, run.id)
 
     def _move_run(self, run: _Run, trigger: RunTrigger) -> RunState:
         """Every move of a run's state goes through here (the per-state counts stay exact)."""
         old, new = run.state, next_run_state(run.state, trigger)
+        self._touch(run)
         run.state = new
         self._runs_in[old] -= 1
         self._runs_in[new] += 1
@@ -499,6 +566,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         run = self._live_run(report.run_id)
         if run is None:
             return
+        self._touch(run)
         if report.state is PartState.PENDING:
             call_id = report.call_id or f"call-{len(run.parts) + 1}"
             if call_id in run.calls:
@@ -537,6 +605,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
 
     def _finish(self, run: _Run) -> None:
         """The run has ended (its state says how): settle its parts, tell, and move on."""
+        self._touch(run)
         was_active = run.generation is not None
         interrupt = run.interrupt if run.state is RunState.INTERRUPTED else None
         self._withdraw_open_asks(run, WithdrawReason.RUN_ENDED)  # left open by a body that ended
@@ -572,38 +641,56 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         if not was_active:
             return
         assert run.generation is not None
-        instance = self._dirs[run.directory].open.get(run.generation)
+        directory = self._dirs.get(run.directory)
+        instance = directory.open.get(run.generation) if directory is not None else None
         if instance is not None:
-            instance.runs.discard(run.id)
+            self._journal.discard(instance.runs, run.id)
             if instance.state is InstanceState.RETIRING and not instance.runs and not self._deadline_passed:
                 self._dispose(instance)
+        self._touch(session)
         if session.queue:
-            self._activate(self._runs[session.queue.popleft()], session)
+            self._activate(self._runs[self._journal.popleft(session.queue)], session)
         else:
             session.active = None
+            self._remember(self._idle_sessions, session.id, self._sessions)
             self._emit(
                 SessionStatusChanged(seq=self._next_seq(), session=session.id, status=SessionStatus.IDLE)
             )
 
     def _remember_finished(self, run_id: str) -> None:
-        self._finished.append(run_id)
+        self._journal.append(self._finished, run_id)
         while len(self._finished) > self.retain_finished:
-            forgotten = self._finished.popleft()
-            self._runs.pop(forgotten, None)
+            forgotten = self._journal.popleft(self._finished)
+            self._journal.drop(self._runs, forgotten)
             self._asks.forget_run(forgotten)
+
+    def _remember(self, retained: dict[str, None], key: str, table: dict[str, Any]) -> None:
+        """``key`` (an idle session, a closed directory) is kept in ``table`` while it is among
+        the ``retain_finished`` latest of ``retained``; the oldest is forgotten."""
+        self._journal.drop(retained, key)
+        self._journal.put(retained, key, None)
+        while len(retained) > self.retain_finished:
+            oldest = next(iter(retained))
+            self._journal.drop(retained, oldest)
+            self._journal.drop(table, oldest)
 
     # --- instances ---------------------------------------------------------------------------
 
     def _directory(self, name: str) -> _Directory:
         directory = self._dirs.get(name)
         if directory is None:
-            directory = self._dirs[name] = _Directory(name)
+            directory = _Directory(name)
+            self._journal.fresh(directory)
+            self._journal.put(self._dirs, name, directory)
         return directory
 
     def _load(self, name: str) -> _Instance:
         directory = self._directory(name)
+        self._touch(directory)
+        self._journal.drop(self._closed_dirs, name)
         directory.last_generation += 1
         instance = _Instance(directory=name, generation=directory.last_generation)
+        self._journal.fresh(instance)
         directory.current = instance
         directory.open[instance.generation] = instance
         self._instances_in[instance.state] += 1
@@ -615,6 +702,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         self._move_instance(instance, InstanceTrigger.RETIRE)
         directory = self._dirs[instance.directory]
         if directory.current is instance:
+            self._touch(directory)
             directory.current = None
 
     def _dispose(self, instance: _Instance) -> None:
@@ -636,12 +724,15 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
     def _move_instance(self, instance: _Instance, trigger: InstanceTrigger) -> None:
         """Every move of an instance's state goes through here (the per-state counts stay exact)."""
         old = instance.state
+        self._touch(instance)
         instance.state = next_instance_state(old, trigger)
         self._instances_in[old] -= 1
         self._instances_in[instance.state] += 1
 
     def _directory_closed(self, directory: _Directory) -> None:
-        """The last instance of ``directory`` closed (or not: then nothing to do)."""
+        """An instance of ``directory`` closed: once none is open, the directory may be forgotten."""
+        if not directory.open and directory.current is None:
+            self._remember(self._closed_dirs, directory.name, self._dirs)
 
     # --- plumbing ----------------------------------------------------------------------------
 

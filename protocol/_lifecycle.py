@@ -12,7 +12,7 @@ actions, and the core calls ``_closed_instance`` whenever an instance closes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,7 @@ from run_supervisor.protocol._events import (
     LifecycleDeferred,
     LifecycleRequested,
 )
-from run_supervisor.protocol._records import _Directory, _Instance, _Run, _Session
+from run_supervisor.protocol._records import Journal, _Directory, _Instance, _Run, _Session
 from run_supervisor.protocol._requests import CloseOutcome, CloseRequest, GraceExpired, Shutdown
 from run_supervisor.protocol._rules import (
     ANSWERED_ACTION_STATES,
@@ -122,6 +122,8 @@ class LifecycleMixin:
         _shutdown: _Action | None
         _deadline_passed: bool
         _closed: bool
+        _journal: Journal
+        _touch: Callable[[object], None]
 
         def _next_seq(self) -> int: ...
         def _emit(self, event: Event) -> None: ...
@@ -217,7 +219,7 @@ class LifecycleMixin:
         # Queued runs end without starting; then every active run is interrupted.
         for session in self._sessions.values():
             while session.queue:
-                run = self._runs[session.queue.popleft()]
+                run = self._runs[self._journal.popleft(session.queue)]
                 self._decide_interrupt(run, reason, origin, action.id)
                 self._move_run(run, RunTrigger.CANCEL_QUEUED)
                 self._finish(run)
@@ -269,6 +271,7 @@ class LifecycleMixin:
         for run in stuck:
             self._move_run(run, RunTrigger.ABANDON)
             run.abandoned = True
+            self._touch(action)
             action.abandoned_runs.append(run.id)
             self._out.append(AbandonRun(run_id=run.id))
             self._finish(run)
@@ -316,11 +319,13 @@ class LifecycleMixin:
             tag=tag,
             reply_to=reply_to,
         )
-        self._actions[action.id] = action
+        self._journal.fresh(action)
+        self._journal.put(self._actions, action.id, action)
         self._emit_requested(action, do=do, mode=mode, origin=origin, tag=tag)
         return action
 
     def _move_action(self, action: _Action, trigger: ActionTrigger) -> None:
+        self._touch(action)
         action.state = next_action_state(action.state, trigger)
 
     def _cover(self, action: _Action, names: Iterable[str], interrupt: InterruptReason | None) -> None:
@@ -351,9 +356,10 @@ class LifecycleMixin:
                     else:
                         self._dispose(instance)
                 if instance.state is InstanceState.DISPOSING:
-                    action.at_once.add(instance.key)
+                    self._journal.add(action.at_once, instance.key)
+                self._touch(instance)
                 instance.closers.append(action.id)
-                action.awaiting.add(instance.key)
+                self._journal.add(action.awaiting, instance.key)
             (pending if waits else done).append(name)
         action.completed_directories = tuple(sorted(done))
         action.pending_directories = tuple(sorted(pending))
@@ -393,7 +399,7 @@ class LifecycleMixin:
 
     def _complete(self, action: _Action) -> None:
         self._move_action(action, ActionTrigger.COMPLETE)
-        del self._actions[action.id]
+        self._journal.drop(self._actions, action.id)
         for tag in (action.tag, *action.joiners):
             self._emit_completed(action, tag)
         if action is self._shutdown:
@@ -404,6 +410,7 @@ class LifecycleMixin:
         passed): tell, and move every action that waited for it."""
         self._move_instance(instance, InstanceTrigger.DISPOSED)
         directory = self._dirs[instance.directory]
+        self._touch(directory)
         del directory.open[instance.generation]
         self._emit(
             InstanceClosed(
@@ -417,8 +424,9 @@ class LifecycleMixin:
             action = self._actions.get(action_id)
             if action is None:
                 continue
-            action.awaiting.discard(instance.key)
-            action.at_once.discard(instance.key)
+            self._touch(action)
+            self._journal.discard(action.awaiting, instance.key)
+            self._journal.discard(action.at_once, instance.key)
             if error is not None:
                 action.errors.append(f"{instance.directory} (generation {instance.generation}): {error}")
             if action.state is ActionState.ANNOUNCING and not action.at_once:

@@ -7,8 +7,10 @@ core is always a frozen snapshot or event.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any
 
 from run_supervisor.protocol._enums import AskKind, InstanceState, InterruptReason, PartState, Phase, RunState
 from run_supervisor.protocol._parts import PartSnapshot
@@ -17,7 +19,7 @@ from run_supervisor.protocol._rules import UNFINISHED_PART_STATES
 if TYPE_CHECKING:
     from run_supervisor.protocol._asks import Ask
 
-__all__ = ["_Directory", "_Instance", "_Interrupt", "_Part", "_Run", "_Session"]
+__all__ = ["Journal", "_Directory", "_Instance", "_Interrupt", "_Part", "_Run", "_Session"]
 
 
 @dataclass(slots=True)
@@ -99,3 +101,122 @@ class _Directory:
     current: _Instance | None = None
     last_generation: int = 0
     open: dict[int, _Instance] = field(default_factory=dict)  # not closed yet, by generation
+
+
+# --- the undo journal: each input applies fully or not at all ---------------------------------------
+
+_MISSING: Any = object()
+
+
+_Layout = tuple[Callable[[Any], tuple[Any, ...]], tuple[str, ...], tuple[int, ...]]
+_LAYOUTS: dict[type, _Layout] = {}
+_BY_OPERATION = frozenset({"queue", "runs", "awaiting", "at_once"})
+"""Containers that may grow large (a session's queue, an instance's runs, the instances an action
+awaits): never copied; changed only through the journal's operations, each undone one by one."""
+_FRESH: Any = (None, None)
+
+
+def _layout(cls: type) -> _Layout:
+    """How to save a record of ``cls``: its fields, read at once, and which of them are containers
+    (the fields with a default factory), copied so that in-place changes can be undone."""
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        names = tuple(f.name for f in fields(cls))
+        containers = tuple(
+            i
+            for i, f in enumerate(fields(cls))
+            if f.default_factory is not MISSING and f.name not in _BY_OPERATION
+        )
+        layout = _LAYOUTS[cls] = (attrgetter(*names), names, containers)  # every record has 2+ fields
+    return layout
+
+
+class Journal:
+    """The undo log of one decision of the core (``SupervisorCore``): records are saved the first
+    time they are touched, table entries as they change. ``rollback`` puts everything back.
+
+    A record must be touched before it is changed in place; a table (a dict of records, the
+    finished-runs deque) changes only through ``put``, ``drop``, ``append`` and ``popleft``. A test
+    (``tests/test_atomic_core.py``) fails every decision at its end and checks that the whole core is
+    as before: a change that bypasses the journal shows up there.
+    """
+
+    __slots__ = ("_saved", "_undo")
+
+    def __init__(self) -> None:
+        self._saved: dict[int, tuple[Any, list[Any]]] = {}
+        self._undo: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+
+    def fresh(self, record: Any) -> None:
+        """``record`` was made by this decision: nothing to save (rollback drops it from its table)."""
+        self._saved[id(record)] = _FRESH
+
+    def touch(self, record: Any) -> None:
+        """Save ``record`` before its first change in this decision."""
+        key = id(record)
+        if key in self._saved:
+            return
+        get, _, containers = _layout(type(record))
+        values = list(get(record))
+        for i in containers:
+            values[i] = values[i].copy()
+        self._saved[key] = (record, values)
+        if type(record) is _Run:
+            for part in record.parts:
+                self.touch(part)
+
+    def put(self, table: dict[Any, Any], key: Any, value: Any) -> None:
+        self._undo.append((_restore_key, (table, key, table.get(key, _MISSING))))
+        table[key] = value
+
+    def drop(self, table: dict[Any, Any], key: Any) -> Any:
+        old = table.pop(key, _MISSING)
+        if old is not _MISSING:
+            self._undo.append((_restore_key, (table, key, old)))
+        return None if old is _MISSING else old
+
+    def add(self, items: set[Any], value: Any) -> None:
+        if value not in items:
+            items.add(value)
+            self._undo.append((items.discard, (value,)))
+
+    def discard(self, items: set[Any], value: Any) -> None:
+        if value in items:
+            items.discard(value)
+            self._undo.append((items.add, (value,)))
+
+    def remove(self, queue: deque[Any], value: Any) -> None:
+        index = queue.index(value)
+        del queue[index]
+        self._undo.append((queue.insert, (index, value)))
+
+    def append(self, queue: deque[Any] | list[Any], value: Any) -> None:
+        queue.append(value)
+        self._undo.append((queue.pop, ()))
+
+    def popleft(self, queue: deque[Any]) -> Any:
+        value = queue.popleft()
+        self._undo.append((queue.appendleft, (value,)))
+        return value
+
+    def rollback(self) -> None:
+        for undo, args in reversed(self._undo):
+            undo(*args)
+        for record, values in self._saved.values():
+            if values is None:  # fresh
+                continue
+            _, names, _ = _layout(type(record))
+            for name, value in zip(names, values, strict=True):
+                setattr(record, name, value)
+        self.clear()
+
+    def clear(self) -> None:
+        self._saved.clear()
+        self._undo.clear()
+
+
+def _restore_key(table: dict[Any, Any], key: Any, old: Any) -> None:
+    if old is _MISSING:
+        table.pop(key, None)
+    else:
+        table[key] = old
