@@ -447,9 +447,18 @@ class Supervisor:
         return check.cancel(run_id, origin=origin)
 
     def _close_request(
-        self, do: object, *, mode: object, origin: object, directory: object, tag: object
+        self,
+        do: object,
+        *,
+        mode: object,
+        origin: object,
+        directory: object,
+        tag: object,
+        fingerprint: object = None,
     ) -> CloseRequest:
-        return check.close(do, mode=mode, origin=origin, directory=directory, tag=tag)
+        return check.close(
+            do, mode=mode, origin=origin, directory=directory, tag=tag, fingerprint=fingerprint
+        )
 
     def _reply_permission_request(
         self, ask_id: object = None, *, run_id: object = None, approve: object, message: object = None
@@ -470,10 +479,13 @@ class Supervisor:
         grace = self.config.default_grace_ms if grace_ms is None else grace_ms
         return check.shutdown(grace_ms=grace, reason=reason, origin=origin, tag=tag)
 
-    def _preload_future(self, directories: tuple[object, ...], *, load: bool) -> Future[None]:
+    def _preload_future(
+        self, directories: tuple[object, ...], *, load: bool, fingerprint: object = None
+    ) -> Future[None]:
         """Checked; a host-facing future done once the directories are known (``load=False``) or
         their loads have ended (``load=True``; it raises ``LoadFailed`` as ``load`` does)."""
         names = check.directory_names("directories", directories)
+        print_ = check.optional_text("fingerprint", fingerprint)
         outer: Future[None] = Future()
         if not load:
             self._relay.chain(
@@ -483,7 +495,7 @@ class Supervisor:
 
         def loading() -> None:  # waits on the load hooks: never on a caller's loop
             try:
-                self.load(*names)
+                self.load(*names, fingerprint=print_)
             except BaseException as exc:
                 complete(outer, error=exc)
             else:
@@ -596,9 +608,13 @@ class Supervisor:
         origin: str,
         directory: str | PathLike[str] | None = None,
         tag: str | None = None,
+        fingerprint: str | None = None,
     ) -> Future[CloseOutcome]:
         """Like ``close``; the future raises what ``close`` would (bad arguments raise at once)."""
-        return self._async(self._close_request(do, mode=mode, origin=origin, directory=directory, tag=tag))
+        request = self._close_request(
+            do, mode=mode, origin=origin, directory=directory, tag=tag, fingerprint=fingerprint
+        )
+        return self._async(request)
 
     def close(
         self,
@@ -608,12 +624,21 @@ class Supervisor:
         origin: str,
         directory: str | PathLike[str] | None = None,
         tag: str | None = None,
+        fingerprint: str | None = None,
         timeout: float | None = None,
     ) -> CloseOutcome:
         """Request a lifecycle close (dispose, dispose_all, reload, invalidate_config) and get its
-        structured result: ``completed``, ``deferred`` or ``interrupted``. Rejections raise."""
+        structured result: ``completed``, ``deferred`` or ``interrupted``. Rejections raise.
+
+        ``fingerprint`` (the no-op gate): a digest of what the close would change to, e.g. the new
+        config's for ``invalidate_config``. If every live instance it covers was loaded with that
+        same fingerprint (``load(..., fingerprint=...)`` or an earlier close), the close is answered
+        ``noop`` at once and touches nothing; otherwise it goes ahead and later loads in its
+        directories record the new fingerprint."""
         limit = check.timeout("timeout", timeout)
-        request = self._close_request(do, mode=mode, origin=origin, directory=directory, tag=tag)
+        request = self._close_request(
+            do, mode=mode, origin=origin, directory=directory, tag=tag, fingerprint=fingerprint
+        )
         outcome = self._request(request, limit)
         assert isinstance(outcome, CloseOutcome)
         return outcome
@@ -680,15 +705,25 @@ class Supervisor:
         ask_id = check.identifier("ask_id", ask_id)
         return self._query(lambda core: core.ask_snapshot(ask_id), timeout)
 
-    def load(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
+    def load(
+        self,
+        *directories: str | PathLike[str],
+        fingerprint: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
         """Load these directories' instances now (those without a current generation) and wait for
         their load hooks. ``LoadFailed`` names each load that raised or overran ``load_budget_ms``
         (its instance stays, failed: runs on it fail; a ``reload`` makes a fresh one);
-        ``SupervisorTimeout`` if ``timeout`` ran out first."""
+        ``SupervisorTimeout`` if ``timeout`` ran out first. ``fingerprint``: what the host loads
+        them with (e.g. its config's digest), recorded for these and later loads of the
+        directories: a close carrying the same fingerprint is a no-op (see ``close``)."""
         limit = check.timeout("timeout", timeout)
         names = check.directory_names("directories", directories)
+        print_ = check.optional_text("fingerprint", fingerprint)
         started = time.monotonic()
-        loads: tuple[Loading, ...] = self._get(self._post(lambda reply: Preload(names, True, reply)), limit)
+        loads: tuple[Loading, ...] = self._get(
+            self._post(lambda reply: Preload(names, True, reply, print_)), limit
+        )
         errors: dict[str, str] = {}
         for loading in loads:
             wait = loading.deadline - time.monotonic()

@@ -358,12 +358,16 @@ class AsyncSupervisor:
         origin: str,
         directory: str | PathLike[str] | None = None,
         tag: str | None = None,
+        fingerprint: str | None = None,
         timeout: float | None = None,
     ) -> CloseOutcome:
-        """Request a lifecycle close and get its structured result (``completed``, ``deferred`` or
-        ``interrupted``); rejections raise. See ``Supervisor.close``."""
+        """Request a lifecycle close and get its structured result (``completed``, ``deferred``,
+        ``interrupted``, or ``noop`` when its ``fingerprint`` changes nothing); rejections raise.
+        See ``Supervisor.close``."""
         limit = check.timeout("timeout", timeout)
-        request = self.sync._close_request(do, mode=mode, origin=origin, directory=directory, tag=tag)
+        request = self.sync._close_request(
+            do, mode=mode, origin=origin, directory=directory, tag=tag, fingerprint=fingerprint
+        )
         outcome = await self._request(request, limit)
         assert isinstance(outcome, CloseOutcome)
         return outcome
@@ -419,13 +423,19 @@ class AsyncSupervisor:
         """What is known of an ask, open or not (None if unknown, or forgotten with its run)."""
         return await self._query(lambda core: core.ask_snapshot(ask_id), timeout)
 
-    async def load(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
+    async def load(
+        self,
+        *directories: str | PathLike[str],
+        fingerprint: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
         """Load these directories' instances now (those without a current generation) and wait for
-        their load hooks; ``LoadFailed`` names each that raised or overran. See ``Supervisor.load``."""
+        their load hooks; ``LoadFailed`` names each that raised or overran. ``fingerprint``: what
+        they are loaded with (the no-op gate). See ``Supervisor.load``."""
         limit = check.timeout("timeout", timeout)
         if limit is None:  # as the sync call: an answer, then each load within its budget
             limit = self.config.request_timeout_s + self.config.load_budget_ms / 1000.0
-        await self._await(self.sync._preload_future(directories, load=True), limit)
+        await self._await(self.sync._preload_future(directories, load=True, fingerprint=fingerprint), limit)
 
     async def declare(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
         """Make directories known without loading them, so closes may name them."""

@@ -95,6 +95,8 @@ class Preload:
     directories: tuple[str, ...]
     load: bool
     reply: Future[Any]
+    fingerprint: str | None = None
+    """What the host loads them with (the no-op gate compares a close's fingerprint with it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +228,7 @@ class SessionSupervisor(pykka.ThreadingActor):
             loads: list[Loading] = []
             for directory in message.directories:
                 if message.load:
-                    commands = self.core.preload(directory)
+                    commands = self.core.preload(directory, message.fingerprint)
                     self._view.refresh(self.core, message, commands)
                     self._execute(commands)
                     loading = self._loads.get(directory)

@@ -223,6 +223,7 @@ def _check_fields(req: Request) -> None:
         if not isinstance(req.directories, tuple):
             raise InvalidRequest(f"directories must be a tuple, not {_kind(req.directories)}")
         directory_names("directories", req.directories)
+        optional_text("fingerprint", req.fingerprint)
     elif isinstance(req, Shutdown):
         # An InterruptReason of the same value is tolerated (untyped callers); the core rejects
         # one a shutdown may not give.
@@ -273,7 +274,13 @@ def cancel(run_id: object, *, origin: object) -> CancelRun:
 
 
 def close(
-    do: object, *, mode: object, origin: object, directory: object = None, tag: object = None
+    do: object,
+    *,
+    mode: object,
+    origin: object,
+    directory: object = None,
+    tag: object = None,
+    fingerprint: object = None,
 ) -> CloseRequest:
     return CloseRequest(
         do=close_action("do", do),
@@ -281,6 +288,7 @@ def close(
         origin=identifier("origin", origin),
         directories=() if directory is None else (directory_name("directory", directory),),
         tag=optional_text("tag", tag),
+        fingerprint=optional_text("fingerprint", fingerprint),
     )
 
 

@@ -158,6 +158,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         self._journal = Journal()
         self._touch = self._journal.touch
         self._asks = AskBook(self._journal)
+        # The last invalidate_config's fingerprint: directories met later load with it (a table,
+        # so the undo journal covers it).
+        self._config: dict[str, str] = {}
 
     # --- entry points ------------------------------------------------------------------------
 
@@ -165,12 +168,18 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         """Make a directory known without loading it (closes may then name it)."""
         self._atomically(self._directory, directory)
 
-    def preload(self, directory: str) -> list[Command]:
-        """Load the directory's instance now if it has no current generation."""
-        return self._atomically(self._preload, directory)
+    def preload(self, directory: str, fingerprint: str | None = None) -> list[Command]:
+        """Load the directory's instance now if it has no current generation. A ``fingerprint``
+        (what the host loads it with) is recorded for this and later loads of the directory: a close
+        carrying the same one is a no-op."""
+        return self._atomically(self._preload, directory, fingerprint)
 
-    def _preload(self, directory: str) -> None:
-        if self._shutdown is None and self._directory(directory).current is None:
+    def _preload(self, directory: str, fingerprint: str | None = None) -> None:
+        known = self._directory(directory)
+        if fingerprint is not None:
+            self._touch(known)
+            known.fingerprint = fingerprint
+        if self._shutdown is None and known.current is None:
             self._load(directory)
 
     def recover(self, runs: Iterable[RecoveredRun]) -> list[Command]:
@@ -679,7 +688,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
     def _directory(self, name: str) -> _Directory:
         directory = self._dirs.get(name)
         if directory is None:
-            directory = _Directory(name)
+            directory = _Directory(name, fingerprint=self._config.get("fingerprint"))
             self._journal.fresh(directory)
             self._journal.put(self._dirs, name, directory)
         return directory
@@ -689,12 +698,21 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         self._touch(directory)
         self._journal.drop(self._closed_dirs, name)
         directory.last_generation += 1
-        instance = _Instance(directory=name, generation=directory.last_generation)
+        instance = _Instance(
+            directory=name, generation=directory.last_generation, fingerprint=directory.fingerprint
+        )
         self._journal.fresh(instance)
         directory.current = instance
         directory.open[instance.generation] = instance
         self._instances_in[instance.state] += 1
-        self._emit(InstanceStarted(seq=self._next_seq(), directory=name, generation=instance.generation))
+        self._emit(
+            InstanceStarted(
+                seq=self._next_seq(),
+                directory=name,
+                generation=instance.generation,
+                fingerprint=instance.fingerprint,
+            )
+        )
         self._out.append(LoadInstance(directory=name, generation=instance.generation))
         return instance
 

@@ -174,6 +174,9 @@ class CloseResult(StrEnum):
     INTERRUPTED = "interrupted"
     FORCED = "forced"
     REJECTED = "rejected"
+    NOOP = "noop"
+    """The close carried a ``fingerprint`` equal to the one every live instance it covers was
+    loaded with: nothing would change, so nothing was touched (answered and completed at once)."""
 
 
 class RequestResult(StrEnum):

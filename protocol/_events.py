@@ -57,6 +57,8 @@ class _Event(msgspec.Struct, frozen=True, tag_field="type", kw_only=True):
 class InstanceStarted(_Event, frozen=True, tag="instance.started"):
     directory: str
     generation: int
+    fingerprint: str | None = None
+    """What it is loaded with (from ``load``/``preload``, or the last close that carried one)."""
 
 
 class InstanceClosed(_Event, frozen=True, tag="instance.closed"):
@@ -176,6 +178,8 @@ class LifecycleRequested(_Event, frozen=True, tag="lifecycle.requested"):
     directories: tuple[str, ...]
     tag: str | None = None
     """The requester's own correlation tag, echoed on every event of this action."""
+    fingerprint: str | None = None
+    """The close's ``fingerprint`` (the no-op gate), if it carried one."""
 
 
 class LifecycleDeferred(_Event, frozen=True, tag="lifecycle.deferred"):

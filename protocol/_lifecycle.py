@@ -46,6 +46,7 @@ from run_supervisor.protocol._rules import (
     ActionTrigger,
     InstanceTrigger,
     RunTrigger,
+    fingerprint_unchanged,
     next_action_state,
 )
 
@@ -124,6 +125,7 @@ class LifecycleMixin:
         _closed: bool
         _journal: Journal
         _touch: Callable[[object], None]
+        _config: dict[str, str]
 
         def _next_seq(self) -> int: ...
         def _emit(self, event: Event) -> None: ...
@@ -176,8 +178,31 @@ class LifecycleMixin:
         else:
             names = sorted(d.name for d in self._dirs.values() if d.open)
         action = self._new_action(
-            do=req.do, mode=req.mode, origin=req.origin, directories=names, tag=req.tag, reply_to=reply_to
+            do=req.do,
+            mode=req.mode,
+            origin=req.origin,
+            directories=names,
+            tag=req.tag,
+            reply_to=reply_to,
+            fingerprint=req.fingerprint,
         )
+        if req.fingerprint is not None:
+            current = (self._dirs[name].current for name in names)
+            live = [instance.fingerprint for instance in current if instance is not None]
+            if fingerprint_unchanged(req.fingerprint, live):
+                self._noop(action)
+                return
+            # It goes ahead: what loads from now on in its directories is loaded with the new one.
+            covered = (
+                self._dirs.values()
+                if req.do is CloseAction.INVALIDATE_CONFIG
+                else (self._dirs[name] for name in names)
+            )
+            for directory in covered:
+                self._touch(directory)
+                directory.fingerprint = req.fingerprint
+            if req.do is CloseAction.INVALIDATE_CONFIG:
+                self._journal.put(self._config, "fingerprint", req.fingerprint)
         self._cover(action, names, CLOSE_RULES[req.mode].interrupts_with)
         if req.do is CloseAction.RELOAD:
             self._load(names[0])
@@ -308,6 +333,7 @@ class LifecycleMixin:
         directories: Iterable[str],
         tag: str | None,
         reply_to: Any,
+        fingerprint: str | None = None,
     ) -> _Action:
         self._action_count += 1
         action = _Action(
@@ -321,8 +347,19 @@ class LifecycleMixin:
         )
         self._journal.fresh(action)
         self._journal.put(self._actions, action.id, action)
-        self._emit_requested(action, do=do, mode=mode, origin=origin, tag=tag)
+        self._emit_requested(action, do=do, mode=mode, origin=origin, tag=tag, fingerprint=fingerprint)
         return action
+
+    def _noop(self, action: _Action) -> None:
+        """The no-op gate held: answered ``noop`` and completed now; no instance or run touched."""
+        self._move_action(action, ActionTrigger.NOOP)  # touches it
+        action.result = CloseResult.NOOP
+        self._journal.drop(self._actions, action.id)
+        self._emit_completed(action, action.tag)
+        self._emit(
+            ActionResult(seq=self._next_seq(), action_id=action.id, result=action.result, tag=action.tag)
+        )
+        self._reply(action.reply_to, self._close_outcome(action))
 
     def _move_action(self, action: _Action, trigger: ActionTrigger) -> None:
         self._touch(action)
@@ -447,6 +484,7 @@ class LifecycleMixin:
         mode: CloseMode,
         origin: str,
         tag: str | None,
+        fingerprint: str | None = None,
     ) -> None:
         """``do``, ``mode``, ``origin`` and ``tag`` are the request's own: a second shutdown joining
         the first names itself, with the first one's action id."""
@@ -459,6 +497,7 @@ class LifecycleMixin:
                 origin=origin,
                 directories=action.directories,
                 tag=tag,
+                fingerprint=fingerprint,
             )
         )
 

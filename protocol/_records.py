@@ -89,6 +89,7 @@ class _Instance:
     state: InstanceState = InstanceState.LIVE
     runs: set[str] = field(default_factory=set)  # runs pinned here that have not finished
     closers: list[str] = field(default_factory=list)  # actions waiting for it to close
+    fingerprint: str | None = None  # what it was loaded with (the no-op gate compares it)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -101,6 +102,7 @@ class _Directory:
     current: _Instance | None = None
     last_generation: int = 0
     open: dict[int, _Instance] = field(default_factory=dict)  # not closed yet, by generation
+    fingerprint: str | None = None  # what its next generation will be loaded with
 
 
 # --- the undo journal: each input applies fully or not at all ---------------------------------------

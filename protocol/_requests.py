@@ -82,6 +82,11 @@ class CloseRequest(_Request, frozen=True, tag="close"):
     directories: tuple[str, ...] = ()
     """For ``dispose`` and ``reload``: exactly one directory. Ignored by ``dispose_all`` and
     ``invalidate_config``, which cover every loaded directory."""
+    fingerprint: str | None = None
+    """What the close would change to, as the host digests it (for ``invalidate_config``: the new
+    config's digest). Equal to the fingerprint every live instance it covers was loaded with: the
+    close is answered ``noop`` and touches nothing. Otherwise the close goes ahead and instances
+    loaded from now on in its directories record this fingerprint (the no-op gate)."""
 
 
 class Shutdown(_Request, frozen=True, tag="shutdown"):

@@ -8,7 +8,7 @@ mappings (``scripts/gen_state_tables.py``), so they cannot drift.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -38,6 +38,7 @@ __all__ = [
     "IllegalTransitionError",
     "InstanceTrigger",
     "RunTrigger",
+    "fingerprint_unchanged",
     "next_action_state",
     "next_ask_state",
     "next_instance_state",
@@ -164,6 +165,9 @@ class ActionTrigger(StrEnum):
     """A later shutdown joins this one: answered with its result, completed with it."""
     SUPERSEDE = "supersede"
     """A shutdown takes over: it still completes when its instances have closed."""
+    NOOP = "noop"
+    """The no-op gate (``fingerprint_unchanged``) held: answered ``noop``, completed at once, nothing
+    touched."""
 
 
 ACTION_TRANSITIONS: Mapping[ActionState, Mapping[ActionTrigger, ActionState]] = MappingProxyType(
@@ -172,6 +176,7 @@ ACTION_TRANSITIONS: Mapping[ActionState, Mapping[ActionTrigger, ActionState]] = 
             ActionTrigger.HOLD_ANSWER: ActionState.ANNOUNCING,
             ActionTrigger.ANSWER: ActionState.PENDING,
             ActionTrigger.COMPLETE: ActionState.COMPLETED,
+            ActionTrigger.NOOP: ActionState.COMPLETED,
         },
         ActionState.ANNOUNCING: {
             ActionTrigger.INSTANCE_CLOSED: ActionState.ANNOUNCING,
@@ -193,6 +198,14 @@ ACTION_TRANSITIONS: Mapping[ActionState, Mapping[ActionTrigger, ActionState]] = 
 """A lifecycle action is answered on leaving ``requested``/``announcing`` and completes exactly once."""
 
 ANSWERED_ACTION_STATES = frozenset({ActionState.PENDING, ActionState.COMPLETED})
+
+
+def fingerprint_unchanged(fingerprint: str | None, loaded_with: Collection[str | None]) -> bool:
+    """The no-op gate: a close carrying ``fingerprint`` changes nothing when at least one live
+    instance it covers exists and every one was loaded with that same fingerprint. Instances
+    already retiring are closing anyway and do not count; with nothing live the close goes ahead
+    (it completes at once, and records the fingerprint for the next load)."""
+    return fingerprint is not None and bool(loaded_with) and all(f == fingerprint for f in loaded_with)
 
 
 def next_action_state(state: ActionState, trigger: ActionTrigger) -> ActionState:

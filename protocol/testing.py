@@ -119,7 +119,7 @@ from run_supervisor.protocol._requests import (
     Shutdown,
     StartRun,
 )
-from run_supervisor.protocol._rules import CLOSE_RULES
+from run_supervisor.protocol._rules import CLOSE_RULES, fingerprint_unchanged
 
 __all__ = ["CoreShell", "InvariantChecker", "InvariantViolation"]
 
@@ -132,9 +132,9 @@ _SHUTDOWN_REASONS = frozenset(
 )
 _ONE_DIRECTORY = frozenset({CloseAction.DISPOSE, CloseAction.RELOAD})
 _CLOSE_RESULTS = {
-    CloseMode.MAINTENANCE: frozenset({CloseResult.COMPLETED, CloseResult.DEFERRED}),
+    CloseMode.MAINTENANCE: frozenset({CloseResult.COMPLETED, CloseResult.DEFERRED, CloseResult.NOOP}),
     CloseMode.USER_CONFIRMED_INTERRUPT: frozenset(
-        {CloseResult.COMPLETED, CloseResult.DEFERRED, CloseResult.INTERRUPTED}
+        {CloseResult.COMPLETED, CloseResult.DEFERRED, CloseResult.INTERRUPTED, CloseResult.NOOP}
     ),
     CloseMode.SHUTDOWN: frozenset({CloseResult.FORCED}),
     CloseMode.TEST_TEARDOWN: frozenset({CloseResult.FORCED}),
@@ -175,6 +175,7 @@ class _Session:
 class _Instance:
     state: str = "live"  # live -> retired -> disposing -> closed
     runs: set[str] = field(default_factory=set)
+    fingerprint: str | None = None
 
 
 @dataclass(slots=True)
@@ -192,6 +193,8 @@ class _Action:
     results: list[CloseResult] = field(default_factory=list)
     supersede: str | None = None
     """The shutdown that came while it was pending: its completion must say so."""
+    noop: bool = False
+    """Its fingerprint equals every live instance's it covers: it must be answered ``noop``."""
 
 
 @dataclass(slots=True)
@@ -392,7 +395,7 @@ class InvariantChecker:
         if self.shutdown_id is not None:
             self.violation(f"{key} started after shutdown was requested")
         self.newest[event.directory] = event.generation
-        self.instances[key] = _Instance()
+        self.instances[key] = _Instance(fingerprint=event.fingerprint)
 
     def _instance_closed(self, event: InstanceClosed) -> None:
         key = (event.directory, event.generation)
@@ -611,6 +614,10 @@ class InvariantChecker:
         elif len(event.directories) != 1:
             self.violation(f"{event.action_id} ({event.do.value}) names {event.directories}")
         covered = self._open_keys(event.directories)
+        live = [self.instances[k].fingerprint for k in covered if self.instances[k].state == "live"]
+        noop = fingerprint_unchanged(event.fingerprint, live)
+        if noop:  # the no-op gate: nothing may be touched, so it covers nothing
+            covered = frozenset()
         action = self.actions[event.action_id] = _Action(
             id=event.action_id,
             do=event.do,
@@ -618,7 +625,8 @@ class InvariantChecker:
             origin=event.origin,
             directories=event.directories,
             covered=covered,
-            blocking=self._active_in(event.directories),
+            blocking=frozenset() if noop else self._active_in(event.directories),
+            noop=noop,
         )
         for key in covered:
             if self.instances[key].state == "live":
@@ -695,6 +703,11 @@ class InvariantChecker:
             )
         if event.result not in _CLOSE_RESULTS[action.mode] or event.result is not action.results[0]:
             self.violation(f"{event.action_id} ({action.mode.value}) resulted {event.result.value}")
+        if action.noop != (event.result is CloseResult.NOOP):
+            self.violation(
+                f"{event.action_id} resulted {event.result.value}, but its fingerprint "
+                + ("changes nothing" if action.noop else "is not every live instance's")
+            )
 
     # --- commands ----------------------------------------------------------------------------
 
@@ -791,6 +804,13 @@ class InvariantChecker:
             self.violation(f"{token!r} deferred without pending directories or blocking runs")
         if answer.result is CloseResult.COMPLETED and (answer.pending_directories or answer.blocking_runs):
             self.violation(f"{token!r} completed but waits for {answer.blocking_runs}")
+        if answer.result is CloseResult.NOOP and (
+            not answer.completed
+            or answer.completed_directories
+            or answer.pending_directories
+            or answer.blocking_runs
+        ):
+            self.violation(f"{token!r} answered noop but touched something: {answer}")
 
     def _asked_run(self, ask_id: str | None, run_id: str | None) -> str:
         """The run a reply reached: named, or the run of the ask it names."""
@@ -996,8 +1016,13 @@ class CoreShell:
         mode: CloseMode = CloseMode.MAINTENANCE,
         origin: str = "config.update",
         tag: str | None = None,
+        fingerprint: str | None = None,
     ) -> Any:
-        return self.request(CloseRequest(do=do, mode=mode, origin=origin, directories=directories, tag=tag))
+        return self.request(
+            CloseRequest(
+                do=do, mode=mode, origin=origin, directories=directories, tag=tag, fingerprint=fingerprint
+            )
+        )
 
     def cancel(self, run: str, origin: str = "user", tag: str | None = None) -> Any:
         return self.request(CancelRun(run_id=run, origin=origin, tag=tag))

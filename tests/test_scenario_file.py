@@ -1068,7 +1068,9 @@ def test_a_key_an_action_does_not_take_is_reported_with_the_keys_it_does_take() 
     text = one_run(action(when="begin", do="dispose", directory="/p", mode="maintenance", gate="g1"))
 
     error = assert_refused(text, "actions[0].gate")
-    assert error.message == "do = 'dispose' does not take this key (its keys: directory, mode, origin)"
+    assert error.message == (
+        "do = 'dispose' does not take this key (its keys: directory, mode, origin, fingerprint)"
+    )
 
 
 def _when_case(when: str, case_id: str) -> Any:

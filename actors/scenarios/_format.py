@@ -29,7 +29,7 @@ import stat
 import sys
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from enum import StrEnum
 from types import MappingProxyType
@@ -215,6 +215,8 @@ class ActionSpec:
     gate: str | None = None
     grace_ms: int | None = None
     """``shutdown`` and ``test_teardown``: default 1000."""
+    fingerprint: str | None = None
+    """The four closes (an extension): what the close would change to; see the no-op gate."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,6 +270,8 @@ class Scenario:
     """Session ids in order of first appearance among the runs."""
     gates: tuple[str, ...]
     """Every gate named by a step, sorted."""
+    fingerprints: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """An extension: the fingerprint each listed directory's first generation is loaded with."""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -389,10 +393,10 @@ _STEP_KEY_HOME: Mapping[str, str] = {
 
 # Keys each `do` takes besides id, when and do (in the contract's order), and the ones it requires.
 _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
-    CloseAction.DISPOSE: ("directory", "mode", "origin"),
-    CloseAction.DISPOSE_ALL: ("mode", "origin"),
-    CloseAction.RELOAD: ("directory", "mode", "origin"),
-    CloseAction.INVALIDATE_CONFIG: ("mode", "origin"),
+    CloseAction.DISPOSE: ("directory", "mode", "origin", "fingerprint"),
+    CloseAction.DISPOSE_ALL: ("mode", "origin", "fingerprint"),
+    CloseAction.RELOAD: ("directory", "mode", "origin", "fingerprint"),
+    CloseAction.INVALIDATE_CONFIG: ("mode", "origin", "fingerprint"),
     UserAction.CANCEL: ("run", "origin"),
     CloseAction.SHUTDOWN: ("grace_ms", "origin"),
     CloseAction.TEST_TEARDOWN: ("grace_ms", "origin"),
@@ -433,12 +437,16 @@ def _answer_result(value: str) -> CloseResult | RequestResult:
     return RequestResult.OK if value == RequestResult.OK else CloseResult(value)
 
 
-def _results(do: ActionDo, mode: CloseMode | None) -> tuple[CloseResult | RequestResult, ...]:
-    """The results an action can give (``<action>.completed`` aside: see :func:`_parse_event`)."""
+def _results(
+    do: ActionDo, mode: CloseMode | None, *, fingerprint: bool = False
+) -> tuple[CloseResult | RequestResult, ...]:
+    """The results an action can give (``<action>.completed`` aside: see :func:`_parse_event`). Only a
+    close with a ``fingerprint`` can be a ``noop``."""
     if do in CLOSES:
+        noop = (CloseResult.NOOP,) if fingerprint else ()
         if mode is CloseMode.USER_CONFIRMED_INTERRUPT:
-            return (CloseResult.DEFERRED, CloseResult.INTERRUPTED, CloseResult.REJECTED)
-        return (CloseResult.DEFERRED, CloseResult.REJECTED)
+            return (CloseResult.DEFERRED, CloseResult.INTERRUPTED, CloseResult.REJECTED, *noop)
+        return (CloseResult.DEFERRED, CloseResult.REJECTED, *noop)
     if do in SHUTDOWNS:
         return (CloseResult.FORCED,)  # never rejected: a second one gets the first one's result
     if do is UserAction.OPEN_GATE:
@@ -557,6 +565,7 @@ class _ActionModel(_Model):
     answer: Any = None
     gate: StrictStr | None = None
     grace_ms: _Ms | None = None
+    fingerprint: _Text | None = None
 
 
 class _FaultModel(_Model):
@@ -572,6 +581,7 @@ class _ScenarioModel(_Model):
     actions: list[_ActionModel] = Field(default_factory=list)
     expect: dict[StrictStr, dict[StrictStr, Any]] = Field(default_factory=dict)
     instance_faults: dict[_Directory, _FaultModel] = Field(default_factory=dict)
+    fingerprints: dict[_Directory, _Text] = Field(default_factory=dict)
 
 
 class _RunExpectModel(_Model):
@@ -991,6 +1001,11 @@ def _one_line(error: object) -> str:
 def _build(document: dict[str, Any], file: str) -> Scenario:
     model = _validate(_ScenarioModel, document)
     _check_directories(model.directories)
+    for directory in model.fingerprints:
+        if directory not in model.directories:
+            raise _InvalidError(
+                _key("fingerprints", directory), f"{directory!r} is not in directories (loaded first)"
+            )
     runs = tuple(_build_run(index, run) for index, run in enumerate(model.runs))
     action_ids = _check_namespace(model.runs, model.actions)
     sessions = tuple(dict.fromkeys(run.session for run in runs))
@@ -1024,6 +1039,7 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         instance_faults=MappingProxyType(faults),
         sessions=sessions,
         gates=gates,
+        fingerprints=MappingProxyType(dict(model.fingerprints)),
     )
 
 
@@ -1335,6 +1351,7 @@ def _build_action(index: int, action_id: str, action: _ActionModel, names: _Name
         answer=_answer(action.answer) if "answer" in action.model_fields_set else None,
         gate=action.gate,
         grace_ms=grace_ms,
+        fingerprint=action.fingerprint,
     )
 
 
@@ -1401,7 +1418,11 @@ def _parse_event(raw: str, names: _Names, key: str) -> When:
         raise _InvalidError(key, f"{raw!r} names no run or action of this file")
     do = action_do(action.do)
     lifecycle = isinstance(do, CloseAction)
-    results = _results(do, CloseMode(action.mode) if do in CLOSES and action.mode is not None else None)
+    results = _results(
+        do,
+        CloseMode(action.mode) if do in CLOSES and action.mode is not None else None,
+        fingerprint=action.fingerprint is not None,
+    )
     if what == "completed" and lifecycle:
         return When(raw=raw, kind=WhenKind.ACTION_COMPLETED, action=head)
     if what not in results:

@@ -103,8 +103,11 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
     try:
         known = {*scenario.directories, *(run.directory for run in scenario.runs), *scenario.instance_faults}
         supervisor.declare(*sorted(known))
-        if scenario.directories:
-            supervisor.load(*scenario.directories)
+        plain = [d for d in scenario.directories if d not in scenario.fingerprints]
+        if plain:
+            supervisor.load(*plain)
+        for directory, fingerprint in scenario.fingerprints.items():
+            supervisor.load(directory, fingerprint=fingerprint)
         player.run(hooks)
     finally:
         hooks.release.set()  # the story is over: a dispose hook still sleeping may go
@@ -295,7 +298,12 @@ class _Player:
             assert do in CLOSES and spec.mode is not None
             directories = (spec.directory,) if spec.directory is not None else ()
             return CloseRequest(
-                do=do, mode=spec.mode, origin=spec.origin, directories=directories, tag=spec.id
+                do=do,
+                mode=spec.mode,
+                origin=spec.origin,
+                directories=directories,
+                tag=spec.id,
+                fingerprint=spec.fingerprint,
             )
         assert spec.run is not None
         if do is UserAction.CANCEL:
