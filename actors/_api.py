@@ -572,17 +572,26 @@ class Supervisor:
         directory: str | PathLike[str],
         run_id: str | None = None,
         resume_of: str | None = None,
+        parent_run_id: str | None = None,
         timeout: float | None = None,
     ) -> RunHandle:
         """Start a run (or queue it behind the session's active run). The body runs on its own
         thread with a ``RunContext``; it is pinned to the directory's current instance generation.
-        Without ``run_id`` one is made (``run-N``), never one a host already used."""
+        Without ``run_id`` one is made (``run-N``), never one a host already used.
+
+        ``parent_run_id`` makes it a child (a subagent, a background job) of that active run: in
+        the parent's directory, in a session of its own, pinned to the parent's generation; an
+        interrupt of the parent interrupts it with the same reason; the parent is reported finished
+        only after its children; its own failure does not end the parent."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = self._start_run_request(session=session, directory=directory, run_id=run_id)
         if resume_of is not None:
             check.identifier("resume_of", resume_of)
             request = msgspec.structs.replace(request, resume_of=resume_of)
+        if parent_run_id is not None:
+            check.identifier("parent_run_id", parent_run_id)
+            request = msgspec.structs.replace(request, parent_run_id=parent_run_id)
         while True:
             finished: Future[RunSnapshot] = Future()
             outcome = self._get(self._call(request, body, finished), limit)

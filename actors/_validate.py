@@ -209,6 +209,8 @@ def _check_fields(req: Request) -> None:
     optional_text("tag", req.tag)
     if isinstance(req, StartRun):
         identifier("run_id", req.run_id)
+        if req.parent_run_id is not None:
+            identifier("parent_run_id", req.parent_run_id)
         identifier("session", req.session)
         directory_name("directory", req.directory)
     elif isinstance(req, CancelRun):

@@ -29,6 +29,7 @@ from run_supervisor.protocol import (
     InstanceClosed,
     ReleaseRun,
     RunFinished,
+    RunQueued,
     RunRecovered,
     RunSnapshot,
     RunStarted,
@@ -78,6 +79,9 @@ class View:
             run_id = getattr(item, "run_id", None)
             if isinstance(run_id, str):
                 touched[run_id] = None
+            parent_run_id = getattr(item, "parent_run_id", None)  # a new child shows in its parent
+            if isinstance(parent_run_id, str) and isinstance(item, RunQueued | RunStarted):
+                touched[parent_run_id] = None
             session = getattr(item, "session", None)
             if isinstance(session, str):
                 sessions[session] = None

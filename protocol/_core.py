@@ -200,6 +200,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                 id=recovered.run_id,
                 session=recovered.session,
                 directory=recovered.directory or "",
+                parent=recovered.parent_run_id,
                 state=RunState.INTERRUPTED,
                 generation=recovered.generation,
                 interrupt=interrupt,
@@ -352,6 +353,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             error=run.error,
             abandoned=run.abandoned,
             parts=self._part_snapshots(run),
+            parent_run_id=run.parent,
+            children=tuple(run.children),
         )
 
     @staticmethod
@@ -423,9 +426,23 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                     + ("is not known (or was forgotten)" if resumed is None else "has not finished"),
                 )
                 return
-        run = _Run(id=req.run_id, session=req.session, directory=req.directory, resume_of=req.resume_of)
+        parent = None
+        if req.parent_run_id is not None:
+            parent = self._parent_for(req, reply_to)
+            if parent is None:
+                return
+        run = _Run(
+            id=req.run_id,
+            session=req.session,
+            directory=req.directory,
+            resume_of=req.resume_of,
+            parent=req.parent_run_id,
+        )
         self._journal.fresh(run)
         self._journal.put(self._runs, run.id, run)
+        if parent is not None:
+            self._touch(parent)
+            parent.children.append(run.id)
         self._runs_in[run.state] += 1
         self._directory(run.directory)
         session = self._sessions.get(run.session)
@@ -437,15 +454,46 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             self._activate(run, session)
         else:
             self._journal.append(session.queue, run.id)
-            self._emit(RunQueued(seq=self._next_seq(), run_id=run.id, session=run.session))
+            self._emit(
+                RunQueued(seq=self._next_seq(), run_id=run.id, session=run.session, parent_run_id=run.parent)
+            )
         self._reply(reply_to, _OK)
+
+    def _parent_for(self, req: StartRun, reply_to: Any) -> _Run | None:
+        """The active run ``req`` names as its parent, or None (rejected: the reason is answered)."""
+        assert req.parent_run_id is not None
+        parent = self._known_unfinished(req.parent_run_id, reply_to, "start a child of")
+        if parent is None:
+            return None
+        problem = None
+        if parent.state is not RunState.ACTIVE or parent.ended is not None:
+            state = f"is {parent.state.value}" if parent.ended is None else "has ended (waits for children)"
+            problem = f"parent run {parent.id!r} {state}: only an active run starts children"
+        elif req.session == parent.session:
+            problem = (
+                f"a child runs in a session of its own: in its parent's ({parent.session!r}) it would "
+                "wait behind its parent, which waits for it"
+            )
+        elif req.directory != parent.directory:
+            problem = (
+                f"a child runs in its parent's directory ({parent.directory!r}), on its generation; "
+                f"got {req.directory!r}"
+            )
+        if problem is not None:
+            self._reject(reply_to, RejectCode.INVALID_REQUEST, problem)
+            return None
+        return parent
 
     def _activate(self, run: _Run, session: _Session) -> None:
         """Start ``run`` as its session's active run. A session that just finished its active run
         stays busy through the hand-over to the next one (no status change)."""
         self._move_run(run, RunTrigger.START)
         directory = self._directory(run.directory)  # (re)made if it was forgotten while the run queued
-        instance = directory.current or self._load(run.directory)
+        parent = self._runs.get(run.parent) if run.parent is not None else None
+        if parent is not None and parent.generation is not None:
+            instance = directory.open[parent.generation]  # pinned to its parent's generation
+        else:
+            instance = directory.current or self._load(run.directory)
         self._touch(instance)
         self._touch(session)
         run.generation = instance.generation
@@ -465,6 +513,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                 directory=run.directory,
                 generation=instance.generation,
                 resume_of=run.resume_of,
+                parent_run_id=run.parent,
             )
         )
         self._out.append(
@@ -527,6 +576,25 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         self._move_run(run, RunTrigger.INTERRUPT)
         self._withdraw_open_asks(run, WithdrawReason.INTERRUPTED, reason)
         self._out.append(SignalInterrupt(run_id=run.id, reason=reason))
+        self._interrupt_children(run, reason, origin, action)
+
+    def _interrupt_children(
+        self, run: _Run, reason: InterruptReason, origin: str, action: str | None
+    ) -> None:
+        """An interrupt of a parent, whatever its reason, is its children's too (same reason,
+        origin and action): a queued child ends unstarted, an active one is interrupted (and so
+        its own children); one already interrupting keeps its first reason."""
+        for child_id in run.children:
+            child = self._runs.get(child_id)
+            if child is None or child.state in FINISHED_RUN_STATES:
+                continue
+            if child.state is RunState.QUEUED:
+                self._unqueue(child)
+                self._decide_interrupt(child, reason, origin, action)
+                self._move_run(child, RunTrigger.CANCEL_QUEUED)
+                self._finish(child)
+            elif child.state is RunState.ACTIVE:
+                self._interrupt(child, reason, origin, action)
 
     def _decide_interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None:
         self._touch(run)
@@ -608,9 +676,25 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             self._ignore()  # an abandoned body that finally stopped
             return
         trigger = RunTrigger.BODY_RETURNED if report.error is None else RunTrigger.BODY_RAISED
+        if run.ended is not None:
+            self._ignore()  # its body ended already
+            return
+        if self._unfinished_children(run):
+            self._touch(run)
+            run.ended = (trigger, report.error)  # reported finished after its children
+            return
+        self._end(run, trigger, report.error)
+
+    def _end(self, run: _Run, trigger: RunTrigger, error: str | None) -> None:
         if self._move_run(run, trigger) is RunState.FAILED:
-            run.error = report.error
+            run.error = error
         self._finish(run)
+
+    def _unfinished_children(self, run: _Run) -> bool:
+        return any(
+            (child := self._runs.get(c)) is not None and child.state not in FINISHED_RUN_STATES
+            for c in run.children
+        )
 
     def _finish(self, run: _Run) -> None:
         """The run has ended (its state says how): settle its parts, tell, and move on."""
@@ -648,6 +732,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         self._out.append(ReleaseRun(run_id=run.id))
         session = self._sessions[run.session]
         if not was_active:
+            self._child_finished(run)
             return
         assert run.generation is not None
         directory = self._dirs.get(run.directory)
@@ -665,6 +750,15 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             self._emit(
                 SessionStatusChanged(seq=self._next_seq(), session=session.id, status=SessionStatus.IDLE)
             )
+        self._child_finished(run)
+
+    def _child_finished(self, run: _Run) -> None:
+        """A parent whose body ended while ``run`` was its last unfinished child is finished now."""
+        parent = self._runs.get(run.parent) if run.parent is not None else None
+        if parent is None or parent.ended is None or parent.state in FINISHED_RUN_STATES:
+            return
+        if not self._unfinished_children(parent):
+            self._end(parent, *parent.ended)
 
     def _remember_finished(self, run_id: str) -> None:
         self._journal.append(self._finished, run_id)

@@ -71,6 +71,8 @@ class InstanceClosed(_Event, frozen=True, tag="instance.closed"):
 class RunQueued(_Event, frozen=True, tag="run.queued"):
     run_id: str
     session: str
+    parent_run_id: str | None = None
+    """The run it is a child of (``start_run(..., parent_run_id=...)``), if any."""
 
 
 class RunStarted(_Event, frozen=True, tag="run.started"):
@@ -80,6 +82,8 @@ class RunStarted(_Event, frozen=True, tag="run.started"):
     generation: int
     resume_of: str | None = None
     """The finished run this one continues (``start_run(..., resume_of=...)``), if any."""
+    parent_run_id: str | None = None
+    """The run it is a child of: it runs on its parent's generation."""
 
 
 class StepStarted(_Event, frozen=True, tag="run.step.started"):

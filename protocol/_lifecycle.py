@@ -282,9 +282,11 @@ class LifecycleMixin:
             self._ignore()
             return
         self._deadline_passed = True
+        # Children before their parents (a parent is reported finished after them); a parent whose
+        # body already ended is not abandoned: it finishes with its last child.
         stuck = sorted(
-            (run for run in self._runs.values() if run.state is RunState.INTERRUPTING),
-            key=lambda r: r.id,
+            (run for run in self._runs.values() if run.state is RunState.INTERRUPTING and run.ended is None),
+            key=lambda r: (-self._depth(r), r.id),
         )
         # Who held each instance still retiring: blame them, not its dispose hook (which never ran).
         holders = {
@@ -294,6 +296,8 @@ class LifecycleMixin:
             if instance.state is InstanceState.RETIRING
         }
         for run in stuck:
+            if run.state is not RunState.INTERRUPTING:
+                continue
             self._move_run(run, RunTrigger.ABANDON)
             run.abandoned = True
             self._touch(action)
@@ -321,6 +325,13 @@ class LifecycleMixin:
                 else:
                     error = "the dispose hook did not finish before the shutdown deadline"
                 self._closed_instance(instance, error)
+
+    def _depth(self, run: _Run) -> int:
+        """How many ancestors ``run`` has."""
+        depth = 0
+        while run.parent is not None and (parent := self._runs.get(run.parent)) is not None:
+            depth, run = depth + 1, parent
+        return depth
 
     # --- the action's life -------------------------------------------------------------------
 
@@ -377,11 +388,13 @@ class LifecycleMixin:
             instances = sorted(directory.open.values(), key=lambda i: i.generation)
             if interrupt is not None:
                 for instance in instances:
-                    for run_id in sorted(instance.runs):
+                    # Taken before interrupting: a parent's interrupt also interrupts its children.
+                    active = [r for r in sorted(instance.runs) if self._runs[r].state is RunState.ACTIVE]
+                    for run_id in active:
                         run = self._runs[run_id]
                         if run.state is RunState.ACTIVE:
                             self._interrupt(run, interrupt, action.origin, action.id)
-                            interrupted.add(run_id)
+                        interrupted.add(run_id)
             waits = False
             for instance in instances:
                 if instance.state is InstanceState.LIVE:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from run_supervisor.protocol._enums import AskKind, InstanceState, InterruptReason, PartState, Phase, RunState
 from run_supervisor.protocol._parts import PartSnapshot
-from run_supervisor.protocol._rules import UNFINISHED_PART_STATES
+from run_supervisor.protocol._rules import UNFINISHED_PART_STATES, RunTrigger
 
 if TYPE_CHECKING:
     from run_supervisor.protocol._asks import Ask
@@ -65,6 +65,11 @@ class _Run:
     error: str | None = None
     abandoned: bool = False
     resume_of: str | None = None
+    parent: str | None = None  # the run it is a child of
+    children: list[str] = field(default_factory=list)  # in start order
+    ended: tuple[RunTrigger, str | None] | None = None
+    """Its body ended (how, and the error) while children were unfinished: reported finished once
+    they are."""
 
     def open_part(self) -> _Part | None:
         """The latest unfinished part (parallel calls: the one begun last)."""

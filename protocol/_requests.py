@@ -65,6 +65,10 @@ class StartRun(_Request, frozen=True, tag="start_run"):
     resume_of: str | None = None
     """The id of a finished run (typically one recovered after a crash) that this run continues;
     echoed on ``run.started`` so a UI and the journal can link the two."""
+    parent_run_id: str | None = None
+    """A child run (a subagent, a background job) of this active run: pinned to the parent's
+    generation, in the parent's directory but in a session of its own; interrupted with its parent
+    (same reason, origin and action); the parent is reported finished only after its children."""
 
 
 class CancelRun(_Request, frozen=True, tag="cancel"):
@@ -270,6 +274,9 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     error: str | None = None
     abandoned: bool = False
     parts: tuple[PartSnapshot, ...] = ()
+    parent_run_id: str | None = None
+    children: tuple[str, ...] = ()
+    """Its child runs, in the order they were started (finished ones included)."""
 
 
 class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):

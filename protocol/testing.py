@@ -162,6 +162,8 @@ class _Run:
     abandoned: bool = False
     released: bool = False
     finished: RunFinished | None = None
+    parent: str | None = None
+    children: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -435,10 +437,21 @@ class InvariantChecker:
         run = self._new_run(event.run_id, event.session, directory, event.seq)
         if run is None:
             return
+        self._adopt(run, event.parent_run_id)
         session = self._session(event.session)
         if session.active is None:
             self.violation(f"{event.run_id} queued although session {event.session} had no active run")
         session.queue.append(run.id)
+
+    def _adopt(self, run: _Run, parent_id: str | None) -> None:
+        if parent_id is None or run.parent == parent_id:
+            return
+        parent = self.runs.get(parent_id)
+        if parent is None or parent.finished is not None or parent.state != "active":
+            self.violation(f"{run.id} is a child of {parent_id}, which is not an active run")
+            return
+        run.parent = parent_id
+        parent.children.append(run.id)
 
     def _start_request(self, run_id: str) -> StartRun | None:
         return self.start_requests.get(run_id)
@@ -468,9 +481,17 @@ class InvariantChecker:
             self.violation(f"session {event.session} starts {run.id} while {session.active} is active")
         if session.status is not SessionStatus.BUSY:
             self.violation(f"{run.id} started but session {event.session} did not say busy")
+        self._adopt(run, event.parent_run_id)
         key = (event.directory, event.generation)
         instance = self.instances.get(key)
-        if (
+        parent = self.runs.get(run.parent) if run.parent is not None else None
+        if parent is not None:  # a child: pinned to its parent's generation, whatever is current
+            if (parent.directory, parent.generation) != key or instance is None or instance.state == "closed":
+                self.violation(
+                    f"child {run.id} started on {key}, not on its parent {parent.id}'s "
+                    f"{(parent.directory, parent.generation)}"
+                )
+        elif (
             instance is None
             or instance.state != "live"
             or self.newest.get(event.directory) != event.generation
@@ -498,6 +519,9 @@ class InvariantChecker:
         if run.finished is not None:
             self.violation(f"{event.run_id} finished twice")
             return
+        unfinished = [c for c in run.children if self.runs[c].finished is None]
+        if unfinished:
+            self.violation(f"{run.id} reported finished before its children {unfinished}")
         run.finished = event
         was = run.state
         run.state = "finished"
@@ -734,7 +758,9 @@ class InvariantChecker:
             self.violation(f"{command.run_id} spawned without starting on generation {command.generation}")
             return
         key = (command.directory, command.generation)
-        if self.instances[key].state != "live":
+        # A child runs on its parent's instance, which may be waiting to close (never closed).
+        allowed = ("live",) if run.parent is None else ("live", "retired")
+        if self.instances[key].state not in allowed:
             self.violation(f"{command.run_id} spawned on {key}, which is {self.instances[key].state}")
 
     def _dispose(self, command: DisposeInstance) -> None:
@@ -883,9 +909,29 @@ class InvariantChecker:
             event = run.finished
             if event is None or event.outcome is not Outcome.INTERRUPTED or run.id in decided:
                 continue
+            inherited = self._inherited(run, decided)
+            if inherited is not None:  # its parent's interrupt: the same reason, origin and action
+                mine = (event.reason, event.origin, event.action_id)
+                up = self.runs[inherited].finished
+                if up is not None and mine != (up.reason, up.origin, up.action_id):
+                    self.violation(f"child {run.id} ended {mine}, its ancestor {inherited} {up}")
+                continue
             if run.id in self.shutdown_queued and event.reason in _SHUTDOWN_REASONS:
                 continue
             self.violation(f"{run.id} ended interrupted ({event.reason}) but no accepted request decided it")
+
+    def _inherited(self, run: _Run, decided: dict[str, list[_Decision]]) -> str | None:
+        """The nearest ancestor of ``run`` an accepted request interrupted, if any."""
+        seen: set[str] = set()
+        while run.parent is not None and run.parent not in seen:
+            seen.add(run.parent)
+            parent = self.runs.get(run.parent)
+            if parent is None:
+                return None
+            if parent.id in decided:
+                return parent.id
+            run = parent
+        return None
 
     # --- the end -----------------------------------------------------------------------------
 
@@ -1006,8 +1052,12 @@ class CoreShell:
         self.last = self.carry_out(self.core.report(report))
         return self.last
 
-    def start(self, run: str, session: str | None = None, directory: str = "/w/a") -> Answer | None:
-        return self.request(StartRun(run_id=run, session=session or f"s-{run}", directory=directory))
+    def start(
+        self, run: str, session: str | None = None, directory: str = "/w/a", *, parent: str | None = None
+    ) -> Answer | None:
+        return self.request(
+            StartRun(run_id=run, session=session or f"s-{run}", directory=directory, parent_run_id=parent)
+        )
 
     def close(
         self,

@@ -177,6 +177,8 @@ class RunSpec:
     steps: tuple[StepSpec, ...]
     tools: tuple[str, ...]
     """The tool of each tool part, in order: ``len(tools)`` is the number of tool parts."""
+    parent: str | None = None
+    """An extension (child runs): the run of this file it is a child of."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -549,6 +551,7 @@ class _RunModel(_Model):
     directory: _Directory
     start: Annotated[StrictStr, _one_of_values(RunStart)] = RunStart.BEGIN.value
     steps: Annotated[list[_StepModel], Field(min_length=1)]
+    parent: _Id | None = None
 
 
 class _ActionModel(_Model):
@@ -1008,6 +1011,7 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
             )
     runs = tuple(_build_run(index, run) for index, run in enumerate(model.runs))
     action_ids = _check_namespace(model.runs, model.actions)
+    _check_parents(runs)
     sessions = tuple(dict.fromkeys(run.session for run in runs))
     gates = tuple(sorted({step.gate for run in runs for step in run.steps if step.gate is not None}))
     directories = {*model.directories, *(run.directory for run in runs), *model.instance_faults}
@@ -1041,6 +1045,22 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         gates=gates,
         fingerprints=MappingProxyType(dict(model.fingerprints)),
     )
+
+
+def _check_parents(runs: Sequence[RunSpec]) -> None:
+    """A child names another run of the file, in the same directory and in a session of its own."""
+    by_id = {run.id: run for run in runs}
+    for index, run in enumerate(runs):
+        if run.parent is None:
+            continue
+        parent = by_id.get(run.parent)
+        key = _key("runs", index, "parent")
+        if parent is None or parent is run:
+            raise _InvalidError(key, f"{run.parent!r} names no other run of this file")
+        if parent.directory != run.directory:
+            raise _InvalidError(key, f"a child runs in its parent's directory ({parent.directory!r})")
+        if parent.session == run.session:
+            raise _InvalidError(key, f"a child needs a session of its own, not {run.session!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1098,6 +1118,7 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
         start=RunStart(run.start),
         steps=steps,
         tools=tools,
+        parent=run.parent,
     )
 
 

@@ -534,7 +534,9 @@ class _Player:
 
 
 def _start(spec: RunSpec) -> StartRun:
-    return StartRun(run_id=spec.id, session=spec.session, directory=spec.directory)
+    return StartRun(
+        run_id=spec.id, session=spec.session, directory=spec.directory, parent_run_id=spec.parent
+    )
 
 
 def _part_report(part: PartSnapshot) -> PartReport:
