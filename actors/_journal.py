@@ -26,7 +26,7 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -522,6 +522,18 @@ _HANDLERS = {
 _CLOSE: Final = object()
 
 
+@dataclass(frozen=True, slots=True)
+class _Call:
+    call: Callable[[], object]
+
+
+def _run_call(item: _Call) -> None:
+    try:
+        item.call()
+    except Exception:  # settling a future never raises; anything else is a bug, contained here
+        logger.opt(exception=True).error("an answer could not be delivered after the journal")
+
+
 class JournaledPublisher(Publisher):
     """A Publisher whose events reach the subscriptions only once they are committed to the journal.
 
@@ -541,6 +553,15 @@ class JournaledPublisher(Publisher):
     def publish(self, event: Event) -> None:
         if not self._abandoned:
             self._queue.put(event)
+
+    def after(self, call: Callable[[], object]) -> None:
+        """Run ``call`` (an answer to a request) on the writer, after the events published before it
+        were committed and delivered: with a journal as without one, a request's answer never comes
+        before the events it caused, and those are durable by then."""
+        if self._abandoned:
+            call()
+        else:
+            self._queue.put(_Call(call))
 
     def close_all(self) -> None:
         self._queue.put(_CLOSE)
@@ -563,16 +584,23 @@ class JournaledPublisher(Publisher):
             if batch[-1] is _CLOSE or _CLOSE in batch:
                 closing = True
                 batch = [item for item in batch if item is not _CLOSE]
-            if self._abandoned:
+            if self._abandoned:  # a simulated kill: nothing written or delivered; answers still go
+                for item in batch:
+                    if isinstance(item, _Call):
+                        _run_call(item)
                 continue
-            if batch and self.failed is None:
+            events = [item for item in batch if not isinstance(item, _Call)]
+            if events and self.failed is None:
                 try:
-                    self.journal.apply(msgspec.to_builtins(event) for event in batch)
+                    self.journal.apply(msgspec.to_builtins(event) for event in events)
                 except Exception as exc:  # a failing disk must not stop the events
                     self.failed = str(exc) or type(exc).__name__
                     logger.opt(exception=True).error("the run journal stopped recording")
-            for event in batch:
-                super().publish(event)
+            for item in batch:  # committed: deliver in order, each answer after the events before it
+                if isinstance(item, _Call):
+                    _run_call(item)
+                else:
+                    super().publish(item)
         try:
             if self._abandoned:
                 self.journal.abandon()

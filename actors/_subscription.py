@@ -165,6 +165,11 @@ class Publisher:
         for subscription in self._subscriptions:  # a snapshot: adds and removes swap the tuple
             subscription._offer(event)
 
+    def after(self, call: Callable[[], object]) -> None:
+        """Run ``call`` once every event published before it has been delivered (here: at once; a
+        journaled publisher delivers later, and keeps answers behind the events they follow)."""
+        call()
+
     def close_all(self) -> None:
         with self._lock:
             subscriptions, self._subscriptions = self._subscriptions, ()

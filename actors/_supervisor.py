@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import pykka
@@ -263,7 +264,7 @@ class SessionSupervisor(pykka.ThreadingActor):
             if isinstance(command, Emit):
                 self._publish(command.event)
             elif isinstance(command, Reply):
-                _settle(command.reply_to, command.answer)
+                self._publisher.after(partial(_settle, command.reply_to, command.answer))
             elif isinstance(command, SpawnRun):
                 self._spawn(command)
             elif isinstance(command, SignalInterrupt | DeliverAnswer | AbandonRun):
@@ -310,9 +311,11 @@ class SessionSupervisor(pykka.ThreadingActor):
             if finishing is not None:
                 future, session, directory = finishing
                 # Not retained (retain_finished_runs=0): the event says everything a snapshot does.
-                _settle(future, snapshot or _snapshot_of(event, session, directory))
+                self._publisher.after(
+                    partial(_settle, future, snapshot or _snapshot_of(event, session, directory))
+                )
             for waiter in waiters:
-                _settle(waiter, snapshot)
+                self._publisher.after(partial(_settle, waiter, snapshot))
 
     def _spawn(self, command: SpawnRun) -> None:
         slot = self._runs.get(command.run_id)

@@ -299,6 +299,9 @@ class UserAction(StrEnum):
     CANCEL_FORM = "cancel_form"
     OPEN_GATE = "open_gate"
     """Done by the runner itself: it opens one of the file's gates."""
+    CRASH = InterruptReason.CRASH.value  # the action is named after the reason it leaves behind
+    """Done by the runner itself: the supervisor dies as a kill would (its run journal keeps only
+    what was committed), and a new one starts on the same journal and recovers what was unfinished."""
 
 
 ActionDo = CloseAction | UserAction
@@ -407,6 +410,7 @@ _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.ANSWER_FORM: ("run", "ask", "answer"),
     UserAction.CANCEL_FORM: ("run", "ask", "message"),
     UserAction.OPEN_GATE: ("gate",),
+    UserAction.CRASH: (),
 }
 _ASK_OF: Mapping[ActionDo, AskKind] = {
     UserAction.REPLY_PERMISSION: AskKind.PERMISSION,
@@ -426,6 +430,7 @@ _ACTION_REQUIRED: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.ANSWER_FORM: ("run", "answer"),
     UserAction.CANCEL_FORM: ("run",),
     UserAction.OPEN_GATE: ("gate",),
+    UserAction.CRASH: (),
 }
 _DEFAULT_ORIGIN: Mapping[ActionDo, str] = {
     **{do: do.value for do in CloseAction},
@@ -451,7 +456,7 @@ def _results(
         return (CloseResult.DEFERRED, CloseResult.REJECTED, *noop)
     if do in SHUTDOWNS:
         return (CloseResult.FORCED,)  # never rejected: a second one gets the first one's result
-    if do is UserAction.OPEN_GATE:
+    if do in (UserAction.OPEN_GATE, UserAction.CRASH):
         return (RequestResult.OK,)  # always ok, even after shutdown
     return (RequestResult.OK, RequestResult.REJECTED)
 

@@ -21,6 +21,8 @@ answers. A broken invariant is a failure of the scenario, whatever its ``[expect
 from __future__ import annotations
 
 import itertools
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future
@@ -52,6 +54,7 @@ from run_supervisor.actors.scenarios._report import (
     ScenarioReport,
     check_expectations,
 )
+from run_supervisor.actors.testing import simulate_crash
 from run_supervisor.protocol import (
     ActionResult,
     AnswerForm,
@@ -72,6 +75,7 @@ from run_supervisor.protocol import (
     RequestResult,
     RunFinished,
     RunQueued,
+    RunRecovered,
     RunStarted,
     SessionStatus,
     SessionStatusChanged,
@@ -98,27 +102,33 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
     ``interrupted`` / ``timeout``) and each thing left hanging is listed in the report's ``failures``.
     """
     hooks = ScenarioHooks(scenario)
-    supervisor = Supervisor.start(SupervisorConfig(shutdown_at_exit=False), hooks=hooks)
-    player = _Player(scenario, supervisor, supervisor.subscribe(), time.monotonic() + timeout, timeout)
-    try:
-        known = {*scenario.directories, *(run.directory for run in scenario.runs), *scenario.instance_faults}
-        supervisor.declare(*sorted(known))
-        plain = [d for d in scenario.directories if d not in scenario.fingerprints]
-        if plain:
-            supervisor.load(*plain)
-        for directory, fingerprint in scenario.fingerprints.items():
-            supervisor.load(directory, fingerprint=fingerprint)
-        player.run(hooks)
-    finally:
-        hooks.release.set()  # the story is over: a dispose hook still sleeping may go
-        if not supervisor.closed:
-            try:
-                supervisor.shutdown(
-                    grace_ms=_TEARDOWN_GRACE_MS, reason=ShutdownReason.TEST_TEARDOWN, origin="scenario.end"
-                )
-            except SupervisorTimeout:
-                player.failures.append("the supervisor did not shut down within its grace deadline")
-        player.end_of_stream()
+    # A story with a crash plays on a run journal (a fresh file), so the next supervisor can recover.
+    crashes = any(action.do is UserAction.CRASH for action in scenario.actions)
+    with tempfile.TemporaryDirectory(prefix="run-supervisor-scenario-") as folder:
+        journal = os.path.join(folder, "runs.journal") if crashes else None
+        supervisor = Supervisor.start(SupervisorConfig(shutdown_at_exit=False), hooks=hooks, journal=journal)
+        player = _Player(scenario, supervisor, supervisor.subscribe(), time.monotonic() + timeout, timeout)
+        player.journal = journal
+        try:
+            player.declare()
+            plain = [d for d in scenario.directories if d not in scenario.fingerprints]
+            if plain:
+                supervisor.load(*plain)
+            for directory, fingerprint in scenario.fingerprints.items():
+                supervisor.load(directory, fingerprint=fingerprint)
+            player.run(hooks)
+        finally:
+            hooks.release.set()  # the story is over: a dispose hook still sleeping may go
+            if not player.supervisor.closed:
+                try:
+                    player.supervisor.shutdown(
+                        grace_ms=_TEARDOWN_GRACE_MS,
+                        reason=ShutdownReason.TEST_TEARDOWN,
+                        origin="scenario.end",
+                    )
+                except SupervisorTimeout:
+                    player.failures.append("the supervisor did not shut down within its grace deadline")
+            player.end_of_stream()
     return player.report()
 
 
@@ -133,6 +143,7 @@ class _RunRecord:
     started: bool = False
     queued: bool = False
     finished: RunFinished | None = None
+    """Its ``run.finished``; for a run recovered after a crash, its ``run.recovered`` as one."""
 
 
 @dataclass(slots=True)
@@ -194,10 +205,18 @@ class _Player:
         self.tokens = itertools.count(1)
         self.ended = False
         self.failures: list[str] = []
+        self.journal: str | None = None
+        self.hooks: ScenarioHooks | None = None
+
+    def declare(self) -> None:
+        scenario = self.scenario
+        known = {*scenario.directories, *(run.directory for run in scenario.runs), *scenario.instance_faults}
+        self.supervisor.declare(*sorted(known))
 
     # --- the loop -------------------------------------------------------------------------------
 
     def run(self, hooks: ScenarioHooks) -> None:
+        self.hooks = hooks
         for spec in self.scenario.runs:
             if spec.start is RunStart.BEGIN:
                 self.begin_pending.add(spec.id)
@@ -262,7 +281,10 @@ class _Player:
         for event in self.inbox.drain():  # every event published before these answers comes first
             self._on_event(event)
         for future in done:
-            asked, token = self.awaiting.pop(future)
+            entry = self.awaiting.pop(future, None)
+            if entry is None:
+                continue  # asked of a supervisor that crashed meanwhile: the answer died with it
+            asked, token = entry
             outcome = future.result()
             self.checker.answer(token, outcome)
             self._on_answer(asked, outcome)
@@ -278,6 +300,10 @@ class _Player:
             if spec.do is UserAction.OPEN_GATE:  # the runner's own action: no request
                 assert spec.gate is not None
                 self.gates[spec.gate].open()
+                self._on_answer(_Asked(spec.id), RequestOutcome(result=RequestResult.OK))
+                continue
+            if spec.do is UserAction.CRASH:  # the runner's own action too: the process "dies"
+                self._crash()
                 self._on_answer(_Asked(spec.id), RequestOutcome(result=RequestResult.OK))
                 continue
             body = None
@@ -369,6 +395,39 @@ class _Player:
         index = self._record_own("action.result", {"action": spec.id, "result": outcome.result})
         self._name(index, f"{spec.id}.{outcome.result}")
 
+    def _crash(self) -> None:
+        """The supervisor dies as a kill would; a new one starts on the same journal.
+
+        What a subscriber already received stays in the timeline (it was committed); what was not
+        delivered is lost with the process, as are the answers to requests in flight. The new
+        supervisor's ``run.recovered`` events enter the timeline as its first events, each standing for
+        its run's ``<run>.finished``; its later events follow (the report's ``seq`` keeps increasing).
+        The oracle checks the new supervisor from its start: the old one never ended, by definition."""
+        for event in self.inbox.drain():
+            self._on_event(event)
+        simulate_crash(self.supervisor)
+        for event in self.inbox.drain():  # delivered before the kill: committed, so seen
+            self._on_event(event)
+        self.inbox.close()
+        lost = [asked for asked, _ in self.awaiting.values()]
+        self.awaiting.clear()
+        for asked in lost:  # a `begin` start whose answer died with the process still counts as asked
+            if asked.begin:
+                self.begin_pending.discard(asked.key)
+                if not self.begin_pending:
+                    self._fire(WhenKind.BEGIN.value)
+        self.checker = InvariantChecker()
+        self.sessions = dict.fromkeys(self.sessions, SessionStatus.IDLE)  # a new process: nothing busy
+        assert self.hooks is not None
+        self.supervisor = Supervisor.start(
+            SupervisorConfig(shutdown_at_exit=False), hooks=self.hooks, journal=self.journal
+        )
+        self.inbox = self.supervisor.subscribe()
+        self.ended = False
+        self.declare()
+        for recovered in self.supervisor.recovered():
+            self._on_event(recovered)
+
     def _record_own(self, kind: str, fields: dict[str, Any]) -> int:
         return self.timeline.add(kind, fields)
 
@@ -393,6 +452,11 @@ class _Player:
         """The event as the report shows it: the contract's names (``run``, ``action``), the file's ids."""
         data: dict[str, Any] = msgspec.to_builtins(event)
         kind = data.pop("type")
+        if isinstance(event, RunRecovered):
+            # The contract's stream ends each started run with one run.finished: a recovered run's
+            # is this one (reason crash), marked as recovered by the supervisor that came next.
+            kind = "run.finished"
+            data = {"action_id": None, **data, "recovered": True}
         data.pop("seq", None)
         data.pop("parts", None)
         tag = data.pop("tag", None)
@@ -418,9 +482,9 @@ class _Player:
             if event.run_id in self.runs:
                 self.runs[event.run_id].queued = True
             return []
-        if isinstance(event, RunFinished):
+        if isinstance(event, RunFinished | RunRecovered):
             if event.run_id in self.runs:
-                self.runs[event.run_id].finished = event
+                self.runs[event.run_id].finished = _as_finished(event)
                 self.runs[event.run_id].queued = False
             return [f"{event.run_id}.finished"]
         if isinstance(event, StepStarted):
@@ -531,6 +595,22 @@ class _Player:
             tool_parts=[_part_report(part) for part in done.parts],
             abandoned=done.abandoned,
         )
+
+
+def _as_finished(event: RunFinished | RunRecovered) -> RunFinished:
+    if isinstance(event, RunFinished):
+        return event
+    return RunFinished(
+        seq=event.seq,
+        run_id=event.run_id,
+        outcome=event.outcome,
+        reason=event.reason,
+        origin=event.origin,
+        action_id=None,
+        phase=event.phase,
+        generation=event.generation,
+        parts=event.parts,
+    )
 
 
 def _start(spec: RunSpec) -> StartRun:
