@@ -71,8 +71,6 @@ CREATE TABLE runs (
     reason TEXT,
     origin TEXT,
     action_id TEXT,
-    open_step_kind TEXT,              -- the step the body was in, for parts no event described
-    open_step_tool TEXT,
     finished_order INTEGER
 );
 CREATE INDEX runs_unfinished ON runs (state) WHERE state != 'finished';
@@ -134,6 +132,9 @@ class Journal:
         self.boot = boot
         self._finished_order = self._scalar("SELECT COALESCE(MAX(finished_order), 0) FROM runs")
         self._since_compaction = 0
+        # What this boot has recorded per unfinished run, so finishing one deletes only what exists.
+        self._parts: dict[str, dict[str, int]] = {}  # run -> part key -> position
+        self._asking: dict[str, int] = {}  # run -> asks recorded
         self.retain_finished = 10_000
         self._closed = False
 
@@ -184,11 +185,11 @@ class Journal:
         """Everything the previous process left unfinished (nothing after a clean shutdown)."""
         plan = RecoveryPlan(clean=self._meta("clean") != "0")
         rows = self._db.execute(
-            "SELECT run_id, session, directory, generation, parent_run_id, state,"
-            " open_step_kind, open_step_tool FROM runs WHERE state != 'finished' ORDER BY rowid"
+            "SELECT run_id, session, directory, generation, parent_run_id, state FROM runs"
+            " WHERE state != 'finished' ORDER BY rowid"
         ).fetchall()
-        for run_id, session, directory, generation, parent, state, step_kind, step_tool in rows:
-            parts = self._settled_parts(run_id, step_kind, step_tool)
+        for run_id, session, directory, generation, parent, state in rows:
+            parts = self._settled_parts(run_id)
             open_phase = next(
                 (p.phase for p in parts if p.phase is not None and p.state is PartState.INTERRUPTED), None
             )
@@ -218,9 +219,9 @@ class Journal:
         ]
         return plan
 
-    def _settled_parts(
-        self, run_id: str, step_kind: str | None, step_tool: str | None
-    ) -> tuple[PartSnapshot, ...]:
+    def _settled_parts(self, run_id: str) -> tuple[PartSnapshot, ...]:
+        """The run's tool parts as its last ``run.part.updated`` events left them, unfinished ones
+        settled: ``interrupted``, ``tool_started`` as recorded (true once the tool may have run)."""
         rows = self._db.execute(
             "SELECT tool, state, tool_started FROM parts WHERE run_id = ? ORDER BY position", (run_id,)
         ).fetchall()
@@ -239,20 +240,6 @@ class Journal:
                 )
             else:
                 parts.append(PartSnapshot(tool=tool, state=PartState(state), tool_started=bool(started)))
-        if not rows and step_kind in ("tool_input", "tool_exec"):
-            # No part event described it: settle from the step the body was in. A tool_exec step may
-            # have started the tool, so the card must not claim it did not run.
-            started = step_kind == "tool_exec"
-            parts.append(
-                PartSnapshot(
-                    tool=step_tool or "tool",
-                    state=PartState.INTERRUPTED,
-                    tool_started=started,
-                    reason=InterruptReason.CRASH,
-                    origin="crash",
-                    phase=Phase.RUNNING if started else Phase.GENERATING,
-                )
-            )
         return tuple(parts)
 
     def settle(self, plan: RecoveryPlan) -> None:
@@ -425,20 +412,14 @@ def _on_run_started(j: Journal, e: Mapping[str, Any]) -> None:
             e.get("resume_of"),
         ),
     )
-    j._db.execute("DELETE FROM parts WHERE run_id = ?", (e["run_id"],))
-
-
-def _on_step(j: Journal, e: Mapping[str, Any]) -> None:
-    finished = e["type"] == "run.step.finished"
-    j._db.execute(
-        "UPDATE runs SET open_step_kind = ?, open_step_tool = ? WHERE run_id = ?",
-        (None if finished else e.get("kind"), None if finished else e.get("tool"), e["run_id"]),
-    )
+    if j._parts.pop(e["run_id"], None) is not None:  # an id used again: the old run's parts go
+        j._db.execute("DELETE FROM parts WHERE run_id = ?", (e["run_id"],))
 
 
 def _on_part(j: Journal, e: Mapping[str, Any]) -> None:
     key = str(e.get("call_id") or e.get("part_id") or e.get("index") or e.get("tool"))
-    position = j._scalar("SELECT COUNT(*) FROM parts WHERE run_id = ?", e["run_id"])
+    keys = j._parts.setdefault(e["run_id"], {})
+    position = keys.setdefault(key, len(keys))
     j._db.execute(
         "INSERT INTO parts (run_id, part_key, position, tool, state, phase, tool_started)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -453,11 +434,13 @@ def _on_run_finished(j: Journal, e: Mapping[str, Any]) -> None:
     j._since_compaction += 1
     j._db.execute(
         "UPDATE runs SET state = 'finished', outcome = ?, reason = ?, origin = ?, action_id = ?,"
-        " open_step_kind = NULL, open_step_tool = NULL, finished_order = ? WHERE run_id = ?",
+        " finished_order = ? WHERE run_id = ?",
         (e["outcome"], e.get("reason"), e.get("origin"), e.get("action_id"), j._finished_order, e["run_id"]),
     )
-    j._db.execute("DELETE FROM parts WHERE run_id = ?", (e["run_id"],))
-    j._db.execute("DELETE FROM asks WHERE run_id = ?", (e["run_id"],))
+    if j._parts.pop(e["run_id"], None) is not None:
+        j._db.execute("DELETE FROM parts WHERE run_id = ?", (e["run_id"],))
+    if j._asking.pop(e["run_id"], 0):
+        j._db.execute("DELETE FROM asks WHERE run_id = ?", (e["run_id"],))
 
 
 def _on_ask_requested(j: Journal, e: Mapping[str, Any]) -> None:
@@ -466,6 +449,7 @@ def _on_ask_requested(j: Journal, e: Mapping[str, Any]) -> None:
         "INSERT OR REPLACE INTO asks (ask_id, run_id, state, payload) VALUES (?, ?, 'open', ?)",
         (e["ask_id"], e["run_id"], None if payload is None else json.dumps(payload)),
     )
+    j._asking[e["run_id"]] = j._asking.get(e["run_id"], 0) + 1
 
 
 def _on_ask_closed(j: Journal, e: Mapping[str, Any]) -> None:
@@ -503,8 +487,6 @@ def _on_action_result(j: Journal, e: Mapping[str, Any]) -> None:
 _HANDLERS = {
     "run.queued": _on_run_queued,
     "run.started": _on_run_started,
-    "run.step.started": _on_step,
-    "run.step.finished": _on_step,
     "run.part.updated": _on_part,
     "run.finished": _on_run_finished,
     "ask.requested": _on_ask_requested,

@@ -29,8 +29,10 @@ import json
 import os
 import platform
 import queue
+import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,6 +45,7 @@ from typing import Any
 import pykka
 
 from run_supervisor.actors import Gate, RunContext, Subscription, Supervisor, SupervisorConfig
+from run_supervisor.actors._journal import Journal
 from run_supervisor.protocol import (
     CloseAction,
     CloseMode,
@@ -81,6 +84,8 @@ class Reps:
     live_1000: int  # times 1,000 runs (and the baselines) are opened, measured and stopped
     overrun: tuple[tuple[int, int], ...]  # (deaf bodies, shutdowns measured)
     growth: bool  # measure 10 and 100 live runs too (table mode only)
+    journal_rounds: int = 7  # alternating rounds of short runs with the run journal on and off
+    recovery_rounds: int = 5  # recoveries of a journal with 10,000 finished and 100 unfinished runs
 
 
 FULL = Reps(
@@ -112,6 +117,8 @@ QUICK = Reps(
     live_1000=3,
     overrun=((10, 3), (100, 3), (1000, 3)),
     growth=False,
+    journal_rounds=3,
+    recovery_rounds=3,
 )
 
 SESSIONS = 8
@@ -701,6 +708,101 @@ def throughput(fig: Figures, reps: Reps) -> None:
     fig.ratio("runs_per_s_pool_ratio", "runs_per_s", "pool_runs_per_s")
 
 
+# --- the run journal: its cost on short runs, and recovery ------------------------------------------
+
+
+def journal_throughput(fig: Figures, reps: Reps) -> None:
+    """Short runs (as in ``throughput``) on a supervisor with a run journal, over one without, in
+    alternating rounds. What a host pays for crash safety: every event committed (one transaction per
+    batch) before a subscriber or an answer sees it."""
+    with tempfile.TemporaryDirectory(prefix="bench-journal-") as folder:
+        plain = Supervisor.start(_config(), directories=["/bench/j"])
+        journaled = Supervisor.start(
+            _config(), directories=["/bench/j"], journal=os.path.join(folder, "runs.journal")
+        )
+
+        def rounds_of(supervisor: Supervisor) -> Callable[[int], None]:
+            def work(i: int) -> None:
+                for _ in range(reps.runs_per_session):
+                    run = supervisor.start_run(_short_body, session=f"s{i}", directory="/bench/j")
+                    run.wait(timeout=TIMEOUT_S)
+
+            return work
+
+        kinds = {"journal_on_runs_per_s": journaled, "journal_off_runs_per_s": plain}
+        total = SESSIONS * reps.runs_per_session
+        try:
+            for supervisor in kinds.values():  # warm up
+                _parallel(rounds_of(supervisor), SESSIONS, lambda s=supervisor: _join_run_threads(s))
+            for r in range(reps.journal_rounds):
+                order = list(kinds.items())
+                if r % 2:
+                    order.reverse()
+                for key, supervisor in order:
+                    seconds = _parallel(
+                        rounds_of(supervisor), SESSIONS, lambda s=supervisor: _join_run_threads(s)
+                    )
+                    fig.add(key, total / seconds)
+        finally:
+            plain.shutdown(grace_ms=1000)
+            journaled.shutdown(grace_ms=1000)
+    fig.ratio("journal_runs_per_s_ratio", "journal_on_runs_per_s", "journal_off_runs_per_s")
+
+
+def _journal_left_by_a_crash(path: str, finished: int, unfinished: int) -> None:
+    """A journal as a dead process leaves it: ``finished`` runs done, ``unfinished`` mid tool call."""
+    journal = Journal.open(path)
+    events: list[dict[str, Any]] = []
+    for i in range(finished + unfinished):
+        run_id = f"r{i}"
+        events.append(
+            {
+                "type": "run.started",
+                "run_id": run_id,
+                "session": f"s{i}",
+                "directory": "/bench/r",
+                "generation": 1,
+            }
+        )
+        if i < finished:
+            events.append({"type": "run.finished", "run_id": run_id, "outcome": "completed"})
+        else:
+            events.append(
+                {
+                    "type": "run.part.updated",
+                    "run_id": run_id,
+                    "call_id": "c1",
+                    "tool": "bash",
+                    "state": "running",
+                    "tool_started": True,
+                }
+            )
+    for start in range(0, len(events), 1000):
+        journal.apply(events[start : start + 1000])
+    journal.abandon()
+
+
+def journal_recovery(fig: Figures, reps: Reps) -> None:
+    """``Supervisor.start(journal=...)`` on a journal with 10,000 finished and 100 unfinished runs:
+    open, check, read what is unfinished, settle it, start. Each round recovers a fresh copy."""
+    with tempfile.TemporaryDirectory(prefix="bench-recovery-") as folder:
+        template = os.path.join(folder, "template.journal")
+        _journal_left_by_a_crash(template, 10_000, 100)
+        for r in range(reps.recovery_rounds):
+            path = os.path.join(folder, f"round-{r}.journal")
+            shutil.copyfile(template, path)
+            for suffix in ("-wal", "-shm"):
+                if os.path.exists(template + suffix):
+                    shutil.copyfile(template + suffix, path + suffix)
+            began = time.perf_counter()
+            supervisor = Supervisor.start(_config(), journal=path)
+            fig.add("journal_recovery_ms_10k", (time.perf_counter() - began) * 1000)
+            recovered = len(supervisor.recovered())
+            supervisor.shutdown(grace_ms=1000)
+            if recovered != 100:
+                raise AssertionError(f"recovered {recovered} runs, not 100")
+
+
 # --- many live runs: memory, queries, shutdown -----------------------------------------------------
 
 
@@ -918,6 +1020,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "shutdown_1000_ratio": ("<=", 1.5),
     "uncooperative_overrun_ms": ("<=", 100),
     "uncooperative_overrun_1000_ms": ("<=", 30),
+    "journal_runs_per_s_ratio": (">=", 0.8),
 }
 
 KEYS = (
@@ -941,6 +1044,9 @@ KEYS = (
     "rss_per_run_thread_ratio",
     "uncooperative_overrun_100_ms",
     "uncooperative_overrun_1000_ms",
+    # issue #14
+    "journal_runs_per_s_ratio",
+    "journal_recovery_ms_10k",
 )
 
 GROWTH_RUNS = (10, 100, LIVE)
@@ -995,6 +1101,10 @@ def measure(reps: Reps, *, pin: bool) -> Results:
     fig.ratio("close_decision_growth", f"close_decision_{LIVE}_us", "close_decision_10_us")
     with section("throughput"):
         throughput(fig, reps)
+    with section("run journal: short runs on and off"):
+        journal_throughput(fig, reps)
+    with section("run journal: recovery of 10,000 finished and 100 unfinished runs"):
+        journal_recovery(fig, reps)
     with section(f"{LIVE:,} live runs"):
         many_live(fig, reps)
     for deaf_bodies, shutdowns in reps.overrun:
@@ -1045,6 +1155,8 @@ WHAT = {
     "rss_per_run_thread_ratio": ("x", "RSS per gated run / per parked bare thread"),
     "uncooperative_overrun_100_ms": ("ms", f"past a {GRACE_MS} ms grace, 100 deaf bodies"),
     "uncooperative_overrun_1000_ms": ("ms", f"past a {GRACE_MS} ms grace, 1,000 deaf bodies"),
+    "journal_runs_per_s_ratio": ("x", "short runs per s with the run journal on / off"),
+    "journal_recovery_ms_10k": ("ms", "start on a journal of 10,000 finished + 100 unfinished runs"),
 }
 
 RAW_WHAT = {
@@ -1068,6 +1180,8 @@ RAW_WHAT = {
     "status_query_1000_us": f"Supervisor.statistics(), {LIVE:,} live runs",
     "run_query_1000_us": f"Supervisor.run(id), {LIVE:,} live runs",
     "pykka_ask_1000_us": f"control: pykka ask with the {LIVE:,} runs' threads parked",
+    "journal_on_runs_per_s": f"short runs per s, run journal on; {SESSIONS} sessions",
+    "journal_off_runs_per_s": f"short runs per s, no journal; {SESSIONS} sessions",
 }
 
 

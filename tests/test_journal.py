@@ -57,6 +57,7 @@ def preparing_bash(gate: Gate) -> Any:
 
     def body(ctx: RunContext) -> None:
         with ctx.step("tool_input"):
+            ctx.tool("bash")
             ctx.wait(gate)
 
     return body
@@ -80,7 +81,7 @@ def test_a_run_preparing_a_bash_call_when_the_backend_dies_is_recovered_as_a_cra
     sup = start(opened, journal, directories=["/w/a"])
     log = EventLog(sup)
     sup.start_run(preparing_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
-    log.wait_for("run.step.started", run_id="r1")
+    log.wait_for("run.part.updated", run_id="r1")
     log.close()
     simulate_crash(sup)
 
@@ -103,7 +104,7 @@ def test_a_tool_that_was_running_at_the_crash_is_reported_as_one_that_may_have_r
     sup = start(opened, journal, directories=["/w/a"])
     log = EventLog(sup)
     sup.start_run(running_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
-    log.wait_for("run.step.started", run_id="r1", step="tool_exec")
+    log.wait_for("run.part.updated", run_id="r1", state="running")
     log.close()
     simulate_crash(sup)
 
