@@ -244,6 +244,7 @@ class Supervisor:
             self.threads.add(self._publisher.thread)
         # The run.recovered events are the stream's first (seq 1..k), decided before any request and
         # before any subscription can exist: hosts read them from recovered(), deterministically.
+        self._recovery_events: tuple[Event, ...] = tuple(recovered)
         self._recovered = tuple(e for e in recovered if isinstance(e, RunRecovered))
         self._view = View(core, recovered)
         self._ref = SessionSupervisor.start(
@@ -820,6 +821,13 @@ class Supervisor:
         request was taken and before any subscription could exist, so no subscription receives them:
         this is where a host reads them."""
         return self._recovered
+
+    def recovery_events(self) -> tuple[Event, ...]:
+        """Every event the recovery published, in ``seq`` order (1..k): for each run, a
+        ``run.part.updated`` for each tool card the crash settled, then its ``run.recovered``. For a
+        host that replays the whole stream (an event log, a UI timeline); ``recovered()`` is the
+        ``run.recovered`` events alone."""
+        return self._recovery_events
 
     @property
     def closed(self) -> bool:

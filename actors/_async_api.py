@@ -282,6 +282,10 @@ class AsyncSupervisor:
         ``Supervisor.recovered``); read at start, so this never waits."""
         return self.sync.recovered()
 
+    def recovery_events(self) -> tuple[Event, ...]:
+        """Every event the recovery published (see ``Supervisor.recovery_events``)."""
+        return self.sync.recovery_events()
+
     # --- plumbing ----------------------------------------------------------------------------
 
     async def _await(self, future: Future[T], timeout: float | None) -> T:

@@ -46,6 +46,7 @@ from run_supervisor.protocol import (
     RecoveredRun,
     SupervisorCore,
 )
+from run_supervisor.protocol._parts import part_snapshot
 
 __all__ = ["Journal", "JournalSync", "JournaledPublisher", "start_journal"]
 
@@ -223,23 +224,29 @@ class Journal:
         """The run's tool parts as its last ``run.part.updated`` events left them, unfinished ones
         settled: ``interrupted``, ``tool_started`` as recorded (true once the tool may have run)."""
         rows = self._db.execute(
-            "SELECT tool, state, tool_started FROM parts WHERE run_id = ? ORDER BY position", (run_id,)
+            "SELECT part_key, tool, state, tool_started FROM parts WHERE run_id = ? ORDER BY position",
+            (run_id,),
         ).fetchall()
         parts: list[PartSnapshot] = []
-        for tool, state, started in rows:
+        for call_id, tool, state, started in rows:
             if state in _UNFINISHED_PARTS:
                 parts.append(
-                    PartSnapshot(
+                    part_snapshot(
                         tool=tool,
                         state=PartState.INTERRUPTED,
                         tool_started=bool(started),
                         reason=InterruptReason.CRASH,
                         origin="crash",
                         phase=_PHASE_OF[state],
+                        call_id=call_id,
                     )
                 )
             else:
-                parts.append(PartSnapshot(tool=tool, state=PartState(state), tool_started=bool(started)))
+                parts.append(
+                    part_snapshot(
+                        tool=tool, state=PartState(state), tool_started=bool(started), call_id=call_id
+                    )
+                )
         return tuple(parts)
 
     def settle(self, plan: RecoveryPlan) -> None:

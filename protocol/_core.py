@@ -45,6 +45,7 @@ from run_supervisor.protocol._events import (
     Event,
     InstanceStarted,
     RunFinished,
+    RunPartUpdated,
     RunQueued,
     RunRecovered,
     RunStarted,
@@ -223,6 +224,27 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             self._journal.put(self._runs, run.id, run)
             self._runs_in[run.state] += 1  # it enters the core already finished: no move to make
             self._remember_finished(run.id)
+            for part in recovered.parts:  # a card the crash settled: the UI redraws it, as for any change
+                if part.reason is InterruptReason.CRASH:
+                    self._emit(
+                        RunPartUpdated(
+                            seq=self._next_seq(),
+                            run_id=run.id,
+                            call_id=part.call_id or "",
+                            tool=part.tool,
+                            state=part.state,
+                            phase=part.phase,
+                            tool_started=part.tool_started,
+                            label=part.label,
+                            note=part.note,
+                            message=part.message,
+                            reason=part.reason,
+                            origin=part.origin,
+                            ask_id=None,
+                            waiting_for=None,
+                            declined=part.declined,
+                        )
+                    )
             self._emit(
                 RunRecovered(
                     seq=self._next_seq(),

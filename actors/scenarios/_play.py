@@ -425,7 +425,7 @@ class _Player:
         self.inbox = self.supervisor.subscribe()
         self.ended = False
         self.declare()
-        for recovered in self.supervisor.recovered():
+        for recovered in self.supervisor.recovery_events():
             self._on_event(recovered)
 
     def _record_own(self, kind: str, fields: dict[str, Any]) -> int:
