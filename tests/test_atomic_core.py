@@ -125,13 +125,22 @@ class _Driver:
         if roll < 0.75:
             self.started += 1
             session = rng.choice(["s1", "s2", "s3"])
-            request = StartRun(run_id=f"r{self.started - 1}", session=session, directory=directory)
+            parent = rng.choice(self.live) if self.live and rng.random() < 0.3 else None
+            known = self.core.run_snapshot(parent) if parent is not None else None
+            if known is not None:  # a child run: in its parent's directory (issue 12)
+                directory = known.directory
+            request = StartRun(
+                run_id=f"r{self.started - 1}", session=session, directory=directory, parent_run_id=parent
+            )
         elif roll < 0.82:
             request = CancelRun(run_id=rng.choice(runs))
         elif roll < 0.86:
             do = rng.choice(list(CloseAction)[:4])
             mode = rng.choice([CloseMode.MAINTENANCE, CloseMode.USER_CONFIRMED_INTERRUPT])
-            request = CloseRequest(do=do, mode=mode, origin="test", directories=(directory,))
+            fingerprint = rng.choice([None, "f1", "f2"])  # the no-op gate (issue 12)
+            request = CloseRequest(
+                do=do, mode=mode, origin="test", directories=(directory,), fingerprint=fingerprint
+            )
         elif roll < 0.97:
             asking = [r for r in self.live if self.asks.get(r)]
             run = rng.choice(asking) if asking and rng.random() < 0.8 else rng.choice(runs)
