@@ -276,3 +276,41 @@ def test_the_crash_test_kills_the_supervisor_200_times_and_every_run_is_reported
     assert result["violations"] == []
     assert result["kills"] == 200 and result["journal_opens_failed"] == 0
     assert result["runs_recovered"] > 0 and result["runs_finished_before_a_kill"] > 0
+
+
+def test_the_stdio_host_on_a_journal_writes_the_recovery_first(journal: Path, opened: list[Supervisor]) -> None:
+    import io
+
+    from run_supervisor.actors.hosts._stdio import serve_stdio
+
+    sup = start(opened, journal, directories=["/w/a"])
+    log = EventLog(sup)
+    sup.start_run(preparing_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    log.wait_for("run.part.updated", run_id="r1")
+    log.close()
+    simulate_crash(sup)
+
+    out = io.BytesIO()
+    assert serve_stdio(io.BytesIO(b""), out, journal=journal) == 0  # stdin closed at once: a shutdown
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    events = [line["event"] for line in lines if line["type"] == "event"]
+    assert [e["type"] for e in events[:2]] == ["run.part.updated", "run.recovered"]
+    assert events[1]["run_id"] == "r1" and events[1]["reason"] == "crash"
+
+
+def test_a_wire_host_refuses_a_journal_it_cannot_use_with_one_line(tmp_path: Path) -> None:
+    foreign = tmp_path / "notes.txt"
+    foreign.write_text("my notes\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "run_supervisor.actors._cli", "stdio", "--journal", str(foreign)],
+        input=b"",
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.decode().strip().splitlines() == [
+        f"run-supervisor stdio: journal {str(foreign)!r} is not a run-supervisor journal (not SQLite); "
+        "left untouched"
+    ]
+    assert foreign.read_text() == "my notes\n"

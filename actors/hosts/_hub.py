@@ -137,6 +137,10 @@ class EventHub:
         self._dispose_all_actions: dict[str, str | None] = {}
         self._on_close: list[Callable[[], object]] = []
         self._observers: tuple[Callable[[Event], None], ...] = ()
+        # A supervisor started on a run journal published its recovery (seq 1..k) before anyone could
+        # subscribe: those events open the stream, so every client replays them.
+        for event in supervisor.recovery_events():
+            self._add(event)
         self._subscription: Subscription = supervisor.subscribe()
         self._thread = threading.Thread(target=self._pump, name="run-supervisor-wire-hub", daemon=True)
         self._thread.start()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from run_supervisor.actors._api import Supervisor, SupervisorConfig
+from run_supervisor.actors._errors import JournalError
 from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS
 from run_supervisor.protocol import Shutdown
 
@@ -48,6 +49,17 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-body", type=int, default=1 << 20, help="largest request body in bytes")
     parser.add_argument("--grace-ms", type=int, default=1000, help="shutdown grace on a signal (ms)")
+    parser.add_argument(
+        "--journal",
+        type=Path,
+        help="keep a run journal in this SQLite file; what a dead process left unfinished is recovered",
+    )
+    parser.add_argument(
+        "--journal-sync",
+        choices=("normal", "full"),
+        default="normal",
+        help="normal: a commit survives a process crash; full: a power loss too (default normal)",
+    )
 
 
 def _token(args: argparse.Namespace, new_token: Callable[[], str]) -> tuple[str | None, bool, str | None]:
@@ -104,7 +116,15 @@ def serve_command(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     settings = HttpSettings(token=token, max_body=args.max_body, extra_hosts=tuple(args.allow_host))
     settings.allow_port(args.host, port)
-    supervisor = Supervisor.start(SupervisorConfig(shutdown_at_exit=False, default_grace_ms=args.grace_ms))
+    try:
+        supervisor = Supervisor.start(
+            SupervisorConfig(shutdown_at_exit=False, default_grace_ms=args.grace_ms),
+            journal=args.journal,
+            journal_sync=args.journal_sync,
+        )
+    except JournalError as exc:
+        sys.stderr.write(f"run-supervisor serve: {exc}\n")
+        return 2
     host = WireHost(supervisor, buffer=args.buffer, default_lease_ms=args.lease_ms)
     if args.directory:
         supervisor.load(*args.directory)  # after the hub subscribed: their events are in the stream
@@ -167,6 +187,17 @@ def add_stdio_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="default lease of an external run (ms)"
     )
+    parser.add_argument(
+        "--journal",
+        type=Path,
+        help="keep a run journal in this SQLite file; what a dead process left unfinished is recovered",
+    )
+    parser.add_argument(
+        "--journal-sync",
+        choices=("normal", "full"),
+        default="normal",
+        help="normal: a commit survives a process crash; full: a power loss too (default normal)",
+    )
 
 
 def stdio_command(args: argparse.Namespace) -> int:
@@ -181,4 +212,6 @@ def stdio_command(args: argparse.Namespace) -> int:
         events=not args.no_events,
         grace_ms=args.grace_ms,
         lease_ms=args.lease_ms,
+        journal=args.journal,
+        journal_sync=args.journal_sync,
     )

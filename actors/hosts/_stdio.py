@@ -26,6 +26,8 @@ from typing import IO, Any
 import msgspec
 
 from run_supervisor.actors._api import Supervisor, SupervisorConfig
+from run_supervisor.actors._errors import JournalError
+from run_supervisor.actors._journal import JournalSync
 from run_supervisor.actors.hosts._external import decode_report
 from run_supervisor.actors.hosts._hub import WireItem
 from run_supervisor.actors.hosts._wire import HostError, WireHost, http_status
@@ -251,11 +253,22 @@ def serve_stdio(
     grace_ms: int = 1000,
     max_line: int = 1 << 20,
     lease_ms: int | None = None,
+    journal: str | os.PathLike[str] | None = None,
+    journal_sync: JournalSync = "normal",
 ) -> int:
-    """Run a supervisor on JSON lines until stdin closes; returns the exit status (0)."""
+    """Run a supervisor on JSON lines until stdin closes; returns the exit status (0, or 2 when the
+    journal cannot be used). With ``journal``, the recovery's events are the first events written."""
     source = source if source is not None else sys.stdin.buffer
     out = out if out is not None else sys.stdout.buffer
-    supervisor = Supervisor.start(SupervisorConfig(shutdown_at_exit=False, default_grace_ms=grace_ms))
+    try:
+        supervisor = Supervisor.start(
+            SupervisorConfig(shutdown_at_exit=False, default_grace_ms=grace_ms),
+            journal=journal,
+            journal_sync=journal_sync,
+        )
+    except JournalError as exc:
+        sys.stderr.write(f"run-supervisor stdio: {exc}\n")
+        return 2
     host = WireHost(supervisor, **({"default_lease_ms": lease_ms} if lease_ms else {}))
     writer = _Writer(out)
     try:
