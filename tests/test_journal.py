@@ -278,7 +278,9 @@ def test_the_crash_test_kills_the_supervisor_200_times_and_every_run_is_reported
     assert result["runs_recovered"] > 0 and result["runs_finished_before_a_kill"] > 0
 
 
-def test_the_stdio_host_on_a_journal_writes_the_recovery_first(journal: Path, opened: list[Supervisor]) -> None:
+def test_the_stdio_host_on_a_journal_writes_the_recovery_first(
+    journal: Path, opened: list[Supervisor]
+) -> None:
     import io
 
     from run_supervisor.actors.hosts._stdio import serve_stdio
