@@ -157,7 +157,7 @@ class World:
 def initial_world(core: Callable[[], SupervisorCore] = SupervisorCore) -> World:
     world = World(core=core(), checker=InvariantChecker())
     world.core.declare(B)
-    world.carry_out(world.core.preload(A))
+    world.carry_out(world.core.preload(A, "f0"))  # the no-op gate compares closes with it
     return world
 
 
@@ -166,10 +166,10 @@ def initial_world(core: Callable[[], SupervisorCore] = SupervisorCore) -> World:
 Move = tuple[str, Callable[[World], None]]
 
 
-def _start(run_id: str, session: str, directory: str) -> Callable[[World], None]:
+def _start(run_id: str, session: str, directory: str, parent: str | None = None) -> Callable[[World], None]:
     def move(world: World) -> None:
         world.started += 1
-        world.request(StartRun(run_id=run_id, session=session, directory=directory))
+        world.request(StartRun(run_id=run_id, session=session, directory=directory, parent_run_id=parent))
 
     return move
 
@@ -246,6 +246,10 @@ class Scope:
     """Bodies raise permission asks and forms, and the user answers them every way."""
     raises: bool = True
     """Bodies may raise instead of returning."""
+    children: bool = False
+    """A run may start as a child of any started run (issue 12), in a session of its own."""
+    fingerprints: tuple[str | None, ...] = (None,)
+    """What each close carries (the no-op gate; /w/a is loaded with ``f0``)."""
 
 
 FULL = Scope(
@@ -293,6 +297,21 @@ SCOPES = {
             max_shutdowns=1,
             asks=False,
         ),
+        Scope(
+            "children",
+            "3 runs in /w/a, each new one top-level (s1, s2) or a child of any started run; cancel; a "
+            "dispose of /w/a and an invalidate_config in both modes, without a fingerprint, with /w/a's "
+            "(a no-op) or another; shutdown and the grace deadline; bodies return or raise",
+            runs=3,
+            places=(("s1", A), ("s2", A)),
+            closes=((CloseAction.DISPOSE, (A,)), (CloseAction.INVALIDATE_CONFIG, ())),
+            max_closes=1,
+            reasons=(InterruptReason.SHUTDOWN,),
+            max_shutdowns=1,
+            asks=False,
+            children=True,
+            fingerprints=(None, "f0", "f1"),
+        ),
     )
 }
 
@@ -319,12 +338,21 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
         run_id = RUNS[world.started]
         for session, directory in scope.places:
             yield f"start {run_id} {session} {directory}", _start(run_id, session, directory)
+        for parent in RUNS[: world.started] if scope.children else ():
+            known = world.core.run_snapshot(parent)
+            where = known.directory if known is not None else A
+            yield f"start {run_id} as a child of {parent}", _start(run_id, f"c-{run_id}", where, parent)
     for run_id in RUNS[: world.started] if scope.cancel else ():
         yield f"cancel {run_id}", _request(CancelRun(run_id=run_id))
     for do, directories in scope.closes if world.closes < scope.max_closes else ():
         for mode in scope.modes:
-            label = f"{do.value} {' '.join(directories)} {mode.value}".replace("  ", " ")
-            yield label, _close(CloseRequest(do=do, mode=mode, origin="mc", directories=directories))
+            for fingerprint in scope.fingerprints:
+                label = f"{do.value} {' '.join(directories)} {mode.value}".replace("  ", " ")
+                label += f" fingerprint {fingerprint}" if fingerprint else ""
+                request = CloseRequest(
+                    do=do, mode=mode, origin="mc", directories=directories, fingerprint=fingerprint
+                )
+                yield label, _close(request)
     for reason in scope.reasons if world.shutdowns < scope.max_shutdowns else ():
         yield f"shutdown {reason.value}", _shutdown(Shutdown(reason=reason, origin="mc", grace_ms=100))
     for run_id, body in sorted(world.bodies.items()):

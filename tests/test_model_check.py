@@ -39,6 +39,7 @@ BOUNDED = [
     ("closes", 3, 1_000),
     ("decisions", 4, 500),
     ("queues", 4, 500),
+    ("children", 4, 500),
 ]
 
 pytestmark = pytest.mark.timeout(240)
