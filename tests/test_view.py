@@ -130,19 +130,23 @@ def test_a_caller_sees_the_effect_of_its_own_answered_request(supervisor: Superv
 def test_a_subscriber_sees_the_effect_of_each_event_it_receives(supervisor: Supervisor) -> None:
     seen: list[str] = []
     done = threading.Event()
+    looked = Gate("looked")  # the run stays active until the subscriber has looked: nothing newer to see
 
     def on_event(event: Event) -> None:
         if isinstance(event, RunStarted):
             seen.append(f"started:{supervisor.run(event.run_id).state}")  # type: ignore[union-attr]
             status = supervisor.session("s1").status  # type: ignore[union-attr]
             seen.append(f"session:{status.value}")
+            looked.open()
         elif isinstance(event, RunFinished):
             snapshot = supervisor.run(event.run_id)
             seen.append(f"finished:{snapshot.outcome.value if snapshot and snapshot.outcome else None}")
             done.set()
 
     subscription = supervisor.subscribe(callback=on_event)
-    supervisor.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r1")
+    supervisor.start_run(
+        lambda ctx: ctx.wait(looked, timeout=10), session="s1", directory="/w/a", run_id="r1"
+    )
     assert done.wait(5)
     subscription.close()
     assert seen[0] != "started:queued" and seen[1] == f"session:{SessionStatus.BUSY.value}"
