@@ -20,221 +20,82 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what type checkers see; at run time each name is imported on first use
     from run_supervisor.actors import (
-        AlreadyInterrupting as AlreadyInterrupting,
-    )
-    from run_supervisor.actors import (
-        Ask as Ask,
-    )
-    from run_supervisor.actors import (
-        AskAlreadyAnswered as AskAlreadyAnswered,
-    )
-    from run_supervisor.actors import (
-        AskWithdrawn as AskWithdrawn,
-    )
-    from run_supervisor.actors import (
-        AsyncAsk as AsyncAsk,
-    )
-    from run_supervisor.actors import (
-        AsyncRunBody as AsyncRunBody,
-    )
-    from run_supervisor.actors import (
-        AsyncRunContext as AsyncRunContext,
-    )
-    from run_supervisor.actors import (
-        AsyncRunHandle as AsyncRunHandle,
-    )
-    from run_supervisor.actors import (
-        AsyncSubscription as AsyncSubscription,
-    )
-    from run_supervisor.actors import (
-        AsyncSupervisor as AsyncSupervisor,
-    )
-    from run_supervisor.actors import (
-        AsyncToolCall as AsyncToolCall,
-    )
-    from run_supervisor.actors import (
-        CancelToken as CancelToken,
-    )
-    from run_supervisor.actors import (
-        CloseActionName as CloseActionName,
-    )
-    from run_supervisor.actors import (
-        CloseModeName as CloseModeName,
-    )
-    from run_supervisor.actors import (
-        FormReply as FormReply,
-    )
-    from run_supervisor.actors import (
-        Gate as Gate,
-    )
-    from run_supervisor.actors import (
-        InstanceHooks as InstanceHooks,
-    )
-    from run_supervisor.actors import (
-        InvalidRequest as InvalidRequest,
-    )
-    from run_supervisor.actors import (
-        JournalError as JournalError,
-    )
-    from run_supervisor.actors import (
-        JournalLocked as JournalLocked,
-    )
-    from run_supervisor.actors import (
-        JournalUnreadable as JournalUnreadable,
-    )
-    from run_supervisor.actors import (
-        LoadFailed as LoadFailed,
-    )
-    from run_supervisor.actors import (
-        NoInstanceHooks as NoInstanceHooks,
-    )
-    from run_supervisor.actors import (
-        NothingPending as NothingPending,
-    )
-    from run_supervisor.actors import (
-        PermissionReply as PermissionReply,
-    )
-    from run_supervisor.actors import (
-        RunAlreadyExists as RunAlreadyExists,
-    )
-    from run_supervisor.actors import (
-        RunAlreadyFinished as RunAlreadyFinished,
-    )
-    from run_supervisor.actors import (
-        RunBody as RunBody,
-    )
-    from run_supervisor.actors import (
-        RunContext as RunContext,
-    )
-    from run_supervisor.actors import (
-        RunHandle as RunHandle,
-    )
-    from run_supervisor.actors import (
-        RunInterrupted as RunInterrupted,
-    )
-    from run_supervisor.actors import (
-        ShutdownReasonName as ShutdownReasonName,
-    )
-    from run_supervisor.actors import (
-        Subscription as Subscription,
-    )
-    from run_supervisor.actors import (
-        Supervisor as Supervisor,
-    )
-    from run_supervisor.actors import (
-        SupervisorClosed as SupervisorClosed,
-    )
-    from run_supervisor.actors import (
-        SupervisorConfig as SupervisorConfig,
-    )
-    from run_supervisor.actors import (
-        SupervisorError as SupervisorError,
-    )
-    from run_supervisor.actors import (
-        SupervisorTimeout as SupervisorTimeout,
-    )
-    from run_supervisor.actors import (
-        ToolCall as ToolCall,
-    )
-    from run_supervisor.actors import (
-        UnknownAsk as UnknownAsk,
-    )
-    from run_supervisor.actors import (
-        UnknownDirectory as UnknownDirectory,
-    )
-    from run_supervisor.actors import (
-        UnknownRun as UnknownRun,
+        AlreadyInterrupting,
+        Ask,
+        AskAlreadyAnswered,
+        AskWithdrawn,
+        AsyncAsk,
+        AsyncRunBody,
+        AsyncRunContext,
+        AsyncRunHandle,
+        AsyncSubscription,
+        AsyncSupervisor,
+        AsyncToolCall,
+        CancelToken,
+        CloseActionName,
+        CloseModeName,
+        FormReply,
+        Gate,
+        InstanceHooks,
+        InvalidRequest,
+        JournalError,
+        JournalLocked,
+        JournalUnreadable,
+        LoadFailed,
+        NoInstanceHooks,
+        NothingPending,
+        PermissionReply,
+        RunAlreadyExists,
+        RunAlreadyFinished,
+        RunBody,
+        RunContext,
+        RunHandle,
+        RunInterrupted,
+        ShutdownReasonName,
+        Subscription,
+        Supervisor,
+        SupervisorClosed,
+        SupervisorConfig,
+        SupervisorError,
+        SupervisorTimeout,
+        ToolCall,
+        UnknownAsk,
+        UnknownDirectory,
+        UnknownRun,
     )
     from run_supervisor.protocol import (
-        ActionSnapshot as ActionSnapshot,
+        ActionSnapshot,
+        AskKind,
+        AskPayload,
+        AskSnapshot,
+        AskState,
+        CloseAction,
+        CloseMode,
+        CloseOutcome,
+        CloseResult,
+        CoreStatistics,
+        Event,
+        InterruptReason,
+        Outcome,
+        PartSnapshot,
+        PartState,
+        Phase,
+        Question,
+        RejectCode,
+        RequestOutcome,
+        RequestResult,
+        RunSnapshot,
+        RunState,
+        SessionSnapshot,
+        SessionStatus,
+        ShutdownReason,
+        StepKind,
+        WithdrawReason,
+        part_label,
+        part_note,
     )
-    from run_supervisor.protocol import (
-        AskKind as AskKind,
-    )
-    from run_supervisor.protocol import (
-        AskPayload as AskPayload,
-    )
-    from run_supervisor.protocol import (
-        AskSnapshot as AskSnapshot,
-    )
-    from run_supervisor.protocol import (
-        AskState as AskState,
-    )
-    from run_supervisor.protocol import (
-        CloseAction as CloseAction,
-    )
-    from run_supervisor.protocol import (
-        CloseMode as CloseMode,
-    )
-    from run_supervisor.protocol import (
-        CloseOutcome as CloseOutcome,
-    )
-    from run_supervisor.protocol import (
-        CloseResult as CloseResult,
-    )
-    from run_supervisor.protocol import (
-        CoreStatistics as CoreStatistics,
-    )
-    from run_supervisor.protocol import (
-        Event as Event,
-    )
-    from run_supervisor.protocol import (
-        InterruptReason as InterruptReason,
-    )
-    from run_supervisor.protocol import (
-        Outcome as Outcome,
-    )
-    from run_supervisor.protocol import (
-        PartSnapshot as PartSnapshot,
-    )
-    from run_supervisor.protocol import (
-        PartState as PartState,
-    )
-    from run_supervisor.protocol import (
-        Phase as Phase,
-    )
-    from run_supervisor.protocol import (
-        Question as Question,
-    )
-    from run_supervisor.protocol import (
-        RejectCode as RejectCode,
-    )
-    from run_supervisor.protocol import (
-        RequestOutcome as RequestOutcome,
-    )
-    from run_supervisor.protocol import (
-        RequestResult as RequestResult,
-    )
-    from run_supervisor.protocol import (
-        RunSnapshot as RunSnapshot,
-    )
-    from run_supervisor.protocol import (
-        RunState as RunState,
-    )
-    from run_supervisor.protocol import (
-        SessionSnapshot as SessionSnapshot,
-    )
-    from run_supervisor.protocol import (
-        SessionStatus as SessionStatus,
-    )
-    from run_supervisor.protocol import (
-        ShutdownReason as ShutdownReason,
-    )
-    from run_supervisor.protocol import (
-        StepKind as StepKind,
-    )
-    from run_supervisor.protocol import (
-        WithdrawReason as WithdrawReason,
-    )
-    from run_supervisor.protocol import (
-        part_label as part_label,
-    )
-    from run_supervisor.protocol import (
-        part_note as part_note,
-    )
-
 
 # Names are resolved on first use, so ``import run_supervisor.protocol`` stays pure: it must not
 # start pykka (or anything else of the actor shell) through this package's __init__.
