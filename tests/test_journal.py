@@ -52,6 +52,17 @@ def start(opened: list[Supervisor], journal: Path, **kwargs: Any) -> Supervisor:
     return sup
 
 
+def crash_while(opened: list[Supervisor], journal: Path, body: Any, kind: str, **fields: Any) -> None:
+    """Start a supervisor on ``journal``, start run r1 with ``body``, wait for its ``kind`` event
+    (with ``fields``), then let the supervisor die as a kill would."""
+    sup = start(opened, journal, directories=["/w/a"])
+    log = EventLog(sup)
+    sup.start_run(body, session="s1", directory="/w/a", run_id="r1")
+    log.wait_for(kind, run_id="r1", **fields)
+    log.close()
+    simulate_crash(sup)
+
+
 def preparing_bash(gate: Gate) -> Any:
     """A body held while the model generates a bash call: the tool has not started."""
 
@@ -78,12 +89,7 @@ def running_bash(gate: Gate) -> Any:
 def test_a_run_preparing_a_bash_call_when_the_backend_dies_is_recovered_as_a_crash_whose_tool_did_not_run(
     journal: Path, opened: list[Supervisor]
 ) -> None:
-    sup = start(opened, journal, directories=["/w/a"])
-    log = EventLog(sup)
-    sup.start_run(preparing_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
-    log.wait_for("run.part.updated", run_id="r1")
-    log.close()
-    simulate_crash(sup)
+    crash_while(opened, journal, preparing_bash(Gate("never")), "run.part.updated")
 
     after = start(opened, journal)
     (recovered,) = after.recovered()
@@ -101,12 +107,7 @@ def test_a_run_preparing_a_bash_call_when_the_backend_dies_is_recovered_as_a_cra
 def test_a_tool_that_was_running_at_the_crash_is_reported_as_one_that_may_have_run(
     journal: Path, opened: list[Supervisor]
 ) -> None:
-    sup = start(opened, journal, directories=["/w/a"])
-    log = EventLog(sup)
-    sup.start_run(running_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
-    log.wait_for("run.part.updated", run_id="r1", state="running")
-    log.close()
-    simulate_crash(sup)
+    crash_while(opened, journal, running_bash(Gate("never")), "run.part.updated", state="running")
 
     (recovered,) = start(opened, journal).recovered()
     (part,) = recovered.parts
@@ -139,12 +140,7 @@ def test_queued_runs_and_pending_closes_are_settled_by_the_restart(
 def test_recovered_runs_are_published_first_and_a_second_start_does_not_recover_them_again(
     journal: Path, opened: list[Supervisor]
 ) -> None:
-    sup = start(opened, journal, directories=["/w/a"])
-    log = EventLog(sup)
-    sup.start_run(preparing_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
-    log.wait_for("run.step.started", run_id="r1")
-    log.close()
-    simulate_crash(sup)
+    crash_while(opened, journal, preparing_bash(Gate("never")), "run.step.started")
 
     second = start(opened, journal)
     (recovered,) = second.recovered()
@@ -285,12 +281,7 @@ def test_the_stdio_host_on_a_journal_writes_the_recovery_first(
 
     from run_supervisor.actors.hosts._stdio import serve_stdio
 
-    sup = start(opened, journal, directories=["/w/a"])
-    log = EventLog(sup)
-    sup.start_run(preparing_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
-    log.wait_for("run.part.updated", run_id="r1")
-    log.close()
-    simulate_crash(sup)
+    crash_while(opened, journal, preparing_bash(Gate("never")), "run.part.updated")
 
     out = io.BytesIO()
     assert serve_stdio(io.BytesIO(b""), out, journal=journal) == 0  # stdin closed at once: a shutdown
