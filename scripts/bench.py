@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import ctypes.util
+import functools
 import gc
 import json
 import os
@@ -733,14 +734,14 @@ def journal_throughput(fig: Figures, reps: Reps) -> None:
         total = SESSIONS * reps.runs_per_session
         try:
             for supervisor in kinds.values():  # warm up
-                _parallel(rounds_of(supervisor), SESSIONS, lambda s=supervisor: _join_run_threads(s))
+                _parallel(rounds_of(supervisor), SESSIONS, functools.partial(_join_run_threads, supervisor))
             for r in range(reps.journal_rounds):
                 order = list(kinds.items())
                 if r % 2:
                     order.reverse()
                 for key, supervisor in order:
                     seconds = _parallel(
-                        rounds_of(supervisor), SESSIONS, lambda s=supervisor: _join_run_threads(s)
+                        rounds_of(supervisor), SESSIONS, functools.partial(_join_run_threads, supervisor)
                     )
                     fig.add(key, total / seconds)
         finally:

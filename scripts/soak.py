@@ -49,6 +49,8 @@ from run_supervisor.actors import (
     UnknownRun,
 )
 from run_supervisor.protocol import (
+    CloseAction,
+    CloseMode,
     CloseOutcome,
     CloseResult,
     Event,
@@ -61,6 +63,7 @@ from run_supervisor.protocol import (
     RunFinished,
     RunQueued,
     RunStarted,
+    ShutdownReason,
     StepStarted,
 )
 from run_supervisor.protocol.testing import InvariantChecker, InvariantViolation
@@ -72,7 +75,7 @@ CALL_TIMEOUT_S = 10.0
 """Every call to the supervisor is bounded by this."""
 DISPOSE_BUDGET_MS = 150
 RETAIN_FINISHED = 10_000
-CLOSES = ("dispose", "dispose_all", "reload", "invalidate_config")
+CLOSES = (CloseAction.DISPOSE, CloseAction.DISPOSE_ALL, CloseAction.RELOAD, CloseAction.INVALIDATE_CONFIG)
 CLOSE_WEIGHTS = (35, 15, 35, 15)
 CLOSE_EVERY_S = 0.12
 CANCEL_EVERY_S = 0.15
@@ -83,8 +86,8 @@ THINK_S = (0.0, 0.0, 0.01, 0.05, 0.15, 0.4)
 STEP_MS = (0, 5, 20, 50, 100, 250)
 IGNORE_MS = (20, 60, 150, 300)
 STRAGGLERS = 3
-MODES = ("maintenance", "user_confirmed_interrupt")
-SHUTDOWN_REASONS = (InterruptReason.SHUTDOWN, InterruptReason.TEST_TEARDOWN)
+MODES = (CloseMode.MAINTENANCE, CloseMode.USER_CONFIRMED_INTERRUPT)
+SHUTDOWN_REASONS = (ShutdownReason.SHUTDOWN, ShutdownReason.TEST_TEARDOWN)
 
 
 class SoakFault(Exception):
@@ -797,7 +800,7 @@ class Soak:
             self.checker.lifecycle[tag] = LifecycleRecord(tag=tag, do=reason.value, mode=reason.value)
             self.actions[f"{reason.value} (final)" if tag == tags[0] else f"{reason.value} (joins)"] += 1
         grace = self.options.grace_ms
-        futures: list[Future[CloseOutcome | RequestOutcome]] = [
+        futures: list[Future[CloseOutcome]] = [
             self.supervisor.shutdown_async(grace_ms=grace, reason=first, origin="soak.end", tag=tags[0]),
             self.supervisor.shutdown_async(
                 grace_ms=grace, reason=second, origin="soak.end.again", tag=tags[1]
@@ -814,7 +817,9 @@ class Soak:
         main_outcome = outcomes[0]
         if isinstance(main_outcome, CloseOutcome):
             self.shutdown_outcome = main_outcome
-            self.checker.shutdown = Interrupt(first, "soak.end", main_outcome.action_id)
+            self.checker.shutdown = Interrupt(
+                InterruptReason(first.value), "soak.end", main_outcome.action_id
+            )
             if main_outcome.result is not CloseResult.FORCED:
                 self.violation(f"the shutdown gave {main_outcome.result.value}, not forced")
             for run_id in main_outcome.interrupted_runs:
