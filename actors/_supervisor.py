@@ -25,6 +25,7 @@ from run_supervisor.actors._instance_actor import Dispose, InstanceActor, Instan
 from run_supervisor.actors._run_actor import Go, RunSlot
 from run_supervisor.actors._subscription import Publisher
 from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.actors._timers import TimerHandle, Timers
 from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     AbandonRun,
@@ -174,15 +175,17 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._loads: dict[str, Loading] = {}  # directory -> the load of its latest instance
         self._publisher = publisher
         self._view = view
-        self._timer: threading.Timer | None = None
+        self.timers = Timers(threads)
+        """The one timer thread of this supervisor (grace, deadlines, stall checks): callbacks only
+        ``tell`` this actor. Closed when it stops."""
+        self._grace: TimerHandle | None = None
         self._deadline: float | None = None
 
     def on_start(self) -> None:
         self._threads.add(threading.current_thread())
 
     def on_stop(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self.timers.close()
         self._settle_leftovers()
         self._on_stopped()
 
@@ -368,25 +371,25 @@ class SessionSupervisor(pykka.ThreadingActor):
                     )
                 )
 
-    def _start_timer(self, command: StartGraceTimer) -> None:
-        self._deadline = time.monotonic() + command.grace_ms / 1000.0
+    def tell_later(self, delay_s: float, message: Any) -> TimerHandle:
+        """Send ``message`` to this actor ``delay_s`` seconds from now, on the shared timer (dropped
+        if the actor has stopped meanwhile). Cancel the handle when it is no longer wanted."""
         me = self.actor_ref
 
-        def expire() -> None:
+        def deliver() -> None:
             try:
-                me.tell(GraceExpired(action_id=command.action_id))
+                me.tell(message)
             except pykka.ActorDeadError:
                 pass
 
-        self._timer = threading.Timer(command.grace_ms / 1000.0, expire)
-        self._timer.daemon = True
-        self._timer.name = "run-supervisor-grace"
-        self._timer.start()
-        self._threads.add(self._timer)
+        return self.timers.schedule(delay_s, deliver)
+
+    def _start_timer(self, command: StartGraceTimer) -> None:
+        self._deadline = time.monotonic() + command.grace_ms / 1000.0
+        self._grace = self.tell_later(command.grace_ms / 1000.0, GraceExpired(action_id=command.action_id))
 
     def _shutdown_complete(self, command: ShutdownComplete) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self.timers.close()  # nothing scheduled matters any more (grace, deadlines)
         # Stop every child at once (in parallel), then ourselves; never ActorRegistry.stop_all.
         for slot in self._runs.values():
             slot.ref.stop(block=False)
