@@ -75,13 +75,14 @@ class AsyncSubscription(Subscription):
         self._waiters: list[asyncio.Future[None]] = []  # guarded by self._cond; each knows its loop
 
     # Called on the supervisor's thread: must never block.
-    def _offer(self, event: Any, *, after_close: bool = False) -> None:
-        super()._offer(event, after_close=after_close)
+    def _offer(self, event: Any) -> None:
+        super()._offer(event)
         self._wake()
 
-    def _end(self, *, join: bool = True) -> None:
-        super()._end(join=join)
+    def _end(self, *, timeout: float = 0.0) -> bool:
+        ended = super()._end(timeout=timeout)
         self._wake()
+        return ended
 
     def _wake(self) -> None:
         with self._cond:

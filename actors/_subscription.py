@@ -59,9 +59,9 @@ class Subscription:
             self._thread.start()
 
     # Called on the supervisor's thread: must never block.
-    def _offer(self, event: Any, *, after_close: bool = False) -> None:
+    def _offer(self, event: Any) -> None:
         with self._cond:
-            if self._closed and not after_close:
+            if self._closed:
                 return
             if self.maxsize and len(self._items) >= self.maxsize:
                 self._items.popleft()
@@ -103,20 +103,29 @@ class Subscription:
     def closed(self) -> bool:
         return self._closed
 
-    def close(self) -> None:
-        """Stop receiving. Events already delivered can still be read."""
+    def close(self, timeout: float = 5.0) -> bool:
+        """Stop receiving. Events already delivered can still be read (a callback subscription
+        hands them to its callback, then its thread ends).
+
+        For a callback subscription, waits up to ``timeout`` seconds for that thread to end and
+        returns whether it did (``close(timeout=0)`` never waits: a host closing from a place that
+        must not block, e.g. an event loop, passes 0). Always True for a queue subscription."""
+        if timeout < 0:
+            raise ValueError("timeout cannot be negative")
         if self._unsubscribe is not None:
             self._unsubscribe(self)
-        self._end()
+        return self._end(timeout=timeout)
 
-    def _end(self, *, join: bool = True) -> None:
+    def _end(self, *, timeout: float = 0.0) -> bool:
         with self._cond:
-            if self._closed:
-                return
             self._closed = True
             self._cond.notify_all()
-        if join and self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5.0)
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return thread is None
+        if timeout > 0:
+            thread.join(timeout=timeout)
+        return not thread.is_alive()
 
     def _dispatch(self) -> None:
         assert self._callback is not None
@@ -155,7 +164,7 @@ class Publisher:
                 self._subscriptions = (*self._subscriptions, subscription)
         subscription._unsubscribe = self.remove
         if closed:
-            subscription._end(join=False)
+            subscription._end()
 
     def remove(self, subscription: Subscription) -> None:
         with self._lock:
@@ -175,4 +184,4 @@ class Publisher:
             subscriptions, self._subscriptions = self._subscriptions, ()
             self._closed = True
         for subscription in subscriptions:
-            subscription._end(join=False)
+            subscription._end()

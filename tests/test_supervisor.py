@@ -567,6 +567,29 @@ def test_a_subscriber_that_raises_is_counted_and_keeps_receiving(supervisor: Sup
     sub.close()
 
 
+def test_closing_a_subscription_with_a_stuck_callback_waits_only_as_long_as_asked(
+    supervisor: Supervisor,
+) -> None:
+    inside = threading.Event()
+    release = threading.Event()
+
+    def stuck(event: object) -> None:
+        inside.set()
+        release.wait(10)
+
+    sub = supervisor.subscribe(callback=stuck)
+    supervisor.start_run(lambda ctx: None, session="s1", directory="/w/a").wait(2)
+    assert inside.wait(5)
+    assert sub.close(timeout=0) is False  # a caller that must not block is not blocked
+    assert sub.closed
+    release.set()
+    assert sub.close(timeout=5) is True  # closing again waits for the callback thread to end
+    queue_sub = supervisor.subscribe()
+    assert queue_sub.close(timeout=0) is True  # nothing to wait for
+    with pytest.raises(ValueError, match="timeout"):
+        queue_sub.close(timeout=-1)
+
+
 def test_an_asyncio_host_awaits_a_close_without_blocking_its_loop(supervisor: Supervisor, gate: Gate) -> None:
     async def host() -> tuple[CloseResult, int]:
         ticks = 0
