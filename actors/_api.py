@@ -186,7 +186,7 @@ class RunHandle:
         supervisor = self._supervisor
         outer: Future[RunSnapshot] = Future()
         if self._finished is not None:
-            supervisor._relay.chain(self._finished, outer, lambda done: done.result())
+            supervisor._relay.chain(self._finished, outer, lambda done: done.result(), shared=True)
             return outer
 
         def convert(done: Future[Any]) -> RunSnapshot:

@@ -62,9 +62,18 @@ class Relay:
         # Closed: the supervisor's thread has ended, so this is a caller's thread.
         complete(future, value, error)
 
-    def chain(self, inner: Future[Any], outer: Future[T], convert: Callable[[Future[Any]], T]) -> None:
+    def chain(
+        self,
+        inner: Future[Any],
+        outer: Future[T],
+        convert: Callable[[Future[Any]], T],
+        *,
+        shared: bool = False,
+    ) -> None:
         """Complete ``outer`` (the host's) with ``convert(inner)`` once ``inner`` (ours) is done; a
-        holder cancelling ``outer`` cancels ``inner`` (the supervisor then drops the answer)."""
+        holder cancelling ``outer`` cancels ``inner`` (the supervisor then drops the answer),
+        unless ``inner`` is ``shared`` by other waiters (a run's finished-future): then only
+        ``outer`` is cancelled."""
 
         def forward(done: Future[Any]) -> None:
             if done.cancelled():
@@ -79,7 +88,8 @@ class Relay:
             if held.cancelled():
                 inner.cancel()
 
-        outer.add_done_callback(withdraw)
+        if not shared:
+            outer.add_done_callback(withdraw)
         inner.add_done_callback(forward)
 
     def close(self) -> None:

@@ -567,6 +567,19 @@ def test_a_subscriber_that_raises_is_counted_and_keeps_receiving(supervisor: Sup
     sub.close()
 
 
+def test_cancelling_one_wait_async_future_leaves_the_runs_other_waiters_alone(
+    supervisor: Supervisor, gate: Gate
+) -> None:
+    run = supervisor.start_run(lambda ctx: ctx.wait(gate), session="s1", directory="/w/a")
+    given_up = run.wait_async()
+    still_waiting = run.wait_async()
+    assert given_up.cancel()  # the host stops waiting; the run and everyone else waiting go on
+    gate.open()
+    assert still_waiting.result(timeout=5).outcome is Outcome.COMPLETED
+    assert run.wait(timeout=5).outcome is Outcome.COMPLETED
+    assert run.wait_async().result(timeout=5).outcome is Outcome.COMPLETED
+
+
 def test_closing_a_subscription_with_a_stuck_callback_waits_only_as_long_as_asked(
     supervisor: Supervisor,
 ) -> None:

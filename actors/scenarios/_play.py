@@ -614,9 +614,7 @@ def _as_finished(event: RunFinished | RunRecovered) -> RunFinished:
 
 
 def _start(spec: RunSpec) -> StartRun:
-    return StartRun(
-        run_id=spec.id, session=spec.session, directory=spec.directory, parent_run_id=spec.parent
-    )
+    return StartRun(run_id=spec.id, session=spec.session, directory=spec.directory, parent_run_id=spec.parent)
 
 
 def _part_report(part: PartSnapshot) -> PartReport:
