@@ -58,6 +58,19 @@ def test_a_static_scenario_timeline_renders_a_deferred_close_and_tool_cards_in_c
 
 
 @needs_chromium
+def test_a_crash_scenario_draws_the_lost_generation_and_the_restarted_one_on_their_own_lanes(
+    tmp_path: Path,
+) -> None:
+    scenario = ROOT / "docs/scenarios/40-crash-while-a-bash-call-is-prepared.toml"
+    assert main(["scenario", str(scenario), "--html", str(tmp_path)]) == 0
+    dom = chromium((tmp_path / f"{scenario.stem}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
+    lanes = re.findall(r'class="lane instance" data-directory="/proj/a" data-generation="1"', dom)
+    assert len(lanes) == 2  # before the crash and after the restart, each with its own bar
+    assert "lost with the crashed supervisor" in dom
+    assert 'data-state="live"' in dom  # the restarted generation serves the follow-up
+
+
+@needs_chromium
 def test_the_live_page_shows_a_waiting_deferred_close_and_a_tool_card_from_the_event_stream(
     tmp_path: Path,
 ) -> None:
