@@ -43,6 +43,7 @@ from run_supervisor.actors._run_actor import RunActor
 from run_supervisor.actors._subscription import Publisher, Subscription
 from run_supervisor.actors._supervisor import Loading, Preload, Query, SessionSupervisor, Submit, WaitRun
 from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.actors._timers import Timers
 from run_supervisor.actors._validate import (
     MAX_MS,
     MAX_TIMEOUT_S,
@@ -230,6 +231,8 @@ class Supervisor:
         self._final: CloseOutcome | None = None
         self._deadline: float | None = None
         self._relay = Relay(self.threads)
+        self.timers = Timers(self.threads)
+        """The supervisor's one timer thread (shutdown's grace, run deadlines): see actors/_timers.py."""
         self._async_bodies = AsyncBodies(self.threads)
         core = SupervisorCore(
             dispose_budget_ms=config.dispose_budget_ms, retain_finished=config.retain_finished_runs
@@ -257,6 +260,7 @@ class Supervisor:
             load_budget_ms=config.load_budget_ms,
             on_shutdown_complete=self._on_shutdown_complete,
             on_stopped=self._on_stopped,
+            timers=self.timers,
         )
         _live.add(self)
 
@@ -574,6 +578,7 @@ class Supervisor:
         run_id: str | None = None,
         resume_of: str | None = None,
         parent_run_id: str | None = None,
+        deadline_ms: int | None = None,
         timeout: float | None = None,
     ) -> RunHandle:
         """Start a run (or queue it behind the session's active run). The body runs on its own
@@ -583,7 +588,11 @@ class Supervisor:
         ``parent_run_id`` makes it a child (a subagent, a background job) of that active run: in
         the parent's directory, in a session of its own, pinned to the parent's generation; an
         interrupt of the parent interrupts it with the same reason; the parent is reported finished
-        only after its children; its own failure does not end the parent."""
+        only after its children; its own failure does not end the parent.
+
+        ``deadline_ms`` gives the run a deadline, counted from when it becomes active (time spent
+        queued behind the session's active run does not count): past it the run is interrupted
+        with reason ``timeout`` and origin ``deadline`` (its children with it), as a cancel would."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = self._start_run_request(session=session, directory=directory, run_id=run_id)
@@ -593,6 +602,8 @@ class Supervisor:
         if parent_run_id is not None:
             check.identifier("parent_run_id", parent_run_id)
             request = msgspec.structs.replace(request, parent_run_id=parent_run_id)
+        if deadline_ms is not None:
+            request = msgspec.structs.replace(request, deadline_ms=check.deadline("deadline_ms", deadline_ms))
         while True:
             finished: Future[RunSnapshot] = Future()
             outcome = self._get(self._call(request, body, finished), limit)

@@ -331,19 +331,23 @@ class AsyncSupervisor:
         directory: str | PathLike[str],
         run_id: str | None = None,
         parent_run_id: str | None = None,
+        deadline_ms: int | None = None,
         timeout: float | None = None,
     ) -> AsyncRunHandle:
         """Start a run (or queue it behind the session's active run), pinned to the directory's
         current instance generation. Without ``run_id`` one is made (``run-N``), never one a host
         already used. An ``async def`` body runs as a task on this (the awaiting) loop, with an
         ``AsyncRunContext``; any other body on its own thread. ``parent_run_id`` makes it a child
-        run of that active run. See ``Supervisor.start_run``."""
+        run of that active run; ``deadline_ms`` gives it a deadline (from when it becomes active:
+        then it is interrupted, ``timeout``, origin ``deadline``). See ``Supervisor.start_run``."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = self.sync._start_run_request(session=session, directory=directory, run_id=run_id)
         if parent_run_id is not None:
             check.identifier("parent_run_id", parent_run_id)
             request = msgspec.structs.replace(request, parent_run_id=parent_run_id)
+        if deadline_ms is not None:
+            request = msgspec.structs.replace(request, deadline_ms=check.deadline("deadline_ms", deadline_ms))
         while True:
             finished: Future[RunSnapshot] = Future()
             try:

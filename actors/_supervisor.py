@@ -29,10 +29,13 @@ from run_supervisor.actors._timers import TimerHandle, Timers
 from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     AbandonRun,
+    ArmDeadline,
     AskRaised,
     BodyEnded,
     Command,
+    DeadlineExpired,
     DeliverAnswer,
+    DisarmDeadline,
     DisposeDone,
     DisposeInstance,
     Emit,
@@ -44,6 +47,7 @@ from run_supervisor.protocol import (
     Reply,
     Request,
     RequestResult,
+    RetryReport,
     RunFinished,
     RunSnapshot,
     RunState,
@@ -59,7 +63,17 @@ from run_supervisor.protocol import (
 
 __all__ = ["Loading", "Preload", "Query", "SessionSupervisor", "Submit", "WaitRun"]
 
-_REPORTS = (StepReport, PartReport, AskRaised, WithdrawAsk, BodyEnded, DisposeDone, GraceExpired)
+_REPORTS = (
+    StepReport,
+    PartReport,
+    AskRaised,
+    WithdrawAsk,
+    BodyEnded,
+    DisposeDone,
+    GraceExpired,
+    DeadlineExpired,
+    RetryReport,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +173,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         load_budget_ms: int,
         on_shutdown_complete: Callable[[ShutdownComplete, float | None], None],
         on_stopped: Callable[[], None],
+        timers: Timers | None = None,
     ) -> None:
         super().__init__()
         self.core = core
@@ -175,10 +190,11 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._loads: dict[str, Loading] = {}  # directory -> the load of its latest instance
         self._publisher = publisher
         self._view = view
-        self.timers = Timers(threads)
+        self.timers = Timers(threads) if timers is None else timers
         """The one timer thread of this supervisor (grace, deadlines, stall checks): callbacks only
         ``tell`` this actor. Closed when it stops."""
         self._grace: TimerHandle | None = None
+        self._run_deadlines: dict[str, TimerHandle] = {}  # run -> its armed deadline
         self._deadline: float | None = None
 
     def on_start(self) -> None:
@@ -280,6 +296,8 @@ class SessionSupervisor(pykka.ThreadingActor):
                 self._dispose(command)
             elif isinstance(command, StartGraceTimer):
                 self._start_timer(command)
+            elif isinstance(command, ArmDeadline | DisarmDeadline):
+                self._deadline_timer(command)
             else:
                 self._shutdown_complete(command)
 
@@ -388,8 +406,20 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._deadline = time.monotonic() + command.grace_ms / 1000.0
         self._grace = self.tell_later(command.grace_ms / 1000.0, GraceExpired(action_id=command.action_id))
 
+    def _deadline_timer(self, command: ArmDeadline | DisarmDeadline) -> None:
+        """A run's deadline on the shared timer: armed when it becomes active, cancelled at its
+        end. An expiry that crosses the run's end is ignored by the core (``DEADLINE_EXPIRY``)."""
+        if isinstance(command, ArmDeadline):
+            handle = self.tell_later(command.deadline_ms / 1000.0, DeadlineExpired(run_id=command.run_id))
+            self._run_deadlines[command.run_id] = handle
+        else:
+            armed = self._run_deadlines.pop(command.run_id, None)
+            if armed is not None:
+                armed.cancel()
+
     def _shutdown_complete(self, command: ShutdownComplete) -> None:
         self.timers.close()  # nothing scheduled matters any more (grace, deadlines)
+        self._run_deadlines.clear()
         # Stop every child at once (in parallel), then ourselves; never ActorRegistry.stop_all.
         for slot in self._runs.values():
             slot.ref.stop(block=False)

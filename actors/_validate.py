@@ -163,6 +163,15 @@ def milliseconds(name: str, value: object) -> int:
     return int(value)
 
 
+def deadline(name: str, value: object) -> int:
+    """A run's deadline: an ``int`` number of milliseconds in ``[1, MAX_MS]`` (0 would interrupt a
+    run the moment it starts: not a deadline)."""
+    ms = milliseconds(name, value)
+    if ms == 0:
+        raise InvalidRequest(f"{name} must be at least 1 ms (None: no deadline)")
+    return ms
+
+
 def size(name: str, value: object) -> int:
     """A non-negative ``int`` (0 meaning unbounded, where it applies)."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -211,6 +220,8 @@ def _check_fields(req: Request) -> None:
         identifier("run_id", req.run_id)
         if req.parent_run_id is not None:
             identifier("parent_run_id", req.parent_run_id)
+        if req.deadline_ms is not None:
+            deadline("deadline_ms", req.deadline_ms)
         identifier("session", req.session)
         directory_name("directory", req.directory)
     elif isinstance(req, CancelRun):

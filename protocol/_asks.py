@@ -183,6 +183,7 @@ class AsksMixin:
         def _ignore(self) -> None: ...
         def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
         def _known_unfinished(self, run_id: str, reply_to: Any, verb: str) -> _Run | None: ...
+        def _progressed(self, run: _Run) -> None: ...
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -202,6 +203,7 @@ class AsksMixin:
             # Interrupting: its body's wait wakes on the interrupt. A reused id: a body bug.
             self._ignore()
             return
+        self._progressed(run)  # an ask is progress: a retry status is over
         part = run.calls.get(report.call_id) if report.call_id is not None else run.open_part()
         ask = Ask(
             ask_id=report.ask_id,

@@ -12,8 +12,10 @@ from run_supervisor.protocol._requests import CloseOutcome, RequestOutcome
 
 __all__ = [
     "AbandonRun",
+    "ArmDeadline",
     "Command",
     "DeliverAnswer",
+    "DisarmDeadline",
     "DisposeInstance",
     "Emit",
     "LoadInstance",
@@ -94,6 +96,21 @@ class StartGraceTimer(msgspec.Struct, frozen=True):
     grace_ms: int
 
 
+class ArmDeadline(msgspec.Struct, frozen=True):
+    """The run became active with a deadline: report ``DeadlineExpired(run_id)`` ``deadline_ms``
+    from now, unless ``DisarmDeadline`` comes first."""
+
+    run_id: str
+    deadline_ms: int
+
+
+class DisarmDeadline(msgspec.Struct, frozen=True):
+    """The run finished: its deadline timer is not needed any more (an expiry that still arrives
+    is ignored)."""
+
+    run_id: str
+
+
 class ShutdownComplete(msgspec.Struct, frozen=True):
     action_id: str
     outcome: CloseOutcome
@@ -111,5 +128,7 @@ Command = (
     | LoadInstance
     | DisposeInstance
     | StartGraceTimer
+    | ArmDeadline
+    | DisarmDeadline
     | ShutdownComplete
 )

@@ -29,6 +29,7 @@ from run_supervisor.protocol._commands import (
     SignalInterrupt,
     SpawnRun,
 )
+from run_supervisor.protocol._deadlines import DeadlinesMixin
 from run_supervisor.protocol._enums import (
     CloseResult,
     InstanceState,
@@ -63,6 +64,7 @@ from run_supervisor.protocol._requests import (
     CancelRun,
     CloseOutcome,
     CloseRequest,
+    DeadlineExpired,
     DisposeDone,
     GraceExpired,
     PartReport,
@@ -70,6 +72,7 @@ from run_supervisor.protocol._requests import (
     ReplyPermission,
     Request,
     RequestOutcome,
+    RetryReport,
     RunSnapshot,
     SessionSnapshot,
     Shutdown,
@@ -90,7 +93,17 @@ from run_supervisor.protocol._rules import (
 
 __all__ = ["ActionSnapshot", "CoreStatistics", "Report", "SupervisorCore"]
 
-Report = StepReport | PartReport | AskRaised | WithdrawAsk | BodyEnded | DisposeDone | GraceExpired
+Report = (
+    StepReport
+    | PartReport
+    | AskRaised
+    | WithdrawAsk
+    | BodyEnded
+    | DisposeDone
+    | GraceExpired
+    | DeadlineExpired
+    | RetryReport
+)
 """Inputs that come from inside the supervisor (bodies, instances, timers), not from hosts."""
 
 
@@ -114,7 +127,7 @@ class CoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Directories it remembers: open or declared ones, and up to ``retain_finished`` closed ones."""
 
 
-class SupervisorCore(LifecycleMixin, AsksMixin):
+class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
     """Decides everything; does nothing. Feed it with ``request`` and ``report``; carry out what
     they return, in order.
 
@@ -308,6 +321,10 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             self._body_ended(report)
         elif isinstance(report, DisposeDone):
             self._dispose_done(report)
+        elif isinstance(report, DeadlineExpired):
+            self._deadline_expired(report)
+        elif isinstance(report, RetryReport):
+            self._retry(report)
         else:
             self._grace_expired(report)
 
@@ -377,6 +394,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             parts=self._part_snapshots(run),
             parent_run_id=run.parent,
             children=tuple(run.children),
+            deadline_ms=run.deadline_ms,
         )
 
     @staticmethod
@@ -387,11 +405,15 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         session = self._sessions.get(session_id)
         if session is None:
             return None
+        attempt, message, next_at = session.retry if session.retry is not None else (None, None, None)
         return SessionSnapshot(
             session=session.id,
-            status=SessionStatus.IDLE if session.active is None else SessionStatus.BUSY,
+            status=self._status_of(session),
             active=session.active,
             queued=tuple(session.queue),
+            attempt=attempt,
+            message=message,
+            next_at_ms=next_at,
         )
 
     def pending_actions(self) -> tuple[ActionSnapshot, ...]:
@@ -448,6 +470,11 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                     + ("is not known (or was forgotten)" if resumed is None else "has not finished"),
                 )
                 return
+        if req.deadline_ms is not None and req.deadline_ms <= 0:
+            self._reject(
+                reply_to, RejectCode.INVALID_REQUEST, f"deadline_ms must be positive, got {req.deadline_ms}"
+            )
+            return
         parent = None
         if req.parent_run_id is not None:
             parent = self._parent_for(req, reply_to)
@@ -459,6 +486,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             directory=req.directory,
             resume_of=req.resume_of,
             parent=req.parent_run_id,
+            deadline_ms=req.deadline_ms,
         )
         self._journal.fresh(run)
         self._journal.put(self._runs, run.id, run)
@@ -536,6 +564,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                 generation=instance.generation,
                 resume_of=run.resume_of,
                 parent_run_id=run.parent,
+                deadline_ms=run.deadline_ms,
             )
         )
         self._out.append(
@@ -543,6 +572,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                 run_id=run.id, session=run.session, directory=run.directory, generation=instance.generation
             )
         )
+        self._arm_deadline(run)
 
     def _cancel(self, req: CancelRun, reply_to: Any) -> None:
         if req.reason not in _CANCEL_REASONS:
@@ -596,6 +626,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         """Decide an interrupt of an active run now; it takes effect when its body stops."""
         self._decide_interrupt(run, reason, origin, action)
         self._move_run(run, RunTrigger.INTERRUPT)
+        self._progressed(run)  # no attempt will come: a retry status is over
         self._withdraw_open_asks(run, WithdrawReason.INTERRUPTED, reason)
         self._out.append(SignalInterrupt(run_id=run.id, reason=reason))
         self._interrupt_children(run, reason, origin, action)
@@ -647,8 +678,10 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
         return run
 
     def _step(self, report: StepReport) -> None:
-        if self._live_run(report.run_id) is None:
+        live = self._live_run(report.run_id)
+        if live is None:
             return
+        self._progressed(live)
         cls = StepFinished if report.finished else StepStarted
         self._emit(
             cls(
@@ -674,6 +707,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             part = _Part(tool=report.tool, state=PartState.PENDING, call_id=call_id)
             run.parts.append(part)
             run.calls[call_id] = part
+            self._progressed(run)
             self._part_changed(run, part)
             return
         if report.call_id is not None:
@@ -690,6 +724,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             found.ran = True
         if report.message is not None and found.declined is None:  # the user's feedback stays
             found.message = report.message
+        self._progressed(run)
         self._part_changed(run, found)
 
     def _body_ended(self, report: BodyEnded) -> None:
@@ -751,6 +786,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
             )
         )
         self._remember_finished(run.id)
+        self._disarm_deadline(run, was_active)
         self._out.append(ReleaseRun(run_id=run.id))
         session = self._sessions[run.session]
         if not was_active:
@@ -765,8 +801,10 @@ class SupervisorCore(LifecycleMixin, AsksMixin):
                 self._dispose(instance)
         self._touch(session)
         if session.queue:
+            self._hand_over_retry(session)
             self._activate(self._runs[self._journal.popleft(session.queue)], session)
         else:
+            self._end_retry(session)
             session.active = None
             self._remember(self._idle_sessions, session.id, self._sessions)
             self._emit(

@@ -150,8 +150,15 @@ class StepKind(StrEnum):
 
 
 class SessionStatus(StrEnum):
+    """What a session is doing (``session.status``; ``protocol.SESSION_TRANSITIONS``)."""
+
     BUSY = "busy"
     IDLE = "idle"
+    RETRY = "retry"
+    """Busy, and its active run reported that it is retrying (a provider call failed and is tried
+    again): the event and the snapshot carry the attempt, the message and when the next attempt
+    is due. Back to ``busy`` when the attempt goes on (the run's next step, tool-part change or ask)
+    or the run is interrupted; ``idle`` (or ``busy`` with the next queued run) at the run's end."""
 
 
 class InstanceState(StrEnum):

@@ -84,6 +84,9 @@ class RunStarted(_Event, frozen=True, tag="run.started"):
     """The finished run this one continues (``start_run(..., resume_of=...)``), if any."""
     parent_run_id: str | None = None
     """The run it is a child of: it runs on its parent's generation."""
+    deadline_ms: int | None = None
+    """Its deadline, counted from this event: past it the run is interrupted (``timeout``,
+    origin ``deadline``). Null: none."""
 
 
 class StepStarted(_Event, frozen=True, tag="run.step.started"):
@@ -172,6 +175,12 @@ class RunRecovered(_Event, frozen=True, tag="run.recovered"):
 class SessionStatusChanged(_Event, frozen=True, tag="session.status"):
     session: str
     status: SessionStatus
+    attempt: int | None = None
+    """``retry`` only: the attempt its active run reported (``ctx.retrying``); else null."""
+    message: str | None = None
+    """``retry`` only: why it retries (the provider's error); else null."""
+    next_at_ms: int | None = None
+    """``retry`` only: when the next attempt is due, Unix epoch milliseconds (null: unknown)."""
 
 
 class LifecycleRequested(_Event, frozen=True, tag="lifecycle.requested"):

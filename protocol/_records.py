@@ -70,6 +70,7 @@ class _Run:
     ended: tuple[RunTrigger, str | None] | None = None
     """Its body ended (how, and the error) while children were unfinished: reported finished once
     they are."""
+    deadline_ms: int | None = None  # counted from run.started; the shell holds the timer
 
     def open_part(self) -> _Part | None:
         """The latest unfinished part (parallel calls: the one begun last)."""
@@ -85,6 +86,8 @@ class _Session:
     active: str | None = None
     """Its active run; a session is ``busy`` exactly while it has one."""
     queue: deque[str] = field(default_factory=deque)
+    retry: tuple[int, str, int | None] | None = None
+    """While its active run retries: (attempt, message, next attempt at, epoch ms); status ``retry``."""
 
 
 @dataclass(slots=True)

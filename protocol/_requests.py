@@ -35,6 +35,7 @@ __all__ = [
     "CancelRun",
     "CloseOutcome",
     "CloseRequest",
+    "DeadlineExpired",
     "DismissForm",
     "DisposeDone",
     "GraceExpired",
@@ -44,6 +45,7 @@ __all__ = [
     "ReplyPermission",
     "Request",
     "RequestOutcome",
+    "RetryReport",
     "RunSnapshot",
     "Shutdown",
     "StartRun",
@@ -69,6 +71,10 @@ class StartRun(_Request, frozen=True, tag="start_run"):
     """A child run (a subagent, a background job) of this active run: pinned to the parent's
     generation, in the parent's directory but in a session of its own; interrupted with its parent
     (same reason, origin and action); the parent is reported finished only after its children."""
+    deadline_ms: int | None = None
+    """The run's deadline, counted from when it becomes active (``run.started``; time spent queued
+    does not count): past it, the run is interrupted with reason ``timeout`` and origin
+    ``deadline``. None: no deadline."""
 
 
 class CancelRun(_Request, frozen=True, tag="cancel"):
@@ -218,6 +224,26 @@ class GraceExpired(msgspec.Struct, frozen=True):
     action_id: str
 
 
+class DeadlineExpired(msgspec.Struct, frozen=True):
+    """The shell's timer for a run's deadline (``ArmDeadline``) fired. Ignored unless the run is
+    still active (``protocol.DEADLINE_EXPIRY``)."""
+
+    run_id: str
+
+
+class RetryReport(msgspec.Struct, frozen=True, kw_only=True):
+    """A body is retrying (a provider call failed and will be tried again): its session's status
+    becomes ``retry`` until the attempt goes on."""
+
+    run_id: str
+    attempt: int
+    """Which attempt comes next (1 for the first retry), as the body counts them."""
+    message: str
+    """Why (the provider's error), for the user."""
+    next_at_ms: int | None = None
+    """When the next attempt is due, in Unix epoch milliseconds (None: unknown)."""
+
+
 # --- Answers -----------------------------------------------------------------------------------
 
 
@@ -277,6 +303,8 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     parent_run_id: str | None = None
     children: tuple[str, ...] = ()
     """Its child runs, in the order they were started (finished ones included)."""
+    deadline_ms: int | None = None
+    """Its deadline (``start_run(..., deadline_ms=...)``), counted from ``run.started``."""
 
 
 class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -284,3 +312,9 @@ class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     status: SessionStatus
     active: str | None
     queued: tuple[str, ...]
+    attempt: int | None = None
+    """While ``status`` is ``retry``: the attempt its active run reported (else None)."""
+    message: str | None = None
+    """While ``status`` is ``retry``: why it retries (else None)."""
+    next_at_ms: int | None = None
+    """While ``status`` is ``retry``: when the next attempt is due, Unix epoch ms (else None)."""

@@ -22,28 +22,37 @@ from run_supervisor.protocol._enums import (
     PartState,
     Phase,
     RunState,
+    SessionStatus,
 )
 
 __all__ = [
     "ACTION_TRANSITIONS",
     "ASK_TRANSITIONS",
     "CLOSE_RULES",
+    "DEADLINE_EXPIRY",
+    "DEADLINE_ORIGIN",
+    "DEADLINE_REASON",
     "INSTANCE_TRANSITIONS",
     "PART_PHASE",
     "PART_TRANSITIONS",
+    "RETRY_REPORTED_IN",
     "RUN_TRANSITIONS",
+    "SESSION_TRANSITIONS",
     "ActionTrigger",
     "AskTrigger",
     "ClosePolicy",
     "IllegalTransitionError",
     "InstanceTrigger",
     "RunTrigger",
+    "SessionTrigger",
     "fingerprint_unchanged",
     "next_action_state",
     "next_ask_state",
     "next_instance_state",
     "next_part_state",
     "next_run_state",
+    "next_session_status",
+    "session_status_announced",
 ]
 
 
@@ -272,3 +281,84 @@ CLOSE_RULES: Mapping[CloseMode, ClosePolicy] = MappingProxyType(
         ),
     }
 )
+
+
+# --- deadlines (issue 12, item 4) ------------------------------------------------------------------
+
+DEADLINE_REASON = InterruptReason.TIMEOUT
+"""A run past its deadline is interrupted with this reason..."""
+DEADLINE_ORIGIN = "deadline"
+"""...and this origin, which tells it apart from an external run's lease watchdog (``lease``) and a
+shutdown by a watchdog (``timeout`` reason, a shutdown's origin)."""
+
+DEADLINE_EXPIRY: Mapping[RunState, RunTrigger | None] = MappingProxyType(
+    {
+        # The deadline counts from run.started: only an active run can pass it.
+        RunState.ACTIVE: RunTrigger.INTERRUPT,
+        # Already being interrupted (the first reason stands), or already finished (a timer that
+        # fired while the run's end was being decided): the expiry changes nothing.
+        RunState.QUEUED: None,
+        RunState.INTERRUPTING: None,
+        RunState.COMPLETED: None,
+        RunState.INTERRUPTED: None,
+        RunState.FAILED: None,
+    }
+)
+"""What an expired deadline (``DeadlineExpired``) does to a run, by the run's state: the trigger to
+apply (with ``DEADLINE_REASON`` and ``DEADLINE_ORIGIN``), or None: ignored (counted in
+``reports_ignored``)."""
+
+
+# --- session status and retries (issue 12, item 4) -------------------------------------------------
+
+
+class SessionTrigger(StrEnum):
+    START = "start"
+    """A run becomes active in an idle session."""
+    RETRY = "retry"
+    """Its active run reports that it is retrying (``RetryReport``): a new attempt is announced
+    each time, with its attempt, message and next time."""
+    PROGRESS = "progress"
+    """Its active run goes on: a step, a tool-part change or an ask; or it is interrupted (no
+    attempt will come)."""
+    HAND_OVER = "hand_over"
+    """Its active run finished and the next queued run starts."""
+    END = "end"
+    """Its active run finished and nothing is queued."""
+
+
+SESSION_TRANSITIONS: Mapping[SessionStatus, Mapping[SessionTrigger, SessionStatus]] = MappingProxyType(
+    {
+        SessionStatus.IDLE: {SessionTrigger.START: SessionStatus.BUSY},
+        SessionStatus.BUSY: {
+            SessionTrigger.RETRY: SessionStatus.RETRY,
+            SessionTrigger.PROGRESS: SessionStatus.BUSY,
+            SessionTrigger.HAND_OVER: SessionStatus.BUSY,
+            SessionTrigger.END: SessionStatus.IDLE,
+        },
+        SessionStatus.RETRY: {
+            SessionTrigger.RETRY: SessionStatus.RETRY,
+            SessionTrigger.PROGRESS: SessionStatus.BUSY,
+            SessionTrigger.HAND_OVER: SessionStatus.BUSY,
+            SessionTrigger.END: SessionStatus.IDLE,
+        },
+    }
+)
+"""How a session's status moves; ``session_status_announced`` says when a move is a
+``session.status`` event."""
+
+RETRY_REPORTED_IN = frozenset({RunState.ACTIVE})
+"""A retry report counts only from a run in these states (an interrupting or finished run's report
+is ignored: its attempt will not come)."""
+
+
+def next_session_status(status: SessionStatus, trigger: SessionTrigger) -> SessionStatus:
+    try:
+        return SESSION_TRANSITIONS[status][trigger]
+    except KeyError:
+        raise IllegalTransitionError(f"session: {trigger.value} while {status.value}") from None
+
+
+def session_status_announced(old: SessionStatus, new: SessionStatus) -> bool:
+    """A move is announced when the status changes, and every retry is (a new attempt)."""
+    return new is not old or new is SessionStatus.RETRY

@@ -32,7 +32,14 @@ checker. It never predicts a particular outcome; it checks what must hold of any
 * with command batches: a reply comes after its ``action.result`` (and after its
   ``lifecycle.completed`` when it says ``completed``); a run is spawned once, on the instance it
   started on; an instance is disposed once, with no run on it; a run is signalled once (the first
-  reason wins), abandoned only after it was signalled; ``ShutdownComplete`` ends its batch.
+  reason wins), abandoned only after it was signalled; ``ShutdownComplete`` ends its batch;
+* deadlines and retries (issue 12): a run interrupted by a deadline (origin ``deadline``) has reason
+  ``timeout`` and no action, and it (or the ancestor it inherited the interrupt from) had a
+  deadline -- with commands, one that was armed when the run started and that passed
+  (``deadline_passed``); an armed deadline is disarmed once, after the run finished; a session says
+  ``retry`` only while busy with an active, uninterrupted run, with an attempt and a message (and
+  says nothing of a retry otherwise); a retry never outlives its attempt: the run's next step, ask
+  or interrupt comes after ``busy``, and no session ends retrying.
 
 ``CoreShell`` drives a ``SupervisorCore`` synchronously -- requests, body reports, dispose
 completions, the grace deadline -- records every command and event and feeds them to a checker::
@@ -57,8 +64,10 @@ from typing import Any, TypeVar
 
 from run_supervisor.protocol._commands import (
     AbandonRun,
+    ArmDeadline,
     Command,
     DeliverAnswer,
+    DisarmDeadline,
     DisposeInstance,
     Emit,
     LoadInstance,
@@ -109,6 +118,7 @@ from run_supervisor.protocol._requests import (
     CancelRun,
     CloseOutcome,
     CloseRequest,
+    DeadlineExpired,
     DismissForm,
     DisposeDone,
     GraceExpired,
@@ -119,7 +129,12 @@ from run_supervisor.protocol._requests import (
     Shutdown,
     StartRun,
 )
-from run_supervisor.protocol._rules import CLOSE_RULES, fingerprint_unchanged
+from run_supervisor.protocol._rules import (
+    CLOSE_RULES,
+    DEADLINE_ORIGIN,
+    DEADLINE_REASON,
+    fingerprint_unchanged,
+)
 
 __all__ = ["CoreShell", "InvariantChecker", "InvariantViolation"]
 
@@ -164,6 +179,10 @@ class _Run:
     finished: RunFinished | None = None
     parent: str | None = None
     children: list[str] = field(default_factory=list)
+    deadline_ms: int | None = None  # from run.started
+    armed: bool = False
+    disarmed: bool = False
+    deadline_passed: bool = False
 
 
 @dataclass(slots=True)
@@ -344,6 +363,8 @@ class InvariantChecker:
         elif isinstance(command, StartGraceTimer):
             if command.action_id != self.shutdown_id:
                 self.violation(f"a grace timer for {command.action_id}, which is not the shutdown")
+        elif isinstance(command, ArmDeadline | DisarmDeadline):
+            self._deadline_command(command)
         elif isinstance(command, ShutdownComplete):
             if self.shutdown_complete_sent:
                 self.violation("ShutdownComplete sent twice")
@@ -354,6 +375,15 @@ class InvariantChecker:
     def grace_passed(self) -> None:
         """Shutdown's grace deadline passed (the driver delivered ``GraceExpired``)."""
         self.grace_expired = True
+
+    def deadline_passed(self, run_id: str) -> None:
+        """A run's deadline passed (the driver delivered ``DeadlineExpired``). A driver that feeds
+        command batches must say so: a deadline interrupt nobody reported is a violation."""
+        run = self.runs.get(run_id)
+        if run is not None:
+            if not run.armed:
+                self.violation(f"a deadline of {run_id} passed, but none was armed")
+            run.deadline_passed = True
 
     def event(self, event: Event) -> None:
         """One published event, in ``seq`` order."""
@@ -378,6 +408,7 @@ class InvariantChecker:
         run = self.runs.get(event.run_id)
         if run is None or run.state != "active":
             self.violation(f"ask {event.ask_id} raised by {event.run_id}, which is not active")
+        self._no_retry_left(event.run_id, f"ask {event.ask_id}")
         self.ask_runs[event.ask_id] = event.run_id
 
     def _ask_ended(self, event: AskReplied | AskDismissed | AskWithdrawn) -> None:
@@ -504,12 +535,24 @@ class InvariantChecker:
             instance.runs.add(run.id)
         run.state = "active"
         run.generation = event.generation
+        run.deadline_ms = event.deadline_ms
+        asked_deadline = asked.deadline_ms if asked is not None else event.deadline_ms
+        if event.deadline_ms != asked_deadline:
+            self.violation(f"{run.id} started with deadline {event.deadline_ms}, asked {asked_deadline}")
         session.active = run.id
 
     def _step(self, event: StepStarted | StepFinished) -> None:
         run = self.runs.get(event.run_id)
         if run is None or run.state != "active":
             self.violation(f"a step of {event.run_id} while it is not active (seq {event.seq})")
+        self._no_retry_left(event.run_id, "a step")
+
+    def _no_retry_left(self, run_id: str, what: str) -> None:
+        """The run went on: its session must have said ``busy`` before (the attempt is over)."""
+        run = self.runs.get(run_id)
+        session = self.sessions.get(run.session) if run is not None else None
+        if session is not None and session.active == run_id and session.status is SessionStatus.RETRY:
+            self.violation(f"{what} of {run_id} while its session still says retry")
 
     def _run_finished(self, event: RunFinished) -> None:
         run = self.runs.get(event.run_id)
@@ -580,6 +623,10 @@ class InvariantChecker:
                 )
             elif run.id not in action.blocking:
                 self.violation(f"{run.id} interrupted by {action.id}, which came before it started")
+        elif event.reason is InterruptReason.TIMEOUT and (
+            event.action_id is None or event.action_id != self.shutdown_id
+        ):
+            pass  # a watchdog's cancel or a run's deadline, not the shutdown: checked with the decisions
         elif event.reason in _SHUTDOWN_REASONS:
             if event.action_id is None or event.action_id != self.shutdown_id:
                 self.violation(
@@ -598,7 +645,20 @@ class InvariantChecker:
 
     def _session_status(self, event: SessionStatusChanged) -> None:
         session = self._session(event.session)
-        if session.status is event.status:
+        retry = (event.attempt, event.message, event.next_at_ms)
+        if event.status is SessionStatus.RETRY:
+            run = self.runs.get(session.active or "")
+            if session.status not in (SessionStatus.BUSY, SessionStatus.RETRY):
+                self.violation(f"session {event.session} said retry while {session.status}")
+            if run is None or run.state != "active" or run.finished is not None or run.signalled is not None:
+                self.violation(f"session {event.session} said retry without an active, uninterrupted run")
+            if event.attempt is None or event.attempt < 1 or event.message is None:
+                self.violation(
+                    f"session {event.session} said retry without an attempt and a message: {retry}"
+                )
+        elif retry != (None, None, None):
+            self.violation(f"session {event.session} said {event.status.value} with a retry's fields {retry}")
+        if session.status is event.status and event.status is not SessionStatus.RETRY:
             self.violation(f"session {event.session} said {event.status.value} twice in a row")
         if event.status is SessionStatus.IDLE and (session.active is not None or session.queue):
             self.violation(
@@ -778,8 +838,29 @@ class InvariantChecker:
             )
         instance.state = "disposing"
 
+    def _deadline_command(self, command: ArmDeadline | DisarmDeadline) -> None:
+        run = self.runs.get(command.run_id)
+        if isinstance(command, ArmDeadline):
+            if run is None or run.state != "active" or run.armed or run.signalled is not None:
+                self.violation(f"a deadline armed for {command.run_id}, which did not just start")
+            elif command.deadline_ms <= 0 or command.deadline_ms != run.deadline_ms:
+                self.violation(
+                    f"{command.run_id} armed for {command.deadline_ms} ms, its run.started says "
+                    f"{run.deadline_ms}"
+                )
+            else:
+                run.armed = True
+            return
+        if run is None or not run.armed or run.finished is None or run.disarmed:
+            self.violation(f"a deadline of {command.run_id} disarmed while not armed or not finished")
+        else:
+            run.disarmed = True
+
     def _signal(self, command: SignalInterrupt) -> None:
         run = self.runs.get(command.run_id)
+        session = self.sessions.get(run.session) if run is not None else None
+        if session is not None and session.active == command.run_id and session.status is SessionStatus.RETRY:
+            self.violation(f"{command.run_id} signalled while its session still says retry")
         if run is None or run.state != "active":
             self.violation(f"{command.run_id} signalled while it is not active")
         elif run.signalled is not None:
@@ -918,7 +999,28 @@ class InvariantChecker:
                 continue
             if run.id in self.shutdown_queued and event.reason in _SHUTDOWN_REASONS:
                 continue
+            if event.origin == DEADLINE_ORIGIN:  # no request decided it: its deadline did
+                if event.reason is not DEADLINE_REASON or event.action_id is not None:
+                    self.violation(
+                        f"{run.id} interrupted by its deadline with reason {event.reason}, "
+                        f"action {event.action_id} (timeout, none expected)"
+                    )
+                elif self._deadline_owner(run) is None:
+                    self.violation(f"{run.id} interrupted by a deadline that neither it nor a parent had")
+                continue
             self.violation(f"{run.id} ended interrupted ({event.reason}) but no accepted request decided it")
+
+    def _deadline_owner(self, run: _Run) -> str | None:
+        """The run (itself or the nearest ancestor) whose deadline interrupted ``run``: one that had
+        a deadline, which passed (when the driver feeds commands, it says so)."""
+        seen: set[str] = set()
+        here: _Run | None = run
+        while here is not None and here.id not in seen:
+            seen.add(here.id)
+            if here.deadline_ms is not None and (here.deadline_passed or not self.commands_seen):
+                return here.id
+            here = self.runs.get(here.parent) if here.parent is not None else None
+        return None
 
     def _inherited(self, run: _Run, decided: dict[str, list[_Decision]]) -> str | None:
         """The nearest ancestor of ``run`` an accepted request interrupted, if any."""
@@ -947,8 +1049,15 @@ class InvariantChecker:
                     f"{action.id}: {action.completed} lifecycle.completed for {action.requested} requests"
                 )
         for name, session in sorted(self.sessions.items()):
-            if session.status is SessionStatus.BUSY:
-                self.violation(f"session {name} ended busy")
+            if session.status in (SessionStatus.BUSY, SessionStatus.RETRY):
+                self.violation(f"session {name} ended {session.status.value}")
+        for run in self.runs.values():
+            started = self.commands_seen and run.deadline_ms is not None and run.generation is not None
+            if started and (not run.armed or (run.finished is not None and not run.disarmed)):
+                self.violation(
+                    f"{run.id}'s deadline: armed {run.armed}, disarmed {run.disarmed} "
+                    f"(finished: {run.finished is not None})"
+                )
         unanswered = [token for token, asked in self.asked.items() if asked.answers == 0]
         if unanswered:
             self.violation(f"requests never answered: {unanswered[:10]}")
@@ -1049,6 +1158,8 @@ class CoreShell:
     def report(self, report: Report) -> list[Command]:
         if isinstance(report, GraceExpired):
             self.checker.grace_passed()
+        if isinstance(report, DeadlineExpired):
+            self.checker.deadline_passed(report.run_id)
         self.last = self.carry_out(self.core.report(report))
         return self.last
 

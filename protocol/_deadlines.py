@@ -1,0 +1,138 @@
+"""Deadlines and retries, the part of the decision core that reacts to time passing -- without a clock.
+
+**Deadlines.** A run started with ``deadline_ms`` gets an ``ArmDeadline`` command when it becomes
+active (``run.started``: time spent queued does not count); the shell arms its shared timer and,
+when it fires, reports ``DeadlineExpired``. ``protocol._rules.DEADLINE_EXPIRY`` says what that does
+by the run's state: an active run is interrupted with reason ``timeout`` and origin ``deadline``
+(its children with it, as for any interrupt); a run already interrupting or finished is left alone.
+The run's end sends ``DisarmDeadline``.
+
+**Retries.** A body reports that it is retrying (``RetryReport``: attempt, message, next attempt
+time); its session's status becomes ``retry`` with those (``session.status``), and goes back to
+``busy`` at the run's next progress (a step, a tool-part change, an ask) or its interrupt, and
+to ``idle`` (or ``busy`` for the next queued run) at its end. The moves are
+``protocol._rules.SESSION_TRANSITIONS``.
+
+``DeadlinesMixin`` is one part of ``SupervisorCore`` (it shares the core's tables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from run_supervisor.protocol._commands import ArmDeadline, Command, DisarmDeadline
+from run_supervisor.protocol._enums import InterruptReason, SessionStatus
+from run_supervisor.protocol._events import Event, SessionStatusChanged
+from run_supervisor.protocol._records import _Run, _Session
+from run_supervisor.protocol._requests import DeadlineExpired, RetryReport
+from run_supervisor.protocol._rules import (
+    DEADLINE_EXPIRY,
+    DEADLINE_ORIGIN,
+    DEADLINE_REASON,
+    RETRY_REPORTED_IN,
+    RunTrigger,
+    SessionTrigger,
+    next_session_status,
+    session_status_announced,
+)
+
+__all__ = ["DeadlinesMixin"]
+
+
+class DeadlinesMixin:
+    """Run deadlines and the session's retry status. Mixed into ``SupervisorCore``."""
+
+    if TYPE_CHECKING:  # what this part uses of the rest of the core (``protocol._core``)
+        _out: list[Command]
+        _runs: dict[str, _Run]
+        _sessions: dict[str, _Session]
+        _touch: Callable[[object], None]
+
+        def _next_seq(self) -> int: ...
+        def _emit(self, event: Event) -> None: ...
+        def _ignore(self) -> None: ...
+        def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
+
+    # --- deadlines -----------------------------------------------------------------------------
+
+    def _arm_deadline(self, run: _Run) -> None:
+        """``run`` just became active: its deadline starts counting now."""
+        if run.deadline_ms is not None:
+            self._out.append(ArmDeadline(run_id=run.id, deadline_ms=run.deadline_ms))
+
+    def _disarm_deadline(self, run: _Run, was_active: bool) -> None:
+        """``run`` finished: a deadline that was armed is not needed any more."""
+        if run.deadline_ms is not None and was_active:
+            self._out.append(DisarmDeadline(run_id=run.id))
+
+    def _deadline_expired(self, report: DeadlineExpired) -> None:
+        run = self._runs.get(report.run_id)
+        trigger = DEADLINE_EXPIRY[run.state] if run is not None and run.deadline_ms is not None else None
+        if run is None or trigger is None:
+            self._ignore()  # finished, forgotten, or already being interrupted: the first reason stands
+            return
+        assert trigger is RunTrigger.INTERRUPT
+        self._interrupt(run, DEADLINE_REASON, DEADLINE_ORIGIN, None)
+
+    # --- the session's status: retries -----------------------------------------------------------
+
+    @staticmethod
+    def _status_of(session: _Session) -> SessionStatus:
+        if session.retry is not None:
+            return SessionStatus.RETRY
+        return SessionStatus.IDLE if session.active is None else SessionStatus.BUSY
+
+    def _retry(self, report: RetryReport) -> None:
+        run = self._runs.get(report.run_id)
+        session = self._sessions.get(run.session) if run is not None else None
+        if (
+            run is None
+            or session is None
+            or run.state not in RETRY_REPORTED_IN
+            or session.active != run.id
+            or report.attempt < 1
+        ):
+            self._ignore()  # late (interrupting, finished) or malformed: no attempt will come
+            return
+        self._move_session(session, SessionTrigger.RETRY, (report.attempt, report.message, report.next_at_ms))
+
+    def _progressed(self, run: _Run) -> None:
+        """The run went on (a step, a tool-part change, an ask) or was interrupted: a retry it
+        reported is over."""
+        session = self._sessions.get(run.session)
+        if session is not None and session.active == run.id and session.retry is not None:
+            self._move_session(session, SessionTrigger.PROGRESS, None)
+
+    def _hand_over_retry(self, session: _Session) -> None:
+        """The session's active run finished and its next queued run starts: a retry of the
+        finished one is over (announced ``busy`` before the next ``run.started``)."""
+        if session.retry is not None:
+            self._move_session(session, SessionTrigger.HAND_OVER, None)
+
+    def _end_retry(self, session: _Session) -> None:
+        """The session's active run finished and nothing is queued: the ``idle`` the core announces
+        next clears a retry (no event of its own)."""
+        if session.retry is not None:
+            self._touch(session)
+            session.retry = None
+
+    def _move_session(
+        self, session: _Session, trigger: SessionTrigger, retry: tuple[int, str, int | None] | None
+    ) -> None:
+        old = self._status_of(session)
+        new = next_session_status(old, trigger)
+        self._touch(session)
+        session.retry = retry if new is SessionStatus.RETRY else None
+        if session_status_announced(old, new):
+            attempt, message, next_at = session.retry if session.retry is not None else (None, None, None)
+            self._emit(
+                SessionStatusChanged(
+                    seq=self._next_seq(),
+                    session=session.id,
+                    status=new,
+                    attempt=attempt,
+                    message=message,
+                    next_at_ms=next_at,
+                )
+            )
