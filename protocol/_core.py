@@ -36,6 +36,7 @@ from run_supervisor.protocol._enums import (
     InterruptReason,
     Outcome,
     PartState,
+    QueuePolicy,
     RejectCode,
     RequestResult,
     RunState,
@@ -75,6 +76,7 @@ from run_supervisor.protocol._requests import (
     RetryReport,
     RunSnapshot,
     SessionSnapshot,
+    SetQueuePolicy,
     Shutdown,
     StartRun,
     StepReport,
@@ -84,9 +86,12 @@ from run_supervisor.protocol._rules import (
     FINISHED_RUN_STATES,
     PART_PHASE,
     PART_TRANSITIONS,
+    QUEUE_RULES,
     UNFINISHED_PART_STATES,
     InstanceTrigger,
+    QueuedFate,
     RunTrigger,
+    WhenBusy,
     next_instance_state,
     next_run_state,
 )
@@ -175,6 +180,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
         # The last invalidate_config's fingerprint: directories met later load with it (a table,
         # so the undo journal covers it).
         self._config: dict[str, str] = {}
+        # Sessions' default queue policies (``SetQueuePolicy``), other than ``queue``: kept apart
+        # from the session records so that forgetting an idle session never forgets its policy.
+        self._policies: dict[str, QueuePolicy] = {}
 
     # --- entry points ------------------------------------------------------------------------
 
@@ -301,6 +309,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
             self._reply_permission(request, reply_to)
         elif isinstance(request, AnswerForm):
             self._answer_form(request, reply_to)
+        elif isinstance(request, SetQueuePolicy):
+            self._set_queue_policy(request, reply_to)
         else:
             self._dismiss_form(request, reply_to)
 
@@ -402,9 +412,15 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
         return tuple(part_view(p) for p in run.parts)
 
     def session_snapshot(self, session_id: str) -> SessionSnapshot | None:
+        """None for a session no run named (or forgotten while idle) that has no policy set."""
         session = self._sessions.get(session_id)
+        policy = self._policies.get(session_id, QueuePolicy.QUEUE)
         if session is None:
-            return None
+            if session_id not in self._policies:
+                return None
+            return SessionSnapshot(
+                session=session_id, status=SessionStatus.IDLE, active=None, queued=(), queue_policy=policy
+            )
         attempt, message, next_at = session.retry if session.retry is not None else (None, None, None)
         return SessionSnapshot(
             session=session.id,
@@ -414,6 +430,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
             attempt=attempt,
             message=message,
             next_at_ms=next_at,
+            queue_policy=policy,
         )
 
     def pending_actions(self) -> tuple[ActionSnapshot, ...]:
@@ -480,6 +497,18 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
             parent = self._parent_for(req, reply_to)
             if parent is None:
                 return
+        policy = req.queue_policy or self._policies.get(req.session, QueuePolicy.QUEUE)
+        rule = QUEUE_RULES[policy]
+        busy = self._sessions.get(req.session)
+        if busy is not None and busy.active is not None and rule.when_busy is WhenBusy.REJECT:
+            queued = f" and {len(busy.queue)} queued" if busy.queue else ""
+            self._reject(
+                reply_to,
+                RejectCode.SESSION_BUSY,
+                f"session {req.session!r} is busy (run {busy.active!r} active{queued}); queue policy "
+                f"{policy.value} starts a run only in an idle session",
+            )
+            return
         run = _Run(
             id=req.run_id,
             session=req.session,
@@ -487,6 +516,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
             resume_of=req.resume_of,
             parent=req.parent_run_id,
             deadline_ms=req.deadline_ms,
+            queue_policy=policy,
         )
         self._journal.fresh(run)
         self._journal.put(self._runs, run.id, run)
@@ -503,10 +533,51 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
         if session.active is None:
             self._activate(run, session)
         else:
+            if rule.when_busy is WhenBusy.REPLACE:
+                self._coalesce(session, run, req.tag)
             self._journal.append(session.queue, run.id)
             self._emit(
-                RunQueued(seq=self._next_seq(), run_id=run.id, session=run.session, parent_run_id=run.parent)
+                RunQueued(
+                    seq=self._next_seq(),
+                    run_id=run.id,
+                    session=run.session,
+                    parent_run_id=run.parent,
+                    queue_policy=policy,
+                )
             )
+        self._reply(reply_to, _OK)
+
+    def _coalesce(self, session: _Session, run: _Run, tag: str | None) -> None:
+        """``run`` replaces the runs of its session still queued under its own policy: each ends
+        unstarted, ``coalesced``, its origin naming ``run`` (announced right after)."""
+        for queued_id in [q for q in session.queue if self._runs[q].queue_policy is run.queue_policy]:
+            self._end_queued(self._runs[queued_id], InterruptReason.COALESCED, run.id, tag)
+
+    def _drop_follow_ups(self, run: _Run, action: str | None) -> None:
+        """``run``, its session's active run, is being interrupted: a queued run whose policy drops
+        it then (``QUEUE_RULES``) ends unstarted, ``dropped``, its origin naming ``run``."""
+        session = self._sessions.get(run.session)
+        if session is None or session.active != run.id:
+            return
+        for queued_id in list(session.queue):
+            queued = self._runs[queued_id]
+            if QUEUE_RULES[queued.queue_policy].on_interrupt is QueuedFate.DROP:
+                self._end_queued(queued, InterruptReason.DROPPED, run.id, action)
+
+    def _end_queued(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None:
+        self._unqueue(run)
+        self._decide_interrupt(run, reason, origin, action)
+        self._move_run(run, RunTrigger.CANCEL_QUEUED)
+        self._finish(run)
+
+    def _set_queue_policy(self, req: SetQueuePolicy, reply_to: Any) -> None:
+        if not req.session:
+            self._reject(reply_to, RejectCode.INVALID_REQUEST, "set_queue_policy needs a non-empty session")
+            return
+        if req.queue_policy is QueuePolicy.QUEUE:
+            self._journal.drop(self._policies, req.session)
+        else:
+            self._journal.put(self._policies, req.session, req.queue_policy)
         self._reply(reply_to, _OK)
 
     def _parent_for(self, req: StartRun, reply_to: Any) -> _Run | None:
@@ -629,6 +700,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
         self._progressed(run)  # no attempt will come: a retry status is over
         self._withdraw_open_asks(run, WithdrawReason.INTERRUPTED, reason)
         self._out.append(SignalInterrupt(run_id=run.id, reason=reason))
+        self._drop_follow_ups(run, action)
         self._interrupt_children(run, reason, origin, action)
 
     def _interrupt_children(

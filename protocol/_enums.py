@@ -20,6 +20,7 @@ __all__ = [
     "Outcome",
     "PartState",
     "Phase",
+    "QueuePolicy",
     "RejectCode",
     "RequestResult",
     "RunState",
@@ -80,6 +81,13 @@ class InterruptReason(StrEnum):
     CRASH = "crash"
     """The process that supervised the run died (a crash, a kill, a power loss); found unfinished in
     the run journal at the next start and reported by ``run.recovered``."""
+    COALESCED = "coalesced"
+    """It was still queued (queue policy ``coalesce``) when a newer ``coalesce`` start of its
+    session replaced it; the ``origin`` names the replacing run. It never started."""
+    DROPPED = "dropped"
+    """It was still queued (queue policy ``coalesce``) when its session's active run was
+    interrupted: a pending follow-up is dropped with the run it followed (``QUEUE_RULES``). The
+    ``origin`` names that interrupted run, ``action_id`` the interrupt's action. It never started."""
 
 
 class ShutdownReason(StrEnum):
@@ -149,6 +157,21 @@ class StepKind(StrEnum):
     FORM = "form"
 
 
+class QueuePolicy(StrEnum):
+    """What a start does while its session is busy (see ``protocol.QUEUE_RULES``). Given per start
+    (``StartRun.queue_policy``) or as a session's default (``SetQueuePolicy``); ``queue`` otherwise."""
+
+    QUEUE = "queue"
+    """Queued behind the active run, first in first out (the default). A queued run is kept when
+    the active run is interrupted: it starts next."""
+    COALESCE = "coalesce"
+    """Queued, but replacing the session's still-queued ``coalesce`` run (ended ``coalesced``): a
+    session holds at most one queued ``coalesce`` run, the latest follow-up. Dropped (ended
+    ``dropped``) when the active run is interrupted before it started."""
+    REJECT_IF_BUSY = "reject_if_busy"
+    """Rejected (``session_busy``) while the session has an active run; never queued."""
+
+
 class SessionStatus(StrEnum):
     """What a session is doing (``session.status``; ``protocol.SESSION_TRANSITIONS``)."""
 
@@ -210,6 +233,8 @@ class RejectCode(StrEnum):
     ASK_ALREADY_ANSWERED = "ask_already_answered"
     """The ask was replied to or dismissed already; the first decision stands."""
     UNKNOWN_DIRECTORY = "unknown_directory"
+    SESSION_BUSY = "session_busy"
+    """A start with queue policy ``reject_if_busy`` while its session has an active (or queued) run."""
     INVALID_REQUEST = "invalid_request"
     INTERNAL_ERROR = "internal_error"
     """The supervisor failed while handling the request (a bug): it was contained and logged."""

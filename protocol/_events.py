@@ -20,6 +20,7 @@ from run_supervisor.protocol._enums import (
     Outcome,
     PartState,
     Phase,
+    QueuePolicy,
     SessionStatus,
     StepKind,
     WithdrawReason,
@@ -73,6 +74,9 @@ class RunQueued(_Event, frozen=True, tag="run.queued"):
     session: str
     parent_run_id: str | None = None
     """The run it is a child of (``start_run(..., parent_run_id=...)``), if any."""
+    queue_policy: QueuePolicy = QueuePolicy.QUEUE
+    """The policy it was queued under (its start's, or its session's default): ``queue`` or
+    ``coalesce`` (a ``reject_if_busy`` start is never queued)."""
 
 
 class RunStarted(_Event, frozen=True, tag="run.started"):

@@ -12,7 +12,15 @@ from dataclasses import MISSING, dataclass, field, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-from run_supervisor.protocol._enums import AskKind, InstanceState, InterruptReason, PartState, Phase, RunState
+from run_supervisor.protocol._enums import (
+    AskKind,
+    InstanceState,
+    InterruptReason,
+    PartState,
+    Phase,
+    QueuePolicy,
+    RunState,
+)
 from run_supervisor.protocol._parts import PartSnapshot
 from run_supervisor.protocol._rules import UNFINISHED_PART_STATES, RunTrigger
 
@@ -71,6 +79,7 @@ class _Run:
     """Its body ended (how, and the error) while children were unfinished: reported finished once
     they are."""
     deadline_ms: int | None = None  # counted from run.started; the shell holds the timer
+    queue_policy: QueuePolicy = QueuePolicy.QUEUE  # what it was started with (``QUEUE_RULES``)
 
     def open_part(self) -> _Part | None:
         """The latest unfinished part (parallel calls: the one begun last)."""

@@ -17,6 +17,7 @@ from run_supervisor.protocol._enums import (
     Outcome,
     PartState,
     Phase,
+    QueuePolicy,
     RejectCode,
     RequestResult,
     RunState,
@@ -47,6 +48,7 @@ __all__ = [
     "RequestOutcome",
     "RetryReport",
     "RunSnapshot",
+    "SetQueuePolicy",
     "Shutdown",
     "StartRun",
     "StepReport",
@@ -75,6 +77,10 @@ class StartRun(_Request, frozen=True, tag="start_run"):
     """The run's deadline, counted from when it becomes active (``run.started``; time spent queued
     does not count): past it, the run is interrupted with reason ``timeout`` and origin
     ``deadline``. None: no deadline."""
+    queue_policy: QueuePolicy | None = None
+    """What this start does while its session is busy (``protocol.QUEUE_RULES``): ``queue``,
+    ``coalesce`` or ``reject_if_busy``. None: the session's default (``SetQueuePolicy``), else
+    ``queue``."""
 
 
 class CancelRun(_Request, frozen=True, tag="cancel"):
@@ -140,7 +146,25 @@ class DismissForm(_Request, frozen=True, tag="dismiss_form"):
     ``interrupted`` / ``form_dismissed`` (and its other open asks are withdrawn)."""
 
 
-Request = StartRun | CancelRun | CloseRequest | Shutdown | ReplyPermission | AnswerForm | DismissForm
+class SetQueuePolicy(_Request, frozen=True, tag="set_queue_policy"):
+    """Set a session's default queue policy: what its starts that name none do while it is busy.
+    Applies to later starts only (queued runs keep theirs). A session need not exist yet; the
+    default is remembered until set back to ``queue``."""
+
+    session: str
+    queue_policy: QueuePolicy
+
+
+Request = (
+    StartRun
+    | CancelRun
+    | CloseRequest
+    | Shutdown
+    | ReplyPermission
+    | AnswerForm
+    | DismissForm
+    | SetQueuePolicy
+)
 
 
 # --- What run bodies and instances report (internal inputs of the core) ---------------------------
@@ -318,3 +342,5 @@ class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """While ``status`` is ``retry``: why it retries (else None)."""
     next_at_ms: int | None = None
     """While ``status`` is ``retry``: when the next attempt is due, Unix epoch ms (else None)."""
+    queue_policy: QueuePolicy = QueuePolicy.QUEUE
+    """Its default queue policy (``SetQueuePolicy``): what a start naming none does while it is busy."""

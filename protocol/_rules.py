@@ -21,6 +21,7 @@ from run_supervisor.protocol._enums import (
     InterruptReason,
     PartState,
     Phase,
+    QueuePolicy,
     RunState,
     SessionStatus,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "INSTANCE_TRANSITIONS",
     "PART_PHASE",
     "PART_TRANSITIONS",
+    "QUEUE_RULES",
     "RETRY_REPORTED_IN",
     "RUN_TRANSITIONS",
     "SESSION_TRANSITIONS",
@@ -43,8 +45,11 @@ __all__ = [
     "ClosePolicy",
     "IllegalTransitionError",
     "InstanceTrigger",
+    "QueueRule",
+    "QueuedFate",
     "RunTrigger",
     "SessionTrigger",
+    "WhenBusy",
     "fingerprint_unchanged",
     "next_action_state",
     "next_ask_state",
@@ -362,3 +367,52 @@ def next_session_status(status: SessionStatus, trigger: SessionTrigger) -> Sessi
 def session_status_announced(old: SessionStatus, new: SessionStatus) -> bool:
     """A move is announced when the status changes, and every retry is (a new attempt)."""
     return new is not old or new is SessionStatus.RETRY
+
+
+# --- queue policies: what a start does while its session is busy ----------------------------------
+
+
+class WhenBusy(StrEnum):
+    """What a start does when its session already has an active run."""
+
+    QUEUE = "queue"
+    """Queued at the back of the session's queue (``run.queued``)."""
+    REPLACE = "replace"
+    """Queued at the back, replacing every still-queued run of its session queued under the same
+    policy: each ends unstarted, ``interrupted`` with reason ``coalesced`` and the new run's id as
+    origin (reported before the new run's ``run.queued``)."""
+    REJECT = "reject"
+    """Rejected ``session_busy``; nothing changes."""
+
+
+class QueuedFate(StrEnum):
+    """What becomes of a queued run when its session's active run is interrupted (any reason)."""
+
+    KEEP = "keep"
+    """It stays queued and starts when the interrupted run has finished."""
+    DROP = "drop"
+    """It ends unstarted at once, ``interrupted`` with reason ``dropped``, the interrupted run's id
+    as origin and its interrupt's action (upstream opencode drops a pending follow-up when the
+    active run is aborted)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRule:
+    """What a queue policy does; a run keeps the policy it was started with."""
+
+    when_busy: WhenBusy
+    """A start under this policy while its session has an active run (an idle session starts it
+    at once, whatever the policy)."""
+    on_interrupt: QueuedFate
+    """A run queued under this policy, when the active run it waits behind is interrupted."""
+
+
+QUEUE_RULES: Mapping[QueuePolicy, QueueRule] = MappingProxyType(
+    {
+        QueuePolicy.QUEUE: QueueRule(when_busy=WhenBusy.QUEUE, on_interrupt=QueuedFate.KEEP),
+        QueuePolicy.COALESCE: QueueRule(when_busy=WhenBusy.REPLACE, on_interrupt=QueuedFate.DROP),
+        # Never queued: its fate is moot; ``keep`` says an interrupt ends nothing more.
+        QueuePolicy.REJECT_IF_BUSY: QueueRule(when_busy=WhenBusy.REJECT, on_interrupt=QueuedFate.KEEP),
+    }
+)
+"""One rule per queue policy: the core looks a start and an interrupt up here."""

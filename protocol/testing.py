@@ -13,6 +13,13 @@ checker. It never predicts a particular outcome; it checks what must hold of any
   its directory's live generation (never on a retired or closed one), never after shutdown, and
   finishes once, on the generation it started on; a session runs one run at a time and says
   ``busy``/``idle`` only on change, ``idle`` only with nothing active or queued;
+* queue policies: a run is queued under ``queue`` or ``coalesce``, never ``reject_if_busy`` (nor
+  under another policy than its start named); a session never holds two queued ``coalesce`` runs; a
+  run ends ``coalesced`` only while queued, replaced by a later run of its session under the same
+  policy (its ``origin``), and ``dropped`` only while queued under a policy that drops (``QUEUE_RULES``)
+  when its session's active run (its ``origin``) is interrupted, naming that interrupt's action; after
+  a batch that signals a session's active run, no run that policy drops is still queued behind it;
+  a start rejected ``session_busy`` asked ``reject_if_busy`` (or its session's default);
 * every interrupt carries a reason, and a run that was not interrupted carries none; an interrupt
   names a cause that may interrupt: a ``lifecycle_interrupt`` comes from a
   ``user_confirmed_interrupt`` close of the run's directory, a shutdown reason from the shutdown; a
@@ -87,6 +94,8 @@ from run_supervisor.protocol._enums import (
     InterruptReason,
     Outcome,
     PartState,
+    QueuePolicy,
+    RejectCode,
     RequestResult,
     SessionStatus,
     ShutdownReason,
@@ -133,6 +142,8 @@ from run_supervisor.protocol._rules import (
     CLOSE_RULES,
     DEADLINE_ORIGIN,
     DEADLINE_REASON,
+    QUEUE_RULES,
+    QueuedFate,
     fingerprint_unchanged,
 )
 
@@ -160,6 +171,8 @@ _REASONS_OF = {
     CloseMode.TEST_TEARDOWN: frozenset({InterruptReason.TEST_TEARDOWN}),
 }
 _USER_ORIGINS = {InterruptReason.PERMISSION_REJECTED: "permission", InterruptReason.FORM_DISMISSED: "form"}
+_QUEUE_REASONS = frozenset({InterruptReason.COALESCED, InterruptReason.DROPPED})
+"""Interrupts the queue policies decide (``QUEUE_RULES``), not a request naming the run."""
 
 
 class InvariantViolation(AssertionError):
@@ -183,6 +196,7 @@ class _Run:
     armed: bool = False
     disarmed: bool = False
     deadline_passed: bool = False
+    policy: QueuePolicy = QueuePolicy.QUEUE  # what it was queued under (``run.queued``)
 
 
 @dataclass(slots=True)
@@ -319,6 +333,20 @@ class InvariantChecker:
             if isinstance(command, ShutdownComplete) and index != len(batch) - 1:
                 self.violation("ShutdownComplete is not the last command of its batch")
             self.command(command)
+        for command in batch:
+            if isinstance(command, SignalInterrupt):
+                self._follow_ups_dropped(command.run_id)
+
+    def _follow_ups_dropped(self, run_id: str) -> None:
+        """``run_id`` was signalled: if it is its session's active run, no queued run whose policy
+        drops it then may wait behind it any more."""
+        run = self.runs.get(run_id)
+        session = self.sessions.get(run.session) if run is not None else None
+        if run is None or session is None or session.active != run.id:
+            return
+        kept = [q for q in session.queue if QUEUE_RULES[self.runs[q].policy].on_interrupt is QueuedFate.DROP]
+        if kept:
+            self.violation(f"{kept} still queued after {run.id}, their session's active run, was interrupted")
 
     def command(self, command: Command) -> None:
         """One command of a core (``commands`` is the usual entry: it also checks batch order)."""
@@ -472,6 +500,15 @@ class InvariantChecker:
         session = self._session(event.session)
         if session.active is None:
             self.violation(f"{event.run_id} queued although session {event.session} had no active run")
+        run.policy = event.queue_policy
+        if event.queue_policy is QueuePolicy.REJECT_IF_BUSY:
+            self.violation(f"{run.id} queued under reject_if_busy")
+        if asked is not None and asked.queue_policy not in (None, event.queue_policy):
+            self.violation(f"{run.id} queued under {event.queue_policy.value}, asked {asked.queue_policy}")
+        if event.queue_policy is QueuePolicy.COALESCE:
+            twins = [q for q in session.queue if self.runs[q].policy is QueuePolicy.COALESCE]
+            if twins:
+                self.violation(f"{run.id} queued (coalesce) while {twins} still queued in {event.session}")
         session.queue.append(run.id)
 
     def _adopt(self, run: _Run, parent_id: str | None) -> None:
@@ -640,8 +677,41 @@ class InvariantChecker:
                 self.shutdown_reasons = frozenset({event.reason})  # every run names the same one
         elif event.reason in _USER_ORIGINS and event.origin != _USER_ORIGINS[event.reason]:
             self.violation(f"{run.id} interrupted ({event.reason.value}) with origin {event.origin!r}")
+        elif event.reason in _QUEUE_REASONS:
+            self._check_queue_ending(run, event, was)
         if action is not None and action.mode is CloseMode.MAINTENANCE:
             self.violation(f"{run.id} interrupted by the maintenance close {action.id}")
+
+    def _check_queue_ending(self, run: _Run, event: RunFinished, was: str) -> None:
+        """A run ended by a queue policy was queued; a dropped one's origin is its session's active
+        run, being interrupted now (its interrupt's action is checked at ``finish``)."""
+        if was != "queued":
+            self.violation(f"{run.id} ended {event.reason} although it was {was}, not queued")
+            return
+        if event.reason is InterruptReason.DROPPED:
+            session = self._session(run.session)
+            if QUEUE_RULES[run.policy].on_interrupt is not QueuedFate.DROP:
+                self.violation(f"{run.id} dropped although its policy {run.policy.value} keeps it")
+            if event.origin is None or session.active != event.origin:
+                self.violation(f"{run.id} dropped for {event.origin!r}, not its session's active run")
+            elif self.commands_seen and self.runs[event.origin].signalled is None:
+                self.violation(f"{run.id} dropped for {event.origin}, which was not interrupted")
+
+    def _check_queue_endings(self) -> None:
+        """What ended a coalesced or a dropped run is known once the stream has ended."""
+        for run in self.runs.values():
+            event = run.finished
+            if event is None or event.reason not in _QUEUE_REASONS:
+                continue
+            origin = self.runs.get(event.origin or "")
+            if event.reason is InterruptReason.COALESCED:
+                if origin is None or origin.session != run.session or origin.policy is not run.policy:
+                    self.violation(f"{run.id} coalesced into {event.origin!r}, not a run of its session")
+                continue
+            ended = origin.finished if origin is not None else None
+            want = (Outcome.INTERRUPTED, event.action_id)
+            if ended is not None and (ended.outcome, ended.action_id) != want:
+                self.violation(f"{run.id} dropped ({event.action_id}) for {origin}, which ended {ended}")
 
     def _session_status(self, event: SessionStatusChanged) -> None:
         session = self._session(event.session)
@@ -879,6 +949,13 @@ class InvariantChecker:
         if answer.rejected:
             if answer.code is None or not answer.error:
                 self.violation(f"{token!r} rejected without a code and a message: {answer}")
+            if answer.code is RejectCode.SESSION_BUSY and (
+                not isinstance(request, StartRun)
+                or request.queue_policy not in (None, QueuePolicy.REJECT_IF_BUSY)
+            ):
+                self.violation(f"{token!r} rejected session_busy without asking reject_if_busy: {request}")
+            if isinstance(request, StartRun) and self.start_requests.get(request.run_id) is request:
+                del self.start_requests[request.run_id]  # not taken: a later start may use the id
             return
         if answer.code is not None or answer.error is not None:
             self.violation(f"{token!r} accepted ({answer.result.value}) with an error: {answer}")
@@ -990,6 +1067,8 @@ class InvariantChecker:
             event = run.finished
             if event is None or event.outcome is not Outcome.INTERRUPTED or run.id in decided:
                 continue
+            if event.reason in _QUEUE_REASONS:  # decided by a queue policy (checked at the end)
+                continue
             inherited = self._inherited(run, decided)
             if inherited is not None:  # its parent's interrupt: the same reason, origin and action
                 mine = (event.reason, event.origin, event.action_id)
@@ -1058,6 +1137,9 @@ class InvariantChecker:
                     f"{run.id}'s deadline: armed {run.armed}, disarmed {run.disarmed} "
                     f"(finished: {run.finished is not None})"
                 )
+            if session.status is SessionStatus.BUSY:
+                self.violation(f"session {name} ended busy")
+        self._check_queue_endings()
         unanswered = [token for token, asked in self.asked.items() if asked.answers == 0]
         if unanswered:
             self.violation(f"requests never answered: {unanswered[:10]}")

@@ -19,6 +19,7 @@ from run_supervisor.protocol import (
     INSTANCE_TRANSITIONS,
     PART_PHASE,
     PART_TRANSITIONS,
+    QUEUE_RULES,
     RUN_TRANSITIONS,
 )
 
@@ -36,6 +37,21 @@ def _transition_rows(table: Mapping[Any, Mapping[Any, Any]]) -> list[str]:
         rows += [
             f"| `{state.value}` | {trigger.value} | `{target.value}` |" for trigger, target in moves.items()
         ]
+    return rows
+
+
+def _queue_rows() -> list[str]:
+    """The queue policies (``QUEUE_RULES``): what a start does in a busy session, and what an
+    interrupt of the active run does to a run queued under each."""
+    rows = [
+        "",
+        "**Queue policies** (`QUEUE_RULES`): a start while its session has an active run",
+        "",
+        "| policy | a start in a busy session | a run queued under it, when the active run is interrupted |",
+        "| --- | --- | --- |",
+    ]
+    for policy, rule in QUEUE_RULES.items():
+        rows.append(f"| `{policy.value}` | {rule.when_busy.value} | {rule.on_interrupt.value} |")
     return rows
 
 
@@ -100,6 +116,7 @@ def tables() -> str:
         if policy.covers_everything:
             effect += "; every directory and queued run; grace deadline"
         lines.append(f"| `{mode.value}` | {effect} |")
+    lines += _queue_rows()
     lines += ["", END]
     return "\n".join(lines)
 

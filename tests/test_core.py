@@ -47,6 +47,7 @@ from run_supervisor.protocol import (
     PartState,
     Phase,
     ProtocolDecodeError,
+    QueuePolicy,
     RejectCode,
     ReleaseRun,
     Reply,
@@ -61,6 +62,7 @@ from run_supervisor.protocol import (
     RunTrigger,
     SessionStatus,
     SessionStatusChanged,
+    SetQueuePolicy,
     Shutdown,
     ShutdownComplete,
     SignalInterrupt,
@@ -1549,6 +1551,8 @@ EVERY_REQUEST: list[Request] = [
     ReplyPermission(run_id="r1", approve=False, message="no"),
     AnswerForm(run_id="r1", answer="blue"),
     DismissForm(run_id="r1", tag="x"),
+    SetQueuePolicy(session="s1", queue_policy=QueuePolicy.COALESCE),
+    StartRun(run_id="r2", session="s1", directory=A, queue_policy=QueuePolicy.REJECT_IF_BUSY),
 ]
 
 
