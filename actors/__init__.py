@@ -39,6 +39,7 @@ from run_supervisor.actors._errors import (
     RunAlreadyExists,
     RunAlreadyFinished,
     RunInterrupted,
+    SessionBusy,
     SupervisorClosed,
     SupervisorError,
     SupervisorTimeout,
@@ -48,7 +49,12 @@ from run_supervisor.actors._errors import (
 )
 from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
 from run_supervisor.actors._subscription import Subscription
-from run_supervisor.actors._validate import CloseActionName, CloseModeName, ShutdownReasonName
+from run_supervisor.actors._validate import (
+    CloseActionName,
+    CloseModeName,
+    QueuePolicyName,
+    ShutdownReasonName,
+)
 
 __all__ = [
     "AlreadyInterrupting",
@@ -76,12 +82,14 @@ __all__ = [
     "NoInstanceHooks",
     "NothingPending",
     "PermissionReply",
+    "QueuePolicyName",
     "RunAlreadyExists",
     "RunAlreadyFinished",
     "RunBody",
     "RunContext",
     "RunHandle",
     "RunInterrupted",
+    "SessionBusy",
     "ShutdownReasonName",
     "Subscription",
     "Supervisor",

@@ -49,6 +49,7 @@ from run_supervisor.actors._validate import (
     MAX_TIMEOUT_S,
     CloseActionName,
     CloseModeName,
+    QueuePolicyName,
     ShutdownReasonName,
 )
 from run_supervisor.actors._view import View
@@ -65,6 +66,7 @@ from run_supervisor.protocol import (
     CoreStatistics,
     DismissForm,
     Event,
+    QueuePolicy,
     RejectCode,
     ReplyPermission,
     Request,
@@ -73,6 +75,7 @@ from run_supervisor.protocol import (
     RunRecovered,
     RunSnapshot,
     SessionSnapshot,
+    SetQueuePolicy,
     Shutdown,
     ShutdownComplete,
     ShutdownReason,
@@ -350,6 +353,7 @@ class Supervisor:
             waiting = list(self._outstanding)
         for future in waiting:
             complete(future, error=SupervisorClosed("the supervisor has shut down"))
+        self._view.close_idle(SupervisorClosed("the supervisor stopped while the session was busy"))
         self._relay.close()
 
     def _timeout(self, timeout: float | None) -> float:
@@ -447,6 +451,25 @@ class Supervisor:
         request = check.start_run(_no_body, session=session, directory=directory, run_id=run_id)
         _saw_run_id(request.run_id)
         return request
+
+    def _with_queue_policy(self, request: StartRun, queue_policy: object) -> StartRun:
+        """``request`` with its checked ``queue_policy`` (None: the session's default)."""
+        if queue_policy is None:
+            return request
+        return msgspec.structs.replace(request, queue_policy=check.queue_policy("queue_policy", queue_policy))
+
+    def _set_queue_policy_request(self, session: object, queue_policy: object) -> SetQueuePolicy:
+        return check.set_queue_policy(session, queue_policy)
+
+    def _idle_future(self, session: object) -> tuple[str, Future[SessionSnapshot | None]]:
+        """Checked; the internal future of ``View.when_idle`` (completed on the supervisor's thread)."""
+        name = check.identifier("session", session)
+        return name, self._view.when_idle(name)
+
+    def _still_busy(self, session: str, limit: float) -> SupervisorTimeout:
+        snapshot = self._view.sessions.get(session)
+        now = f" (run {snapshot.active!r} active, {len(snapshot.queued)} queued)" if snapshot else ""
+        return SupervisorTimeout(f"session {session!r} was still busy after {limit} s{now}")
 
     def _cancel_request(self, run_id: object, *, origin: object) -> CancelRun:
         return check.cancel(run_id, origin=origin)
@@ -579,6 +602,7 @@ class Supervisor:
         resume_of: str | None = None,
         parent_run_id: str | None = None,
         deadline_ms: int | None = None,
+        queue_policy: QueuePolicyName | QueuePolicy | None = None,
         timeout: float | None = None,
     ) -> RunHandle:
         """Start a run (or queue it behind the session's active run). The body runs on its own
@@ -592,10 +616,17 @@ class Supervisor:
 
         ``deadline_ms`` gives the run a deadline, counted from when it becomes active (time spent
         queued behind the session's active run does not count): past it the run is interrupted
-        with reason ``timeout`` and origin ``deadline`` (its children with it), as a cancel would."""
+        with reason ``timeout`` and origin ``deadline`` (its children with it), as a cancel would.
+
+        ``queue_policy`` says what the start does while the session is busy: ``"queue"`` (behind
+        the active run), ``"coalesce"`` (queued, replacing the session's still-queued ``coalesce``
+        run, which ends ``coalesced``; dropped if the active run is interrupted before it starts)
+        or ``"reject_if_busy"`` (``SessionBusy``). None: the session's default
+        (``set_queue_policy``), else ``"queue"``."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = self._start_run_request(session=session, directory=directory, run_id=run_id)
+        request = self._with_queue_policy(request, queue_policy)
         if resume_of is not None:
             check.identifier("resume_of", resume_of)
             request = msgspec.structs.replace(request, resume_of=resume_of)
@@ -620,6 +651,38 @@ class Supervisor:
         """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""
         limit = check.timeout("timeout", timeout)
         self._request(self._cancel_request(run_id, origin=origin), limit)
+
+    # --- queue policies --------------------------------------------------------------------------
+
+    def set_queue_policy(
+        self,
+        session: str,
+        queue_policy: QueuePolicyName | QueuePolicy,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Set the session's default queue policy: what its starts that name none do while it is
+        busy (see ``start_run``). Later starts only; queued runs keep theirs. The session need not
+        have run yet; the default holds until set back to ``"queue"`` (it is not journaled: set it
+        again after a restart). ``session(...)`` shows it (``SessionSnapshot.queue_policy``)."""
+        limit = check.timeout("timeout", timeout)
+        self._request(self._set_queue_policy_request(session, queue_policy), limit)
+
+    def await_idle(self, session: str, *, timeout: float | None = None) -> SessionSnapshot | None:
+        """Wait until the session has no active and no queued run; return its snapshot then (None
+        for a session no run ever named, or forgotten: it is idle). Returns at once if it is idle
+        now. ``SupervisorTimeout`` after ``timeout`` seconds (default: the config's
+        ``request_timeout_s``), naming what still runs; nothing is left behind. It reads the
+        published state (``session``), woken by the supervisor when it publishes the session idle:
+        no polling, and no idle moment is missed (a run handing over to the next queued one is no
+        idle moment: the session stays busy)."""
+        limit = self._timeout(check.timeout("timeout", timeout))
+        name, idle = self._idle_future(session)
+        try:
+            return idle.result(timeout=limit)
+        except TimeoutError:
+            idle.cancel()
+            raise self._still_busy(name, limit) from None
 
     def close_async(
         self,

@@ -33,7 +33,12 @@ from run_supervisor.actors._journal import JournalSync
 from run_supervisor.actors._relay import complete
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors._threads import ThreadBook
-from run_supervisor.actors._validate import CloseActionName, CloseModeName, ShutdownReasonName
+from run_supervisor.actors._validate import (
+    CloseActionName,
+    CloseModeName,
+    QueuePolicyName,
+    ShutdownReasonName,
+)
 from run_supervisor.protocol import (
     ActionSnapshot,
     AskSnapshot,
@@ -42,6 +47,7 @@ from run_supervisor.protocol import (
     CloseOutcome,
     CoreStatistics,
     Event,
+    QueuePolicy,
     Request,
     RequestOutcome,
     RunRecovered,
@@ -332,6 +338,7 @@ class AsyncSupervisor:
         run_id: str | None = None,
         parent_run_id: str | None = None,
         deadline_ms: int | None = None,
+        queue_policy: QueuePolicyName | QueuePolicy | None = None,
         timeout: float | None = None,
     ) -> AsyncRunHandle:
         """Start a run (or queue it behind the session's active run), pinned to the directory's
@@ -339,10 +346,13 @@ class AsyncSupervisor:
         already used. An ``async def`` body runs as a task on this (the awaiting) loop, with an
         ``AsyncRunContext``; any other body on its own thread. ``parent_run_id`` makes it a child
         run of that active run; ``deadline_ms`` gives it a deadline (from when it becomes active:
-        then it is interrupted, ``timeout``, origin ``deadline``). See ``Supervisor.start_run``."""
+        then it is interrupted, ``timeout``, origin ``deadline``).
+        ``queue_policy`` says what it does while the session is busy
+        (``SessionBusy`` for ``"reject_if_busy"``). See ``Supervisor.start_run``."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = self.sync._start_run_request(session=session, directory=directory, run_id=run_id)
+        request = self.sync._with_queue_policy(request, queue_policy)
         if parent_run_id is not None:
             check.identifier("parent_run_id", parent_run_id)
             request = msgspec.structs.replace(request, parent_run_id=parent_run_id)
@@ -363,6 +373,33 @@ class AsyncSupervisor:
         """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""
         limit = check.timeout("timeout", timeout)
         await self._request(self.sync._cancel_request(run_id, origin=origin), limit)
+
+    async def set_queue_policy(
+        self,
+        session: str,
+        queue_policy: QueuePolicyName | QueuePolicy,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Set the session's default queue policy (see ``Supervisor.set_queue_policy``)."""
+        limit = check.timeout("timeout", timeout)
+        await self._request(self.sync._set_queue_policy_request(session, queue_policy), limit)
+
+    async def await_idle(self, session: str, *, timeout: float | None = None) -> SessionSnapshot | None:
+        """Wait, without blocking the loop, until the session has no active and no queued run; its
+        snapshot then (None if unknown). At once if idle now; ``SupervisorTimeout`` after
+        ``timeout`` seconds (default ``request_timeout_s``). See ``Supervisor.await_idle``."""
+        limit = self.sync._timeout(check.timeout("timeout", timeout))
+        name, idle = self.sync._idle_future(session)
+        if idle.done():
+            return idle.result()
+        outer: Future[SessionSnapshot | None] = Future()
+        self.sync._relay.chain(idle, outer, lambda done: done.result())  # completed off its thread
+        try:
+            async with asyncio.timeout(limit):
+                return await asyncio.wrap_future(outer)  # cancelling the wait withdraws the waiter
+        except TimeoutError:
+            raise self.sync._still_busy(name, limit) from None
 
     async def close(
         self,

@@ -17,6 +17,7 @@ __all__ = [
     "RunAlreadyExists",
     "RunAlreadyFinished",
     "RunInterrupted",
+    "SessionBusy",
     "SupervisorClosed",
     "SupervisorError",
     "SupervisorTimeout",
@@ -92,6 +93,13 @@ class UnknownDirectory(SupervisorError):
     """A close named a directory that was never loaded or declared."""
 
     code = RejectCode.UNKNOWN_DIRECTORY
+
+
+class SessionBusy(SupervisorError):
+    """A start with queue policy ``reject_if_busy`` while its session has an active run; nothing
+    was started or queued."""
+
+    code = RejectCode.SESSION_BUSY
 
 
 class InvalidRequest(SupervisorError):
@@ -184,6 +192,7 @@ _BY_CODE: dict[RejectCode, type[SupervisorError]] = {
         AskWithdrawn,
         AskAlreadyAnswered,
         UnknownDirectory,
+        SessionBusy,
         InvalidRequest,
     )
     if cls.code is not None

@@ -33,8 +33,10 @@ from run_supervisor.protocol import (
     CloseRequest,
     DismissForm,
     InterruptReason,
+    QueuePolicy,
     ReplyPermission,
     Request,
+    SetQueuePolicy,
     Shutdown,
     ShutdownReason,
     StartRun,
@@ -45,6 +47,7 @@ __all__ = [
     "MAX_TIMEOUT_S",
     "CloseActionName",
     "CloseModeName",
+    "QueuePolicyName",
     "ShutdownReasonName",
     "answer_form",
     "callback",
@@ -59,8 +62,10 @@ __all__ = [
     "identifier",
     "milliseconds",
     "optional_text",
+    "queue_policy",
     "reply_permission",
     "request",
+    "set_queue_policy",
     "shutdown",
     "shutdown_reason",
     "size",
@@ -81,13 +86,25 @@ CloseModeName = Literal["maintenance", "user_confirmed_interrupt"]
 """How a lifecycle close treats active runs (``CloseMode`` spelled as a string)."""
 ShutdownReasonName = Literal["shutdown", "test_teardown", "timeout"]
 """Why the supervisor shuts down (a ``ShutdownReason`` spelled as a string)."""
+QueuePolicyName = Literal["queue", "coalesce", "reject_if_busy"]
+"""What a start does while its session is busy (a ``QueuePolicy`` spelled as a string)."""
 
 _CLOSE_ACTIONS = ("dispose", "dispose_all", "reload", "invalidate_config")
 _CLOSE_MODES = ("maintenance", "user_confirmed_interrupt")
 _SHUTDOWN_REASONS = ("shutdown", "test_teardown", "timeout")
+_QUEUE_POLICIES = ("queue", "coalesce", "reject_if_busy")
 
-E = TypeVar("E", CloseAction, CloseMode, ShutdownReason)
-_REQUESTS = (StartRun, CancelRun, CloseRequest, Shutdown, ReplyPermission, AnswerForm, DismissForm)
+E = TypeVar("E", CloseAction, CloseMode, ShutdownReason, QueuePolicy)
+_REQUESTS = (
+    StartRun,
+    CancelRun,
+    CloseRequest,
+    Shutdown,
+    ReplyPermission,
+    AnswerForm,
+    DismissForm,
+    SetQueuePolicy,
+)
 
 
 def _kind(value: object) -> str:
@@ -214,6 +231,11 @@ def shutdown_reason(name: str, value: object) -> ShutdownReason:
     return _choice(name, value, ShutdownReason, _SHUTDOWN_REASONS)
 
 
+def queue_policy(name: str, value: object) -> QueuePolicy:
+    """A ``QueuePolicy``, or its value as a string."""
+    return _choice(name, value, QueuePolicy, _QUEUE_POLICIES)
+
+
 def _check_fields(req: Request) -> None:
     optional_text("tag", req.tag)
     if isinstance(req, StartRun):
@@ -224,6 +246,12 @@ def _check_fields(req: Request) -> None:
             deadline("deadline_ms", req.deadline_ms)
         identifier("session", req.session)
         directory_name("directory", req.directory)
+        if req.queue_policy is not None and not isinstance(req.queue_policy, QueuePolicy):
+            raise InvalidRequest(f"queue_policy must be a QueuePolicy, not {_kind(req.queue_policy)}")
+    elif isinstance(req, SetQueuePolicy):
+        identifier("session", req.session)
+        if not isinstance(req.queue_policy, QueuePolicy):
+            raise InvalidRequest(f"queue_policy must be a QueuePolicy, not {_kind(req.queue_policy)}")
     elif isinstance(req, CancelRun):
         identifier("run_id", req.run_id)
         identifier("origin", req.origin)
@@ -279,6 +307,12 @@ def start_run(body: object, *, session: object, directory: object, run_id: objec
         run_id=identifier("run_id", run_id),
         session=identifier("session", session),
         directory=directory_name("directory", directory),
+    )
+
+
+def set_queue_policy(session: object, policy: object) -> SetQueuePolicy:
+    return SetQueuePolicy(
+        session=identifier("session", session), queue_policy=queue_policy("queue_policy", policy)
     )
 
 

@@ -13,13 +13,16 @@ counters, rebuilt every time.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable
+from concurrent.futures import Future
 from typing import Any
 
 import msgspec
 
+from run_supervisor.actors._relay import complete
 from run_supervisor.protocol import (
     ActionSnapshot,
     Command,
@@ -34,6 +37,7 @@ from run_supervisor.protocol import (
     RunSnapshot,
     RunStarted,
     SessionSnapshot,
+    SessionStatus,
     SupervisorCore,
 )
 
@@ -53,6 +57,11 @@ class View:
         self.pending_actions: tuple[ActionSnapshot, ...] = core.pending_actions()
         self._actions: dict[str, ActionSnapshot] = {a.action_id: a for a in self.pending_actions}
         self._finished: deque[str] = deque()  # in the core's order of finishing: it forgets oldest first
+        # ``when_idle`` waiters by session; the lock orders a waiter's look at ``sessions`` against
+        # the writer's wake-up after its store, so no going idle falls between the two.
+        self._idle_lock = threading.Lock()
+        self._idle_waiters: dict[str, list[Future[SessionSnapshot | None]]] = {}
+        self._idle_closed: BaseException | None = None
         self.refresh(core, None, recovered)
 
     def refresh(self, core: SupervisorCore, message: Any, commands: Iterable[Command | Event]) -> None:
@@ -112,6 +121,62 @@ class View:
             self._refresh_actions(core, actions, directories, unpinned)
         self.statistics = core.statistics()
         self.version += 1
+        if self._idle_waiters:
+            self._wake_idle(sessions)
+
+    # --- waiting for a session to be idle (``Supervisor.await_idle``) ----------------------------
+
+    @staticmethod
+    def _idle(snapshot: SessionSnapshot | None) -> bool:
+        return snapshot is None or snapshot.status is SessionStatus.IDLE
+
+    def when_idle(self, session: str) -> Future[SessionSnapshot | None]:
+        """A future done with the session's snapshot once the published state shows it idle (no
+        active, no queued run) -- at once if it does now, or if the session is unknown (None). It
+        is completed on the supervisor's thread (wrap it before a host sees it); cancel it to stop
+        waiting. After ``close_idle`` a busy session's future raises the error given there."""
+        waiter: Future[SessionSnapshot | None] = Future()
+        with self._idle_lock:
+            snapshot = self.sessions.get(session)
+            if self._idle(snapshot):
+                waiter.set_result(snapshot)
+                return waiter
+            if self._idle_closed is not None:
+                waiter.set_exception(self._idle_closed)
+                return waiter
+            self._idle_waiters.setdefault(session, []).append(waiter)
+        waiter.add_done_callback(lambda done: self._forget_waiter(session, done))
+        return waiter
+
+    def _forget_waiter(self, session: str, waiter: Future[SessionSnapshot | None]) -> None:
+        if not waiter.cancelled():
+            return
+        with self._idle_lock:
+            waiters = self._idle_waiters.get(session)
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+                if not waiters:
+                    del self._idle_waiters[session]
+
+    def _wake_idle(self, sessions: Iterable[str]) -> None:
+        woken: list[tuple[Future[SessionSnapshot | None], SessionSnapshot | None]] = []
+        with self._idle_lock:
+            for session in sessions:
+                snapshot = self.sessions.get(session)
+                if session in self._idle_waiters and self._idle(snapshot):
+                    woken.extend((w, snapshot) for w in self._idle_waiters.pop(session))
+        for waiter, snapshot in woken:  # outside the lock: a done-callback may wait again
+            complete(waiter, snapshot)
+
+    def close_idle(self, error: BaseException) -> None:
+        """The supervisor has stopped: nothing will change any more. Waiters for a session still
+        busy (which a completed shutdown never leaves) get ``error``; later ones too."""
+        with self._idle_lock:
+            self._idle_closed = error
+            waiting = [w for ws in self._idle_waiters.values() for w in ws]
+            self._idle_waiters.clear()
+        for waiter in waiting:
+            complete(waiter, error=error)
 
     def _refresh_actions(
         self, core: SupervisorCore, named: dict[str, None], directories: set[str], unpinned: list[str]

@@ -338,6 +338,13 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
             raise HostError("not_found", f"no session {session!r} is known")
         return _json(encode(snapshot))
 
+    async def set_queue_policy(request: HttpRequest) -> Response:
+        fields = await _body(request)
+        session = request.path_params["session"]
+        return _outcome(
+            await host.submit(_request({**fields, "type": "set_queue_policy", "session": session}))
+        )
+
     async def get_actions(request: HttpRequest) -> Response:
         return _json(encode(host.read(lambda sup: sup.pending_actions())))
 
@@ -447,6 +454,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
         Route("/asks/{ask_id}/form", handler(on_ask("answer_form")), methods=["POST"]),
         Route("/asks/{ask_id}/dismiss", handler(on_ask("dismiss_form")), methods=["POST"]),
         Route("/sessions/{session}", handler(get_session), methods=["GET"]),
+        Route("/sessions/{session}/queue_policy", handler(set_queue_policy), methods=["PUT", "POST"]),
         Route("/actions", handler(get_actions), methods=["GET"]),
         Route("/statistics", handler(get_statistics), methods=["GET"]),
         Route("/close", handler(close), methods=["POST"]),

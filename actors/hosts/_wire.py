@@ -46,6 +46,7 @@ STATUS_BY_CODE: dict[str | None, int] = {
     RejectCode.UNKNOWN_ASK: 404,
     RejectCode.ASK_WITHDRAWN: 409,
     RejectCode.ASK_ALREADY_ANSWERED: 409,
+    RejectCode.SESSION_BUSY: 409,
     RejectCode.INVALID_REQUEST: 422,
     RejectCode.SUPERVISOR_CLOSED: 503,
     RejectCode.INTERNAL_ERROR: 500,
