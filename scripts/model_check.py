@@ -65,9 +65,11 @@ from run_supervisor.protocol import (
     DisposeInstance,
     GraceExpired,
     InterruptReason,
+    QueuePolicy,
     ReleaseRun,
     ReplyPermission,
     Request,
+    SetQueuePolicy,
     Shutdown,
     ShutdownComplete,
     SignalInterrupt,
@@ -116,6 +118,7 @@ class World:
     started: int = 0
     closes: int = 0
     shutdowns: int = 0
+    policy_sets: int = 0
     tokens: dict[Request, int] = field(default_factory=dict)
     closed: bool = False
 
@@ -166,10 +169,24 @@ def initial_world(core: Callable[[], SupervisorCore] = SupervisorCore) -> World:
 Move = tuple[str, Callable[[World], None]]
 
 
-def _start(run_id: str, session: str, directory: str, parent: str | None = None) -> Callable[[World], None]:
+def _start(
+    run_id: str, session: str, directory: str, parent: str | None = None, policy: QueuePolicy | None = None
+) -> Callable[[World], None]:
     def move(world: World) -> None:
         world.started += 1
-        world.request(StartRun(run_id=run_id, session=session, directory=directory, parent_run_id=parent))
+        world.request(
+            StartRun(
+                run_id=run_id, session=session, directory=directory, parent_run_id=parent, queue_policy=policy
+            )
+        )
+
+    return move
+
+
+def _set_policy(session: str, policy: QueuePolicy) -> Callable[[World], None]:
+    def move(world: World) -> None:
+        world.policy_sets += 1
+        world.request(SetQueuePolicy(session=session, queue_policy=policy))
 
     return move
 
@@ -250,6 +267,10 @@ class Scope:
     """A run may start as a child of any started run (issue 12), in a session of its own."""
     fingerprints: tuple[str | None, ...] = (None,)
     """What each close carries (the no-op gate; /w/a is loaded with ``f0``)."""
+    policies: tuple[QueuePolicy | None, ...] = (None,)
+    """The queue policy each start may name (issue 12; None: its session's default)."""
+    policy_sets: int = 0
+    """How many ``SetQueuePolicy`` requests (any session of ``places``, any policy) one path may make."""
 
 
 FULL = Scope(
@@ -286,8 +307,10 @@ SCOPES = {
         ),
         Scope(
             "queues",
-            "3 runs in one session over /w/a and /w/b; cancel; a maintenance dispose_all and a confirmed "
-            "invalidate_config, one a path; test_teardown; bodies return or raise",
+            "3 runs in one session over /w/a and /w/b, each started with no queue policy, queue, "
+            "coalesce or reject_if_busy; one session default a path (any policy); cancel; a maintenance "
+            "dispose_all and a confirmed invalidate_config, one a path; test_teardown; bodies return or "
+            "raise",
             runs=3,
             places=(("s1", A), ("s1", B)),
             closes=((CloseAction.DISPOSE_ALL, ()), (CloseAction.INVALIDATE_CONFIG, ())),
@@ -296,6 +319,8 @@ SCOPES = {
             reasons=(InterruptReason.TEST_TEARDOWN,),
             max_shutdowns=1,
             asks=False,
+            policies=(None, *QueuePolicy),
+            policy_sets=1,
         ),
         Scope(
             "children",
@@ -337,11 +362,16 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
     if world.started < scope.runs:
         run_id = RUNS[world.started]
         for session, directory in scope.places:
-            yield f"start {run_id} {session} {directory}", _start(run_id, session, directory)
+            for policy in scope.policies:
+                label = f"start {run_id} {session} {directory}" + (f" {policy.value}" if policy else "")
+                yield label, _start(run_id, session, directory, policy=policy)
         for parent in RUNS[: world.started] if scope.children else ():
             known = world.core.run_snapshot(parent)
             where = known.directory if known is not None else A
             yield f"start {run_id} as a child of {parent}", _start(run_id, f"c-{run_id}", where, parent)
+    for session in sorted({s for s, _ in scope.places}) if world.policy_sets < scope.policy_sets else ():
+        for policy in QueuePolicy:
+            yield f"set {session} queue_policy {policy.value}", _set_policy(session, policy)
     for run_id in RUNS[: world.started] if scope.cancel else ():
         yield f"cancel {run_id}", _request(CancelRun(run_id=run_id))
     for do, directories in scope.closes if world.closes < scope.max_closes else ():
@@ -445,7 +475,7 @@ def _checker_obligations(checker: InvariantChecker, ids: set[str]) -> Any:
     """What the checker still watches: settled history (answered requests, completed actions, how
     finished runs ended -- the core keeps that) is left out; everything else it knows is in."""
     runs = tuple(
-        (r.id, r.session, r.directory, r.state, r.generation, r.signalled, r.abandoned, r.released)
+        (r.id, r.session, r.directory, r.state, r.generation, r.signalled, r.abandoned, r.released, r.policy)
         for r in checker.runs.values()
     )
     pending = {k: v for k, v in checker.actions.items() if v.completed < v.requested}
@@ -475,7 +505,7 @@ def state_key(world: World) -> int:
         _canon(world.bodies, ids),
         tuple(world.held),
         world.timer,
-        (world.started, world.closes, world.shutdowns),
+        (world.started, world.closes, world.shutdowns, world.policy_sets),
         world.closed,
     )
     state = (core, harness, _checker_obligations(world.checker, ids))

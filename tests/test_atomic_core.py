@@ -31,9 +31,11 @@ from run_supervisor.protocol import (
     Outcome,
     PartReport,
     PartState,
+    QueuePolicy,
     ReplyPermission,
     Request,
     RunState,
+    SetQueuePolicy,
     Shutdown,
     ShutdownReason,
     SpawnRun,
@@ -129,8 +131,17 @@ class _Driver:
             known = self.core.run_snapshot(parent) if parent is not None else None
             if known is not None:  # a child run: in its parent's directory (issue 12)
                 directory = known.directory
+            policy = rng.choice([None, None, *QueuePolicy])  # queue policies (issue 12)
             request = StartRun(
-                run_id=f"r{self.started - 1}", session=session, directory=directory, parent_run_id=parent
+                run_id=f"r{self.started - 1}",
+                session=session,
+                directory=directory,
+                parent_run_id=parent,
+                queue_policy=policy,
+            )
+        elif roll < 0.78:  # a session's default queue policy (issue 12)
+            request = SetQueuePolicy(
+                session=rng.choice(["s1", "s2", "s3"]), queue_policy=rng.choice(list(QueuePolicy))
             )
         elif roll < 0.82:
             request = CancelRun(run_id=rng.choice(runs))

@@ -4,7 +4,9 @@ busy -- queue, coalesce into the pending follow-up, or be rejected -- and ``awai
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -21,6 +23,7 @@ from run_supervisor.actors import (
     SupervisorTimeout,
 )
 from run_supervisor.actors.hosts._wire import STATUS_BY_CODE
+from run_supervisor.actors.testing import EventLog, simulate_crash
 from run_supervisor.protocol import (
     QUEUE_RULES,
     CloseAction,
@@ -536,3 +539,44 @@ def test_over_http_a_session_default_and_a_start_policy_reach_external_runs() ->
                 await scenario(client)
 
         asyncio.run(asyncio.wait_for(main(), 45))
+
+
+# --- a crash ------------------------------------------------------------------------------------------
+
+
+def test_a_crash_with_coalesced_dropped_and_queued_follow_ups_recovers_only_the_unfinished_runs(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / "runs.journal"
+    gate = Gate("never")
+    sup = Supervisor.start(_config(), journal=journal, directories=["/w/a"])
+    log = EventLog(sup)
+    sup.start_run(_waiting(gate), session="s1", directory="/w/a", run_id="r1")  # type: ignore[arg-type]
+    sup.start_run(_waiting(gate), session="s1", directory="/w/a", run_id="c1", queue_policy="coalesce")  # type: ignore[arg-type]
+    sup.start_run(_waiting(gate), session="s1", directory="/w/a", run_id="c2", queue_policy="coalesce")  # type: ignore[arg-type]
+    sup.start_run(_waiting(gate), session="s1", directory="/w/a", run_id="q1")  # type: ignore[arg-type]
+    sup.start_run(_waiting(gate), session="s2", directory="/w/a", run_id="a2")  # type: ignore[arg-type]
+    sup.start_run(_waiting(gate), session="s2", directory="/w/a", run_id="d2", queue_policy="coalesce")  # type: ignore[arg-type]
+    sup.cancel("a2")  # d2 is dropped at once; a2 stops
+    log.wait_for("run.finished", run_id="a2")
+    log.wait_for("run.queued", run_id="q1")
+    log.close()
+    simulate_crash(sup)
+
+    after = Supervisor.start(_config(), journal=journal)
+    try:
+        recovered = {r.run_id: r for r in after.recovered()}
+        assert sorted(recovered) == ["c2", "q1", "r1"]  # the active run and the two still queued
+        assert all(r.reason is InterruptReason.CRASH for r in recovered.values())
+        assert recovered["c2"].generation is None and recovered["q1"].generation is None
+        with sqlite3.connect(journal) as db:  # the queue policy's decisions were journaled as endings
+            rows = db.execute("SELECT run_id, state, reason, origin FROM runs WHERE run_id IN ('c1', 'd2')")
+            ended = {row[0]: row[1:] for row in rows}
+        assert ended == {"c1": ("finished", "coalesced", "c2"), "d2": ("finished", "dropped", "a2")}
+        assert after.await_idle("s1", timeout=0) is None  # idle (unknown): nothing queued behind the crash
+        after.start_run(
+            lambda ctx: None, session="s1", directory="/w/a", run_id="c3", queue_policy="coalesce"
+        )
+        assert after.await_idle("s1", timeout=30) is not None
+    finally:
+        after.shutdown(grace_ms=500)

@@ -669,7 +669,9 @@ def test_a_broken_top_level_is_invalid(text: str, key: str | None) -> None:
 def test_an_unknown_key_is_reported_with_the_keys_that_are_allowed_there() -> None:
     error = assert_refused(doc(run(extra='colour = "red"')), "runs[0].colour")
 
-    assert error.message == "not a key of a run (its keys: id, session, directory, start, steps, parent)"
+    assert error.message == (
+        "not a key of a run (its keys: id, session, directory, start, steps, parent, queue_policy)"
+    )
 
 
 @pytest.mark.parametrize(

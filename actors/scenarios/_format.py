@@ -57,6 +57,7 @@ from run_supervisor.protocol import (
     PartState,
     Phase,
     Question,
+    QueuePolicy,
     RejectCode,
     RequestResult,
     SessionStatus,
@@ -179,6 +180,8 @@ class RunSpec:
     """The tool of each tool part, in order: ``len(tools)`` is the number of tool parts."""
     parent: str | None = None
     """An extension (child runs): the run of this file it is a child of."""
+    queue_policy: QueuePolicy | None = None
+    """An extension (queue policies): the policy its start names; None: its session's default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +277,8 @@ class Scenario:
     """Every gate named by a step, sorted."""
     fingerprints: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """An extension: the fingerprint each listed directory's first generation is loaded with."""
+    queue_policies: Mapping[str, QueuePolicy] = field(default_factory=lambda: MappingProxyType({}))
+    """An extension: each listed session's default queue policy, set before any run starts."""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -557,6 +562,7 @@ class _RunModel(_Model):
     start: Annotated[StrictStr, _one_of_values(RunStart)] = RunStart.BEGIN.value
     steps: Annotated[list[_StepModel], Field(min_length=1)]
     parent: _Id | None = None
+    queue_policy: Annotated[StrictStr, _one_of_values(QueuePolicy)] | None = None
 
 
 class _ActionModel(_Model):
@@ -590,6 +596,7 @@ class _ScenarioModel(_Model):
     expect: dict[StrictStr, dict[StrictStr, Any]] = Field(default_factory=dict)
     instance_faults: dict[_Directory, _FaultModel] = Field(default_factory=dict)
     fingerprints: dict[_Directory, _Text] = Field(default_factory=dict)
+    queue_policies: dict[_Id, Annotated[StrictStr, _one_of_values(QueuePolicy)]] = Field(default_factory=dict)
 
 
 class _RunExpectModel(_Model):
@@ -1049,6 +1056,7 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         sessions=sessions,
         gates=gates,
         fingerprints=MappingProxyType(dict(model.fingerprints)),
+        queue_policies=MappingProxyType({s: QueuePolicy(p) for s, p in model.queue_policies.items()}),
     )
 
 
@@ -1124,6 +1132,7 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
         steps=steps,
         tools=tools,
         parent=run.parent,
+        queue_policy=None if run.queue_policy is None else QueuePolicy(run.queue_policy),
     )
 
 

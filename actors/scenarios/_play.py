@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from msgspec import UNSET
 
 from run_supervisor import Gate, RunContext, Subscription, Supervisor, SupervisorConfig, SupervisorTimeout
 from run_supervisor.actors.scenarios._bodies import ScenarioHooks, make_body
@@ -65,6 +66,7 @@ from run_supervisor.protocol import (
     CloseResult,
     DismissForm,
     Event,
+    InterruptReason,
     LifecycleCompleted,
     LifecycleRequested,
     PartSnapshot,
@@ -116,6 +118,8 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
                 supervisor.load(*plain)
             for directory, fingerprint in scenario.fingerprints.items():
                 supervisor.load(directory, fingerprint=fingerprint)
+            for session, policy in scenario.queue_policies.items():
+                supervisor.set_queue_policy(session, policy)
             player.run(hooks)
         finally:
             hooks.release.set()  # the story is over: a dispose hook still sleeping may go
@@ -336,7 +340,7 @@ class _Player:
             assert spec.origin is not None
             return CancelRun(run_id=spec.run, origin=spec.origin, tag=spec.id)
         if do is UserAction.START_RUN:
-            return _start(self.runs[spec.run].spec)
+            return _start(self.runs[spec.run].spec, tag=spec.id)
         if do is UserAction.REPLY_PERMISSION:
             approve = spec.decision is Decision.APPROVE
             if spec.ask is not None:
@@ -587,14 +591,32 @@ class _Player:
             directory=record.spec.directory,
             generation=record.generation,
             outcome=done.outcome,
-            reason=done.reason,
+            reason=self._contract_reason(done),
             origin=done.origin,
             action=self._file_action(done.action_id),
             phase=done.phase,
             error=done.error,
             tool_parts=[_part_report(part) for part in done.parts],
             abandoned=done.abandoned,
+            queue_reason=done.reason if done.reason in _QUEUE_REASONS else UNSET,
         )
+
+    def _contract_reason(self, done: RunFinished) -> InterruptReason | None:
+        """The report keeps the contract's reasons: a run a queue policy ended is reported as the
+        cancel it amounts to -- ``coalesced``: ``user_cancel`` (the user's newer prompt replaced
+        it); ``dropped``: the reason its session's active run (its ``origin``) was interrupted with.
+        The library's own reason is the extension ``queue_reason`` (and stays on ``run.finished``)."""
+        if done.reason is InterruptReason.DROPPED:
+            record = self.runs.get(done.origin or "")
+            ended = record.finished if record is not None else None
+            cause = ended.reason if ended is not None else None
+            return InterruptReason.USER_CANCEL if cause is None or cause in _QUEUE_REASONS else cause
+        if done.reason is InterruptReason.COALESCED:
+            return InterruptReason.USER_CANCEL
+        return done.reason
+
+
+_QUEUE_REASONS = frozenset({InterruptReason.COALESCED, InterruptReason.DROPPED})
 
 
 def _as_finished(event: RunFinished | RunRecovered) -> RunFinished:
@@ -613,8 +635,16 @@ def _as_finished(event: RunFinished | RunRecovered) -> RunFinished:
     )
 
 
-def _start(spec: RunSpec) -> StartRun:
-    return StartRun(run_id=spec.id, session=spec.session, directory=spec.directory, parent_run_id=spec.parent)
+def _start(spec: RunSpec, tag: str | None = None) -> StartRun:
+    """``tag``: the ``start_run`` action, named as the action of a run this start coalesces."""
+    return StartRun(
+        run_id=spec.id,
+        session=spec.session,
+        directory=spec.directory,
+        parent_run_id=spec.parent,
+        queue_policy=spec.queue_policy,
+        tag=tag,
+    )
 
 
 def _part_report(part: PartSnapshot) -> PartReport:
