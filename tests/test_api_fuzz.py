@@ -40,6 +40,7 @@ from run_supervisor.actors import (
     RunAlreadyFinished,
     RunContext,
     RunHandle,
+    SessionBusy,
     Supervisor,
     SupervisorClosed,
     SupervisorConfig,
@@ -57,8 +58,10 @@ from run_supervisor.protocol import (
     CloseRequest,
     DismissForm,
     InterruptReason,
+    QueuePolicy,
     ReplyPermission,
     RequestOutcome,
+    SetQueuePolicy,
     Shutdown,
     StartRun,
 )
@@ -73,6 +76,7 @@ DOCUMENTED = (
     NothingPending,
     RunAlreadyExists,
     RunAlreadyFinished,
+    SessionBusy,
     SupervisorClosed,
     SupervisorTimeout,
     UnknownAsk,
@@ -95,6 +99,7 @@ TEXTS = st.sampled_from([None, "", "t", "because"])
 FLAGS = st.booleans()
 GRACES = st.sampled_from([None, 0, 50, 200])
 SIZES = st.sampled_from([0, 1, 16])
+POLICIES = st.sampled_from([None, "queue", "coalesce", "reject_if_busy", QueuePolicy.COALESCE, "fifo", 1])
 ODD = st.one_of(
     st.none(),
     st.booleans(),
@@ -169,13 +174,34 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
                 "subscribe",
                 "wait",
                 "submit",
+                "set_queue_policy",
+                "await_idle",
                 "shutdown",
             ]
         )
     )
     if name == "start_run":
-        a = (draw(BODIES), arg(SESSIONS), arg(DIRS), arg(st.one_of(st.none(), IDS)), arg(TIMEOUTS))
-        return name, lambda s: s.start_run(a[0], session=a[1], directory=a[2], run_id=a[3], timeout=a[4]), a
+        a = (
+            draw(BODIES),
+            arg(SESSIONS),
+            arg(DIRS),
+            arg(st.one_of(st.none(), IDS)),
+            arg(TIMEOUTS),
+            arg(POLICIES),
+        )
+        return (
+            name,
+            lambda s: s.start_run(
+                a[0], session=a[1], directory=a[2], run_id=a[3], timeout=a[4], queue_policy=a[5]
+            ),
+            a,
+        )
+    if name == "set_queue_policy":
+        a = (arg(SESSIONS), arg(POLICIES), arg(TIMEOUTS))
+        return name, lambda s: s.set_queue_policy(a[0], a[1], timeout=a[2]), a
+    if name == "await_idle":
+        a = (arg(st.sampled_from(["s1", "s2", "nobody", ""])), arg(st.sampled_from([0, 0.05, -1])))
+        return name, lambda s: s.await_idle(a[0], timeout=a[1]), a
     if name == "cancel":
         a = (arg(IDS), arg(ORIGINS), arg(TIMEOUTS))
         return name, lambda s: s.cancel(a[0], origin=a[1], timeout=a[2]), a
@@ -241,7 +267,16 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
     if name == "submit":
         kind = draw(
             st.sampled_from(
-                [StartRun, CancelRun, CloseRequest, Shutdown, ReplyPermission, AnswerForm, DismissForm]
+                [
+                    StartRun,
+                    CancelRun,
+                    CloseRequest,
+                    Shutdown,
+                    ReplyPermission,
+                    AnswerForm,
+                    DismissForm,
+                    SetQueuePolicy,
+                ]
             )
         )
         v = (arg(IDS), arg(SESSIONS), arg(DIRS), arg(DOS), arg(MODES), arg(ORIGINS), arg(FLAGS), arg(GRACES))
@@ -256,6 +291,7 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
                     ReplyPermission: lambda: ReplyPermission(run_id=v[0], approve=v[6], message=v[5]),
                     AnswerForm: lambda: AnswerForm(run_id=v[0], answer=v[1]),
                     DismissForm: lambda: DismissForm(run_id=v[0]),
+                    SetQueuePolicy: lambda: SetQueuePolicy(session=v[1], queue_policy=v[4]),
                 }[kind]()
             except TypeError:  # msgspec refuses some on construction (not our boundary)
                 return
