@@ -53,6 +53,7 @@ from run_supervisor.actors._validate import (
     CloseActionName,
     CloseModeName,
     QueuePolicyName,
+    ReloadPolicyName,
     ShutdownReasonName,
 )
 
@@ -83,6 +84,7 @@ __all__ = [
     "NothingPending",
     "PermissionReply",
     "QueuePolicyName",
+    "ReloadPolicyName",
     "RunAlreadyExists",
     "RunAlreadyFinished",
     "RunBody",

@@ -50,6 +50,7 @@ from run_supervisor.actors._validate import (
     CloseActionName,
     CloseModeName,
     QueuePolicyName,
+    ReloadPolicyName,
     ShutdownReasonName,
 )
 from run_supervisor.actors._view import View
@@ -68,6 +69,7 @@ from run_supervisor.protocol import (
     Event,
     QueuePolicy,
     RejectCode,
+    ReloadPolicy,
     ReplyPermission,
     Request,
     RequestOutcome,
@@ -151,6 +153,13 @@ class SupervisorConfig(BaseModel):
     )
     shutdown_at_exit: bool = Field(
         default=True, description="Shut down at interpreter exit if the host did not."
+    )
+    reload_policy: ReloadPolicy = Field(
+        default=ReloadPolicy.LAZY,
+        description="When a reload loads the directory's next generation: ``lazy`` (the default, what a "
+        "desktop backend wants: when the first run needs it or when the old generation has closed, so "
+        "watchers and language servers never run twice while nothing asked for the new one) or "
+        "``eager`` (at once, next to the old generation still serving its runs). A close may override it.",
     )
 
 
@@ -238,7 +247,9 @@ class Supervisor:
         """The supervisor's one timer thread (shutdown's grace, run deadlines): see actors/_timers.py."""
         self._async_bodies = AsyncBodies(self.threads)
         core = SupervisorCore(
-            dispose_budget_ms=config.dispose_budget_ms, retain_finished=config.retain_finished_runs
+            dispose_budget_ms=config.dispose_budget_ms,
+            retain_finished=config.retain_finished_runs,
+            reload_policy=config.reload_policy,
         )
         self._publisher: Publisher
         recovered: list[Event] = []
@@ -483,9 +494,16 @@ class Supervisor:
         directory: object,
         tag: object,
         fingerprint: object = None,
+        reload_policy: object = None,
     ) -> CloseRequest:
         return check.close(
-            do, mode=mode, origin=origin, directory=directory, tag=tag, fingerprint=fingerprint
+            do,
+            mode=mode,
+            origin=origin,
+            directory=directory,
+            tag=tag,
+            fingerprint=fingerprint,
+            reload_policy=reload_policy,
         )
 
     def _reply_permission_request(
@@ -693,10 +711,17 @@ class Supervisor:
         directory: str | PathLike[str] | None = None,
         tag: str | None = None,
         fingerprint: str | None = None,
+        reload_policy: ReloadPolicyName | ReloadPolicy | None = None,
     ) -> Future[CloseOutcome]:
         """Like ``close``; the future raises what ``close`` would (bad arguments raise at once)."""
         request = self._close_request(
-            do, mode=mode, origin=origin, directory=directory, tag=tag, fingerprint=fingerprint
+            do,
+            mode=mode,
+            origin=origin,
+            directory=directory,
+            tag=tag,
+            fingerprint=fingerprint,
+            reload_policy=reload_policy,
         )
         return self._async(request)
 
@@ -709,10 +734,17 @@ class Supervisor:
         directory: str | PathLike[str] | None = None,
         tag: str | None = None,
         fingerprint: str | None = None,
+        reload_policy: ReloadPolicyName | ReloadPolicy | None = None,
         timeout: float | None = None,
     ) -> CloseOutcome:
         """Request a lifecycle close (dispose, dispose_all, reload, invalidate_config) and get its
         structured result: ``completed``, ``deferred`` or ``interrupted``. Rejections raise.
+
+        ``reload_policy`` (a reload only; ``InvalidRequest`` for another close): when the next
+        generation loads, overriding ``SupervisorConfig.reload_policy`` for this reload. ``lazy``:
+        when the first run needs it or when the old generation has closed, whichever comes first
+        (an idle directory's old generation closes at once: the next one is loaded before the
+        answer); ``eager``: at once, next to the old generation still serving its runs.
 
         ``fingerprint`` (the no-op gate): a digest of what the close would change to, e.g. the new
         config's for ``invalidate_config``. If every live instance it covers was loaded with that
@@ -721,7 +753,13 @@ class Supervisor:
         directories record the new fingerprint."""
         limit = check.timeout("timeout", timeout)
         request = self._close_request(
-            do, mode=mode, origin=origin, directory=directory, tag=tag, fingerprint=fingerprint
+            do,
+            mode=mode,
+            origin=origin,
+            directory=directory,
+            tag=tag,
+            fingerprint=fingerprint,
+            reload_policy=reload_policy,
         )
         outcome = self._request(request, limit)
         assert isinstance(outcome, CloseOutcome)

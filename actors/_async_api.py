@@ -37,6 +37,7 @@ from run_supervisor.actors._validate import (
     CloseActionName,
     CloseModeName,
     QueuePolicyName,
+    ReloadPolicyName,
     ShutdownReasonName,
 )
 from run_supervisor.protocol import (
@@ -48,6 +49,7 @@ from run_supervisor.protocol import (
     CoreStatistics,
     Event,
     QueuePolicy,
+    ReloadPolicy,
     Request,
     RequestOutcome,
     RunRecovered,
@@ -410,14 +412,22 @@ class AsyncSupervisor:
         directory: str | PathLike[str] | None = None,
         tag: str | None = None,
         fingerprint: str | None = None,
+        reload_policy: ReloadPolicyName | ReloadPolicy | None = None,
         timeout: float | None = None,
     ) -> CloseOutcome:
         """Request a lifecycle close and get its structured result (``completed``, ``deferred``,
         ``interrupted``, or ``noop`` when its ``fingerprint`` changes nothing); rejections raise.
-        See ``Supervisor.close``."""
+        ``reload_policy``: a reload's own (``lazy``/``eager``), else the config's. See
+        ``Supervisor.close``."""
         limit = check.timeout("timeout", timeout)
         request = self.sync._close_request(
-            do, mode=mode, origin=origin, directory=directory, tag=tag, fingerprint=fingerprint
+            do,
+            mode=mode,
+            origin=origin,
+            directory=directory,
+            tag=tag,
+            fingerprint=fingerprint,
+            reload_policy=reload_policy,
         )
         outcome = await self._request(request, limit)
         assert isinstance(outcome, CloseOutcome)

@@ -34,6 +34,7 @@ from run_supervisor.protocol import (
     DismissForm,
     InterruptReason,
     QueuePolicy,
+    ReloadPolicy,
     ReplyPermission,
     Request,
     SetQueuePolicy,
@@ -48,6 +49,7 @@ __all__ = [
     "CloseActionName",
     "CloseModeName",
     "QueuePolicyName",
+    "ReloadPolicyName",
     "ShutdownReasonName",
     "answer_form",
     "callback",
@@ -61,6 +63,7 @@ __all__ = [
     "flag",
     "identifier",
     "milliseconds",
+    "optional_reload_policy",
     "optional_text",
     "queue_policy",
     "reply_permission",
@@ -84,6 +87,8 @@ CloseActionName = Literal["dispose", "dispose_all", "reload", "invalidate_config
 """What a lifecycle close does (``CloseAction`` spelled as a string)."""
 CloseModeName = Literal["maintenance", "user_confirmed_interrupt"]
 """How a lifecycle close treats active runs (``CloseMode`` spelled as a string)."""
+ReloadPolicyName = Literal["lazy", "eager"]
+"""When a reload loads the next generation (``ReloadPolicy`` spelled as a string)."""
 ShutdownReasonName = Literal["shutdown", "test_teardown", "timeout"]
 """Why the supervisor shuts down (a ``ShutdownReason`` spelled as a string)."""
 QueuePolicyName = Literal["queue", "coalesce", "reject_if_busy"]
@@ -93,8 +98,9 @@ _CLOSE_ACTIONS = ("dispose", "dispose_all", "reload", "invalidate_config")
 _CLOSE_MODES = ("maintenance", "user_confirmed_interrupt")
 _SHUTDOWN_REASONS = ("shutdown", "test_teardown", "timeout")
 _QUEUE_POLICIES = ("queue", "coalesce", "reject_if_busy")
+_RELOAD_POLICIES = ("lazy", "eager")
 
-E = TypeVar("E", CloseAction, CloseMode, ShutdownReason, QueuePolicy)
+E = TypeVar("E", CloseAction, CloseMode, ShutdownReason, QueuePolicy, ReloadPolicy)
 _REQUESTS = (
     StartRun,
     CancelRun,
@@ -236,6 +242,11 @@ def queue_policy(name: str, value: object) -> QueuePolicy:
     return _choice(name, value, QueuePolicy, _QUEUE_POLICIES)
 
 
+def optional_reload_policy(name: str, value: object) -> ReloadPolicy | None:
+    """None (the supervisor's own policy) or ``lazy``/``eager``."""
+    return None if value is None else _choice(name, value, ReloadPolicy, _RELOAD_POLICIES)
+
+
 def _check_fields(req: Request) -> None:
     optional_text("tag", req.tag)
     if isinstance(req, StartRun):
@@ -265,6 +276,10 @@ def _check_fields(req: Request) -> None:
             raise InvalidRequest(f"directories must be a tuple, not {_kind(req.directories)}")
         directory_names("directories", req.directories)
         optional_text("fingerprint", req.fingerprint)
+        if req.reload_policy is not None and not isinstance(req.reload_policy, ReloadPolicy):
+            raise InvalidRequest(
+                f"reload_policy must be a ReloadPolicy or None, not {_kind(req.reload_policy)}"
+            )
     elif isinstance(req, Shutdown):
         # An InterruptReason of the same value is tolerated (untyped callers); the core rejects
         # one a shutdown may not give.
@@ -328,14 +343,20 @@ def close(
     directory: object = None,
     tag: object = None,
     fingerprint: object = None,
+    reload_policy: object = None,
 ) -> CloseRequest:
+    checked_do = close_action("do", do)
+    policy = optional_reload_policy("reload_policy", reload_policy)
+    if policy is not None and checked_do is not CloseAction.RELOAD:
+        raise InvalidRequest(f"reload_policy applies to a reload only, not to {checked_do.value}")
     return CloseRequest(
-        do=close_action("do", do),
+        do=checked_do,
         mode=close_mode("mode", mode),
         origin=identifier("origin", origin),
         directories=() if directory is None else (directory_name("directory", directory),),
         tag=optional_text("tag", tag),
         fingerprint=optional_text("fingerprint", fingerprint),
+        reload_policy=policy,
     )
 
 

@@ -31,13 +31,16 @@ from run_supervisor.protocol._commands import (
 )
 from run_supervisor.protocol._deadlines import DeadlinesMixin
 from run_supervisor.protocol._enums import (
+    CloseMode,
     CloseResult,
     InstanceState,
     InterruptReason,
+    LoadCause,
     Outcome,
     PartState,
     QueuePolicy,
     RejectCode,
+    ReloadPolicy,
     RequestResult,
     RunState,
     SessionStatus,
@@ -130,6 +133,9 @@ class CoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     """Sessions it remembers: busy ones, and up to ``retain_finished`` idle ones."""
     directories_known: int = 0
     """Directories it remembers: open or declared ones, and up to ``retain_finished`` closed ones."""
+    loads_deferred: int = 0
+    """Directories whose next generation a lazy reload deferred: it loads when a run needs it or the
+    old generation has closed (``ReloadPolicy.LAZY``). Not counted in ``instances_open``."""
 
 
 class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
@@ -151,9 +157,19 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
     withdrawal, ``run.part.updated``) in ``protocol._asks``.
     """
 
-    def __init__(self, *, dispose_budget_ms: int = 1000, retain_finished: int = 10_000) -> None:
+    def __init__(
+        self,
+        *,
+        dispose_budget_ms: int = 1000,
+        retain_finished: int = 10_000,
+        reload_policy: ReloadPolicy = ReloadPolicy.EAGER,
+    ) -> None:
         self.dispose_budget_ms = dispose_budget_ms
         self.retain_finished = retain_finished
+        self.reload_policy = ReloadPolicy(reload_policy)
+        """When a reload that names no policy loads the next generation (``protocol.RELOAD_RULES``).
+        The bare core's default is ``eager``, the public scenario contract's reading;
+        ``SupervisorConfig`` (the host-facing default) says ``lazy``."""
         self._out: list[Command] = []
         self._seq = 0
         self._action_count = 0
@@ -183,6 +199,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
         # Sessions' default queue policies (``SetQueuePolicy``), other than ``queue``: kept apart
         # from the session records so that forgetting an idle session never forgets its policy.
         self._policies: dict[str, QueuePolicy] = {}
+        # Directory -> the lazy reload (action id) whose next generation waits for a run or for
+        # the old generation's close (a table, so the undo journal covers it).
+        self._deferred_loads: dict[str, tuple[str, ReloadPolicy, CloseMode]] = {}
 
     # --- entry points ------------------------------------------------------------------------
 
@@ -202,7 +221,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
             self._touch(known)
             known.fingerprint = fingerprint
         if self._shutdown is None and known.current is None:
-            self._load(directory)
+            self._load(directory, LoadCause.LOAD)
 
     def recover(self, runs: Iterable[RecoveredRun]) -> list[Command]:
         """Take on the runs a dead process left unfinished (read from its journal); call it before
@@ -458,6 +477,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
             runs_known=len(self._runs),
             sessions_known=len(self._sessions),
             directories_known=len(self._dirs),
+            loads_deferred=len(self._deferred_loads),
         )
 
     def live_instances(self) -> tuple[tuple[str, int], ...]:
@@ -614,7 +634,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
         if parent is not None and parent.generation is not None:
             instance = directory.open[parent.generation]  # pinned to its parent's generation
         else:
-            instance = directory.current or self._load(run.directory)
+            instance = directory.current or self._load(run.directory, LoadCause.RUN)
         self._touch(instance)
         self._touch(session)
         run.generation = instance.generation
@@ -919,10 +939,11 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
             self._journal.put(self._dirs, name, directory)
         return directory
 
-    def _load(self, name: str) -> _Instance:
+    def _load(self, name: str, cause: LoadCause) -> _Instance:
         directory = self._directory(name)
         self._touch(directory)
         self._journal.drop(self._closed_dirs, name)
+        self._journal.drop(self._deferred_loads, name)  # whatever loads it, a deferred load is done
         directory.last_generation += 1
         instance = _Instance(
             directory=name, generation=directory.last_generation, fingerprint=directory.fingerprint
@@ -937,6 +958,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
                 directory=name,
                 generation=instance.generation,
                 fingerprint=instance.fingerprint,
+                cause=cause,
             )
         )
         self._out.append(LoadInstance(directory=name, generation=instance.generation))

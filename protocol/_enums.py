@@ -17,11 +17,13 @@ __all__ = [
     "CloseResult",
     "InstanceState",
     "InterruptReason",
+    "LoadCause",
     "Outcome",
     "PartState",
     "Phase",
     "QueuePolicy",
     "RejectCode",
+    "ReloadPolicy",
     "RequestResult",
     "RunState",
     "SessionStatus",
@@ -274,3 +276,31 @@ class WithdrawReason(StrEnum):
     """Its run ended while the ask was still open (the body returned or raised without waiting)."""
     BODY = "body"
     """The body withdrew it itself (``Ask.withdraw()``)."""
+
+
+class ReloadPolicy(StrEnum):
+    """When a ``reload`` loads its directory's next generation (``protocol.RELOAD_RULES``)."""
+
+    LAZY = "lazy"
+    """When the first run needs it or when the old generations have closed, whichever comes first:
+    two generations of a directory are never loaded while nothing asked for the new one (file
+    watchers, language servers and tool servers do not run twice for as long as an old run lasts).
+    The default of ``SupervisorConfig`` and of the wire hosts."""
+    EAGER = "eager"
+    """At once, with the reload (what the public scenario contract describes, and the default of the
+    bare ``SupervisorCore`` and of scenario files): the old generation goes on serving its runs next
+    to the new one."""
+
+
+class LoadCause(StrEnum):
+    """Why an instance was loaded (``instance.started``'s ``cause``)."""
+
+    LOAD = "load"
+    """The host loaded it (``load``/``preload``, or a scenario's ``directories``)."""
+    RUN = "run"
+    """A run needed it: its directory had no live generation (first use, after a close, or after a
+    lazy reload)."""
+    RELOAD = "reload"
+    """An eager reload loaded it with its request (or a reload found nothing open to wait for)."""
+    PREVIOUS_CLOSED = "previous_closed"
+    """A lazy reload deferred it, and the directory's last old generation has just closed."""

@@ -17,10 +17,12 @@ from run_supervisor.protocol._enums import (
     CloseMode,
     CloseResult,
     InterruptReason,
+    LoadCause,
     Outcome,
     PartState,
     Phase,
     QueuePolicy,
+    ReloadPolicy,
     SessionStatus,
     StepKind,
     WithdrawReason,
@@ -60,6 +62,9 @@ class InstanceStarted(_Event, frozen=True, tag="instance.started"):
     generation: int
     fingerprint: str | None = None
     """What it is loaded with (from ``load``/``preload``, or the last close that carried one)."""
+    cause: LoadCause = LoadCause.LOAD
+    """Why it was loaded now: the host loaded it, a run needed it, a reload loaded it at once, or the
+    last old generation closed after a lazy reload."""
 
 
 class InstanceClosed(_Event, frozen=True, tag="instance.closed"):
@@ -197,6 +202,8 @@ class LifecycleRequested(_Event, frozen=True, tag="lifecycle.requested"):
     """The requester's own correlation tag, echoed on every event of this action."""
     fingerprint: str | None = None
     """The close's ``fingerprint`` (the no-op gate), if it carried one."""
+    reload_policy: ReloadPolicy | None = None
+    """For a ``reload``: the policy in force (``lazy`` or ``eager``); null for the other closes."""
 
 
 class LifecycleDeferred(_Event, frozen=True, tag="lifecycle.deferred"):

@@ -26,7 +26,9 @@ from run_supervisor.protocol._enums import (
     CloseResult,
     InstanceState,
     InterruptReason,
+    LoadCause,
     RejectCode,
+    ReloadPolicy,
     RunState,
     ShutdownReason,
 )
@@ -45,9 +47,11 @@ from run_supervisor.protocol._rules import (
     CLOSE_RULES,
     ActionTrigger,
     InstanceTrigger,
+    ReloadLoad,
     RunTrigger,
     fingerprint_unchanged,
     next_action_state,
+    reload_loads,
 )
 
 __all__ = ["ActionSnapshot", "LifecycleMixin"]
@@ -126,6 +130,8 @@ class LifecycleMixin:
         _journal: Journal
         _touch: Callable[[object], None]
         _config: dict[str, str]
+        _deferred_loads: dict[str, tuple[str, ReloadPolicy, CloseMode]]
+        reload_policy: ReloadPolicy
 
         def _next_seq(self) -> int: ...
         def _emit(self, event: Event) -> None: ...
@@ -139,7 +145,7 @@ class LifecycleMixin:
             self, run: _Run, reason: InterruptReason, origin: str, action: str | None
         ) -> None: ...
         def _finish(self, run: _Run) -> None: ...
-        def _load(self, name: str) -> _Instance: ...
+        def _load(self, name: str, cause: LoadCause) -> _Instance: ...
         def _retire(self, instance: _Instance) -> None: ...
         def _dispose(self, instance: _Instance) -> None: ...
         def _directory_closed(self, directory: _Directory) -> None: ...
@@ -153,6 +159,14 @@ class LifecycleMixin:
                 RejectCode.INVALID_REQUEST,
                 f"a close is {', '.join(sorted(_LIFECYCLE_CLOSES))} in mode maintenance or "
                 f"user_confirmed_interrupt (got {req.do.value} / {req.mode.value}); shut down with Shutdown",
+                close=True,
+            )
+            return
+        if req.reload_policy is not None and req.do is not CloseAction.RELOAD:
+            self._reject(
+                reply_to,
+                RejectCode.INVALID_REQUEST,
+                f"reload_policy applies to a reload only, not to {req.do.value}",
                 close=True,
             )
             return
@@ -177,6 +191,9 @@ class LifecycleMixin:
             names: list[str] = list(req.directories)
         else:
             names = sorted(d.name for d in self._dirs.values() if d.open)
+        policy = None
+        if req.do is CloseAction.RELOAD:
+            policy = self.reload_policy if req.reload_policy is None else ReloadPolicy(req.reload_policy)
         action = self._new_action(
             do=req.do,
             mode=req.mode,
@@ -185,11 +202,10 @@ class LifecycleMixin:
             tag=req.tag,
             reply_to=reply_to,
             fingerprint=req.fingerprint,
+            reload_policy=policy,
         )
         if req.fingerprint is not None:
-            current = (self._dirs[name].current for name in names)
-            live = [instance.fingerprint for instance in current if instance is not None]
-            if fingerprint_unchanged(req.fingerprint, live):
+            if fingerprint_unchanged(req.fingerprint, self._loaded_with(names)):
                 self._noop(action)
                 return
             # It goes ahead: what loads from now on in its directories is loaded with the new one.
@@ -204,13 +220,45 @@ class LifecycleMixin:
             if req.do is CloseAction.INVALIDATE_CONFIG:
                 self._journal.put(self._config, "fingerprint", req.fingerprint)
         self._cover(action, names, CLOSE_RULES[req.mode].interrupts_with)
-        if req.do is CloseAction.RELOAD:
-            self._load(names[0])
+        if policy is not None:
+            self._reload(action, names[0], policy)
         if action.interrupted_runs:
             action.result = CloseResult.INTERRUPTED
         elif action.pending_directories:
             action.result = CloseResult.DEFERRED
         self._answer_or_hold(action)
+
+    def _loaded_with(self, names: Iterable[str]) -> list[str | None]:
+        """What the live generations of these directories were loaded with (the no-op gate). A
+        generation a lazy reload deferred counts as live, loaded with what it will load with: the
+        gate answers as it would have with the generation loaded at once."""
+        found: list[str | None] = []
+        for name in names:
+            directory = self._dirs[name]
+            if directory.current is not None:
+                found.append(directory.current.fingerprint)
+            elif name in self._deferred_loads:
+                found.append(directory.fingerprint)
+        return found
+
+    def _reload(self, action: _Action, name: str, policy: ReloadPolicy) -> None:
+        """After ``_cover`` retired the directory's generations: load the next one now, or defer it
+        until a run needs it or the old ones have closed (``RELOAD_RULES``)."""
+        directory = self._dirs[name]
+        if reload_loads(policy, action.mode, ReloadLoad.AT_REQUEST, open_generations=len(directory.open)):
+            self._load(name, LoadCause.RELOAD)
+        else:
+            self._journal.put(self._deferred_loads, name, (action.id, policy, action.mode))
+
+    def _load_deferred(self, directory: _Directory) -> None:
+        """An old generation of ``directory`` closed: load the next one if a lazy reload deferred it
+        until now (never once shutdown began: it cancelled every deferred load)."""
+        deferred = self._deferred_loads.get(directory.name)
+        if deferred is None or self._shutdown is not None or directory.current is not None:
+            return
+        _, policy, mode = deferred
+        if reload_loads(policy, mode, ReloadLoad.PREVIOUS_CLOSED, open_generations=len(directory.open)):
+            self._load(directory.name, LoadCause.PREVIOUS_CLOSED)
 
     def _shutdown_request(self, req: Shutdown, reply_to: Any) -> None:
         if req.reason not in _SHUTDOWN_MODES:  # the type forbids it; an untyped caller may not know
@@ -345,6 +393,7 @@ class LifecycleMixin:
         tag: str | None,
         reply_to: Any,
         fingerprint: str | None = None,
+        reload_policy: ReloadPolicy | None = None,
     ) -> _Action:
         self._action_count += 1
         action = _Action(
@@ -358,7 +407,15 @@ class LifecycleMixin:
         )
         self._journal.fresh(action)
         self._journal.put(self._actions, action.id, action)
-        self._emit_requested(action, do=do, mode=mode, origin=origin, tag=tag, fingerprint=fingerprint)
+        self._emit_requested(
+            action,
+            do=do,
+            mode=mode,
+            origin=origin,
+            tag=tag,
+            fingerprint=fingerprint,
+            reload_policy=reload_policy,
+        )
         return action
 
     def _noop(self, action: _Action) -> None:
@@ -385,6 +442,9 @@ class LifecycleMixin:
         interrupted: set[str] = set()
         for name in names:
             directory = self._dirs[name]
+            # What this close asks replaces a load an earlier lazy reload deferred (a reload
+            # defers or loads anew right after).
+            self._journal.drop(self._deferred_loads, name)
             instances = sorted(directory.open.values(), key=lambda i: i.generation)
             if interrupt is not None:
                 for instance in instances:
@@ -470,6 +530,7 @@ class LifecycleMixin:
                 error=error,
             )
         )
+        self._load_deferred(directory)  # before the actions move: a reload is answered after it
         for action_id in instance.closers:
             action = self._actions.get(action_id)
             if action is None:
@@ -498,6 +559,7 @@ class LifecycleMixin:
         origin: str,
         tag: str | None,
         fingerprint: str | None = None,
+        reload_policy: ReloadPolicy | None = None,
     ) -> None:
         """``do``, ``mode``, ``origin`` and ``tag`` are the request's own: a second shutdown joining
         the first names itself, with the first one's action id."""
@@ -511,6 +573,7 @@ class LifecycleMixin:
                 directories=action.directories,
                 tag=tag,
                 fingerprint=fingerprint,
+                reload_policy=reload_policy,
             )
         )
 

@@ -19,6 +19,7 @@ from run_supervisor.protocol._enums import (
     Phase,
     QueuePolicy,
     RejectCode,
+    ReloadPolicy,
     RequestResult,
     RunState,
     SessionStatus,
@@ -103,6 +104,10 @@ class CloseRequest(_Request, frozen=True, tag="close"):
     config's digest). Equal to the fingerprint every live instance it covers was loaded with: the
     close is answered ``noop`` and touches nothing. Otherwise the close goes ahead and instances
     loaded from now on in its directories record this fingerprint (the no-op gate)."""
+    reload_policy: ReloadPolicy | None = None
+    """For ``reload`` only: when the next generation loads (``lazy``: when a run needs it or the old
+    one has closed; ``eager``: at once). None: the supervisor's own (``SupervisorCore(reload_policy=)``,
+    ``SupervisorConfig.reload_policy``). Given for another close, the request is rejected."""
 
 
 class Shutdown(_Request, frozen=True, tag="shutdown"):

@@ -22,6 +22,7 @@ from run_supervisor.protocol._enums import (
     PartState,
     Phase,
     QueuePolicy,
+    ReloadPolicy,
     RunState,
     SessionStatus,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "PART_PHASE",
     "PART_TRANSITIONS",
     "QUEUE_RULES",
+    "RELOAD_RULES",
     "RETRY_REPORTED_IN",
     "RUN_TRANSITIONS",
     "SESSION_TRANSITIONS",
@@ -47,6 +49,7 @@ __all__ = [
     "InstanceTrigger",
     "QueueRule",
     "QueuedFate",
+    "ReloadLoad",
     "RunTrigger",
     "SessionTrigger",
     "WhenBusy",
@@ -57,6 +60,7 @@ __all__ = [
     "next_part_state",
     "next_run_state",
     "next_session_status",
+    "reload_loads",
     "session_status_announced",
 ]
 
@@ -416,3 +420,46 @@ QUEUE_RULES: Mapping[QueuePolicy, QueueRule] = MappingProxyType(
     }
 )
 """One rule per queue policy: the core looks a start and an interrupt up here."""
+
+
+class ReloadLoad(StrEnum):
+    """The moments a reload's next generation may be loaded at (the first that comes wins)."""
+
+    AT_REQUEST = "at_request"
+    """With the reload itself, before it is answered."""
+    FIRST_RUN = "first_run"
+    """When a run starts in the directory (a run always loads a directory with no live generation)."""
+    PREVIOUS_CLOSED = "previous_closed"
+    """When the directory's last open (old) generation closes; at once if none is open."""
+
+
+RELOAD_RULES: Mapping[ReloadPolicy, Mapping[CloseMode, frozenset[ReloadLoad]]] = MappingProxyType(
+    {
+        ReloadPolicy.EAGER: {
+            CloseMode.MAINTENANCE: frozenset({ReloadLoad.AT_REQUEST}),
+            CloseMode.USER_CONFIRMED_INTERRUPT: frozenset({ReloadLoad.AT_REQUEST}),
+        },
+        # The old generation is closing either way (waiting for its runs, or for the interrupted
+        # ones to stop): the new one waits for a run that needs it or for the old one's close.
+        ReloadPolicy.LAZY: {
+            CloseMode.MAINTENANCE: frozenset({ReloadLoad.FIRST_RUN, ReloadLoad.PREVIOUS_CLOSED}),
+            CloseMode.USER_CONFIRMED_INTERRUPT: frozenset({ReloadLoad.FIRST_RUN, ReloadLoad.PREVIOUS_CLOSED}),
+        },
+    }
+)
+"""When a reload (``maintenance`` or ``user_confirmed_interrupt``) loads its directory's next
+generation, by reload policy and close mode. A close that covers the directory later (a dispose, an
+invalidation, another reload, the shutdown) cancels a load still deferred: what it asks replaces it.
+Shutdown modes never load."""
+
+
+def reload_loads(policy: ReloadPolicy, mode: CloseMode, moment: ReloadLoad, *, open_generations: int) -> bool:
+    """Whether a reload asked with ``policy`` in ``mode`` loads the next generation at ``moment``.
+    ``open_generations``: how many generations of the directory are still open then (with none, the
+    previous generation has closed already, so ``previous_closed`` holds at the request too)."""
+    rules = RELOAD_RULES[policy][mode]
+    if moment is ReloadLoad.AT_REQUEST and ReloadLoad.PREVIOUS_CLOSED in rules and open_generations == 0:
+        return True
+    if moment is ReloadLoad.PREVIOUS_CLOSED and open_generations != 0:
+        return False
+    return moment in rules

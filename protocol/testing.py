@@ -30,6 +30,12 @@ checker. It never predicts a particular outcome; it checks what must hold of any
   ``superseded_by`` it; no lifecycle action starts after shutdown except shutdowns joining it;
 * shutdown ends everything: when it completes no run is active or queued, no instance is open and
   every other action has completed;
+* a new generation of a directory starts while an older one is open only when something asked for
+  it (``instance.started``'s ``cause`` is checked): a run needed it (its ``run.started`` follows at
+  once), an eager reload loaded it with its request, or the host loaded it; a reload's load comes
+  when ``protocol.RELOAD_RULES`` says (an eager one before its answer; a lazy one when a run needs
+  it or, at once, when the directory's last old generation closes, unless a later close or the
+  shutdown cancelled it);
 * with requests: every request is answered exactly once, with an answer of its kind (``rejected``
   with a code, else no code); a close's answer agrees with its mode (maintenance never
   ``interrupted``, ``deferred`` names what it waits for, a shutdown is ``forced`` and a second one
@@ -92,10 +98,12 @@ from run_supervisor.protocol._enums import (
     CloseMode,
     CloseResult,
     InterruptReason,
+    LoadCause,
     Outcome,
     PartState,
     QueuePolicy,
     RejectCode,
+    ReloadPolicy,
     RequestResult,
     SessionStatus,
     ShutdownReason,
@@ -144,7 +152,9 @@ from run_supervisor.protocol._rules import (
     DEADLINE_REASON,
     QUEUE_RULES,
     QueuedFate,
+    ReloadLoad,
     fingerprint_unchanged,
+    reload_loads,
 )
 
 __all__ = ["CoreShell", "InvariantChecker", "InvariantViolation"]
@@ -286,6 +296,17 @@ class InvariantChecker:
         self.grace_expired = False
         self.commands_seen = False
         self.shutdown_complete_sent = False
+        # Reloads (protocol.RELOAD_RULES): directory -> the action id of a reload whose load is owed
+        # with its request (eager, or nothing open) / deferred by a lazy reload.
+        self.load_owed: dict[str, str] = {}
+        self.load_deferred: dict[str, str] = {}
+        self.load_now: str | None = None
+        """A directory whose last old generation just closed with a load deferred: the next event
+        must be its next generation's ``instance.started``."""
+        self.run_owed: tuple[str, int] | None = None
+        """A generation loaded because a run needed it: that run's ``run.started`` must follow."""
+        self.fingerprints: dict[str, str | None] = {}
+        """What each directory's next generation will be loaded with, as far as the events tell."""
 
     # --- reporting ---------------------------------------------------------------------------
 
@@ -420,6 +441,7 @@ class InvariantChecker:
             rule = "by one" if self.gapless else "strictly"
             self.violation(f"seq {event.seq} after {self.last_seq}: seq must increase {rule}")
         self.last_seq = max(self.last_seq, event.seq)
+        self._check_owed_loads(event)
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event)
@@ -448,6 +470,23 @@ class InvariantChecker:
             self.violation(f"{what}, after it was already decided")
         self.asks_ended.add(event.ask_id)
 
+    def _check_owed_loads(self, event: Event) -> None:
+        """A load that must come right now (a lazy reload's, once the old generation closed; a run's
+        ``run.started`` right after the generation it needed) is not skipped by this event."""
+        if self.load_now is not None and not (
+            isinstance(event, InstanceStarted) and event.directory == self.load_now
+        ):
+            self.violation(
+                f"the last old generation of {self.load_now} closed with a lazy reload's load deferred, "
+                f"but its next generation did not start at once (seq {event.seq})"
+            )
+            self.load_now = None
+        if self.run_owed is not None and not isinstance(event, SessionStatusChanged | RunStarted):
+            self.violation(
+                f"{self.run_owed} was loaded for a run, but no run started on it (seq {event.seq})"
+            )
+            self.run_owed = None
+
     def _instance_started(self, event: InstanceStarted) -> None:
         key = (event.directory, event.generation)
         expected = self.newest.get(event.directory, 0) + 1
@@ -455,6 +494,24 @@ class InvariantChecker:
             self.violation(f"{event.directory} started generation {event.generation}, expected {expected}")
         if self.shutdown_id is not None:
             self.violation(f"{key} started after shutdown was requested")
+        older = sorted(k for k in self._open_keys((event.directory,)))
+        owed = self.load_owed.pop(event.directory, None)
+        deferred = self.load_deferred.pop(event.directory, None)
+        now, self.load_now = self.load_now == event.directory, None
+        if event.cause is LoadCause.RELOAD and owed is None:
+            self.violation(f"{key} started for a reload, but no reload of {event.directory} loads now")
+        elif event.cause is LoadCause.PREVIOUS_CLOSED and (deferred is None or not now or older):
+            self.violation(
+                f"{key} started as its previous generation closed, but no lazy reload deferred it "
+                f"or {older} are still open"
+            )
+        elif event.cause is LoadCause.RUN:
+            self.run_owed = key
+        if owed is not None and event.cause is not LoadCause.RELOAD:
+            self.violation(f"{key} started ({event.cause.value}) while {owed} owed its own load")
+        if now and event.cause is not LoadCause.PREVIOUS_CLOSED:
+            self.violation(f"{key} started ({event.cause.value}), not as its previous generation closed")
+        self.fingerprints[event.directory] = event.fingerprint
         self.newest[event.directory] = event.generation
         self.instances[key] = _Instance(fingerprint=event.fingerprint)
 
@@ -474,6 +531,12 @@ class InvariantChecker:
         if instance.runs:
             self.violation(f"{key} closed while {sorted(instance.runs)} still ran on it")
         instance.state = "closed"
+        if (
+            event.directory in self.load_deferred
+            and self.shutdown_id is None
+            and not self._open_keys((event.directory,))
+        ):
+            self.load_now = event.directory
 
     def _session(self, name: str) -> _Session:
         session = self.sessions.get(name)
@@ -545,6 +608,12 @@ class InvariantChecker:
         asked = self._start_request(run.id)
         if asked is not None and (asked.session, asked.directory) != (event.session, event.directory):
             self.violation(f"{run.id} started in {event.session}/{event.directory}, asked for {asked}")
+        if self.run_owed is not None:
+            if self.run_owed != (event.directory, event.generation) or run.parent is not None:
+                self.violation(
+                    f"{self.run_owed} was loaded for a run, but {run.id} started on {event.generation}"
+                )
+            self.run_owed = None
         if session.active is not None:
             self.violation(f"session {event.session} starts {run.id} while {session.active} is active")
         if session.status is not SessionStatus.BUSY:
@@ -769,6 +838,13 @@ class InvariantChecker:
             self.violation(f"{event.action_id} ({event.do.value}) names {event.directories}")
         covered = self._open_keys(event.directories)
         live = [self.instances[k].fingerprint for k in covered if self.instances[k].state == "live"]
+        # A generation a lazy reload deferred counts as live, with what it will be loaded with.
+        live.extend(
+            self.fingerprints.get(d)
+            for d in event.directories
+            if d in self.load_deferred
+            and not any(k[0] == d and self.instances[k].state == "live" for k in covered)
+        )
         noop = fingerprint_unchanged(event.fingerprint, live)
         if noop:  # the no-op gate: nothing may be touched, so it covers nothing
             covered = frozenset()
@@ -785,6 +861,8 @@ class InvariantChecker:
         for key in covered:
             if self.instances[key].state == "live":
                 self.instances[key].state = "retired"
+        if not noop:
+            self._reload_requested(event, covered)
         if shutdown_like:
             self.shutdown_id = action.id
             self.shutdown_reasons = _REASONS_OF.get(event.mode, frozenset())
@@ -793,7 +871,39 @@ class InvariantChecker:
                 if other is not action and other.completed < other.requested:
                     other.supersede = action.id
 
+    def _reload_requested(self, event: LifecycleRequested, covered: frozenset[tuple[str, int]]) -> None:
+        """A close that goes ahead: it cancels the loads deferred in its directories; a reload owes
+        its load now or defers it (``RELOAD_RULES``)."""
+        names = (
+            event.directories if event.do is not CloseAction.INVALIDATE_CONFIG else tuple(self.fingerprints)
+        )
+        for name in event.directories:
+            self.load_deferred.pop(name, None)
+        if event.fingerprint is not None:
+            for name in names:
+                self.fingerprints[name] = event.fingerprint
+        if event.do is not CloseAction.RELOAD and event.reload_policy is not None:
+            self.violation(f"{event.action_id} ({event.do.value}) has reload_policy {event.reload_policy}")
+        if event.do is not CloseAction.RELOAD or event.reload_policy is None:
+            return  # (a reload without a policy: a stream older than reload policies; nothing to check)
+        name = event.directories[0]
+        open_now = sum(1 for k in covered if k[0] == name)
+        policy = ReloadPolicy(event.reload_policy)
+        if reload_loads(policy, event.mode, ReloadLoad.AT_REQUEST, open_generations=open_now):
+            self.load_owed[name] = event.action_id
+        else:
+            self.load_deferred[name] = event.action_id
+
+    def _reload_done(self, action_id: str, when: str) -> None:
+        """An eager reload loads before it says anything more of itself."""
+        late = [d for d, owner in self.load_owed.items() if owner == action_id]
+        if late:
+            self.violation(f"{action_id} {when} before it loaded the next generation of {late}")
+            for name in late:
+                del self.load_owed[name]
+
     def _lifecycle_deferred(self, event: LifecycleDeferred) -> None:
+        self._reload_done(event.action_id, "deferred")
         action = self.actions.get(event.action_id)
         if action is None or action.completed:
             self.violation(f"{event.action_id} deferred but it is not pending")
@@ -808,6 +918,7 @@ class InvariantChecker:
             self.violation(f"{event.action_id} waits for {event.blocking_runs}, not all there at its request")
 
     def _lifecycle_completed(self, event: LifecycleCompleted) -> None:
+        self._reload_done(event.action_id, "completed")
         action = self.actions.get(event.action_id)
         if action is None:
             self.violation(f"{event.action_id} completed but was never requested")
@@ -846,6 +957,7 @@ class InvariantChecker:
             self.violation(f"{when} while {pending} had not completed")
 
     def _action_result(self, event: ActionResult) -> None:
+        self._reload_done(event.action_id, "resulted")
         action = self.actions.get(event.action_id)
         if action is None:
             self.violation(f"action.result of {event.action_id}, which was never requested")

@@ -85,6 +85,8 @@ from run_supervisor.protocol import (
     PartState,
     Phase,
     RejectCode,
+    ReloadLoad,
+    ReloadPolicy,
     ReplyPermission,
     Request,
     RequestOutcome,
@@ -97,6 +99,7 @@ from run_supervisor.protocol import (
     Shutdown,
     StartRun,
 )
+from run_supervisor.protocol._rules import reload_loads
 from run_supervisor.protocol.testing import InvariantChecker
 
 # --- profiles: registered in conftest.py ("ci" by default; --hypothesis-profile soak) ---------------
@@ -447,6 +450,8 @@ class Model:
         self.endings: deque[MRun] = deque()
         self.shutdown_id: str | None = None
         self.shutdown_outcome: CloseOutcome | None = None
+        self.deferred_loads: dict[str, tuple[ReloadPolicy, CloseMode]] = {}
+        """Directories whose next generation a lazy reload deferred (``RELOAD_RULES``)."""
 
     # -- small helpers --
 
@@ -462,6 +467,7 @@ class Model:
 
     def load(self, name: str) -> MInstance:
         directory = self.declare(name)
+        self.deferred_loads.pop(name, None)
         directory.last += 1
         instance = MInstance(name, directory.last)
         directory.current = instance.generation
@@ -600,9 +606,16 @@ class Model:
     # -- instances and closes --
 
     def _closed(self, instance: MInstance) -> None:
-        del self.dirs[instance.directory].open[instance.generation]
+        directory = self.dirs[instance.directory]
+        del directory.open[instance.generation]
         self.closed_instances.append(instance.key)
         self.expect("instance.closed", directory=instance.directory, generation=instance.generation)
+        deferred = self.deferred_loads.get(directory.name)
+        if deferred is not None and not self.closed and directory.current is None:
+            policy, mode = deferred
+            moment = ReloadLoad.PREVIOUS_CLOSED
+            if reload_loads(policy, mode, moment, open_generations=len(directory.open)):
+                self.load(directory.name)
         for action_id in instance.closers:
             action = self.actions[action_id]
             action.awaiting.discard(instance.key)
@@ -662,15 +675,28 @@ class Model:
         return done, pending, held, interrupted
 
     def close(
-        self, do: CloseAction, mode: CloseMode, origin: str, directory: str | None, action_id: str
+        self,
+        do: CloseAction,
+        mode: CloseMode,
+        origin: str,
+        directory: str | None,
+        action_id: str,
+        policy: ReloadPolicy = CONFIG.reload_policy,
     ) -> Expected:
         assert not CLOSE_RULES[mode].covers_everything
         names = [directory] if do in ONE_DIRECTORY and directory else self.loaded_directories()
         action = self.actions[action_id] = MAction(action_id, do, mode, CloseResult.COMPLETED)
+        for name in names:  # a close replaces a load a lazy reload deferred there
+            self.deferred_loads.pop(name, None)
+        at_once = do is CloseAction.RELOAD and reload_loads(
+            policy, mode, ReloadLoad.AT_REQUEST, open_generations=len(self.dirs[names[0]].open)
+        )
+        if do is CloseAction.RELOAD and not at_once:
+            self.deferred_loads[names[0]] = (policy, mode)  # loads as the old generation closes
         closed_before = len(self.closed_instances)
         done, pending, blocking, interrupted = self._apply_rule(action, names, origin)
         disposed_at_once = len(self.closed_instances) > closed_before
-        if do is CloseAction.RELOAD:
+        if at_once:
             self.load(names[0])
         if interrupted:
             action.result = CloseResult.INTERRUPTED
@@ -696,6 +722,7 @@ class Model:
         rule = CLOSE_RULES[mode]
         assert rule.covers_everything and rule.interrupts_with is reason
         names = self.loaded_directories()
+        self.deferred_loads.clear()  # the shutdown cancels every deferred load
         for other in self.actions.values():
             if not other.completed:
                 other.superseded_by = action_id
@@ -1077,6 +1104,19 @@ class SupervisorMachine(RuleBasedStateMachine):
         with self._checked():
             self._close(do, mode, directory)
 
+    @precondition(lambda self: not self.model.closed and self.model.loaded_directories())
+    @rule(
+        data=st.data(),
+        mode=st.sampled_from(MODES),
+        policy=st.sampled_from((None, ReloadPolicy.LAZY, ReloadPolicy.EAGER)),
+    )
+    def reload(self, data: st.DataObject, mode: CloseMode, policy: ReloadPolicy | None) -> None:
+        """A reload of a loaded directory with its own policy (or the config's, lazy): a lazy one
+        loads the next generation when a run needs it or the old one has closed."""
+        with self._checked():
+            directory = data.draw(st.sampled_from(self.model.loaded_directories()), label="directory")
+            self._close(CloseAction.RELOAD, mode, directory, policy)
+
     @precondition(lambda self: not self.model.closed and self.model.active_runs())
     @rule(data=st.data(), do=st.sampled_from(CLOSES), mode=st.sampled_from(MODES))
     def close_where_runs_are(self, data: st.DataObject, do: CloseAction, mode: CloseMode) -> None:
@@ -1086,18 +1126,27 @@ class SupervisorMachine(RuleBasedStateMachine):
             busy = sorted({r.directory for r in self.model.active_runs()})
             self._close(do, mode, data.draw(st.sampled_from(busy), label="directory"))
 
-    def _close(self, do: CloseAction, mode: CloseMode, directory: str | None) -> None:
+    def _close(
+        self, do: CloseAction, mode: CloseMode, directory: str | None, policy: ReloadPolicy | None = None
+    ) -> None:
         origin = f"test.{do.value}"
         rejected = self.model.close_rejection(do, directory)
         outcome = self._request(
-            lambda: self.sup.close(do, mode=mode, origin=origin, directory=directory),
+            lambda: self.sup.close(do, mode=mode, origin=origin, directory=directory, reload_policy=policy),
             rejected,
-            CloseRequest(do=do, mode=mode, origin=origin, directories=(directory,) if directory else ()),
+            CloseRequest(
+                do=do,
+                mode=mode,
+                origin=origin,
+                directories=(directory,) if directory else (),
+                reload_policy=policy,
+            ),
         )
         if outcome is not None:
             assert outcome.action_id and outcome.action_id not in self.outcomes, outcome
             self.outcomes[outcome.action_id] = outcome
-            expected = self.model.close(do, mode, origin, directory, outcome.action_id)
+            in_force = CONFIG.reload_policy if policy is None else policy
+            expected = self.model.close(do, mode, origin, directory, outcome.action_id, in_force)
             expected.check(outcome)
         self._sync()
 
