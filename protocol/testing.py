@@ -1372,10 +1372,17 @@ class CoreShell:
         origin: str = "config.update",
         tag: str | None = None,
         fingerprint: str | None = None,
+        reload_policy: ReloadPolicy | None = None,
     ) -> Any:
         return self.request(
             CloseRequest(
-                do=do, mode=mode, origin=origin, directories=directories, tag=tag, fingerprint=fingerprint
+                do=do,
+                mode=mode,
+                origin=origin,
+                directories=directories,
+                tag=tag,
+                fingerprint=fingerprint,
+                reload_policy=reload_policy,
             )
         )
 
