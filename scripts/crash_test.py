@@ -3,7 +3,8 @@ journal, and check that every run is reported exactly once and nothing is left i
 
 Each life is a process forked from this one (so a life costs a fork, not an interpreter start). The
 life starts a supervisor on the journal, prints every event a subscriber sees as one JSON line on a
-pipe, and drives a random workload (runs with steps and tool parts, queued runs, cancels,
+pipe, and drives a random workload (runs with steps and tool parts, queued runs under every queue
+policy -- coalesced, dropped and rejected starts included --, cancels,
 maintenance and confirmed closes). This process SIGKILLs it at a random moment, then starts the next
 life, which first prints what it recovered. After the last kill one clean life checks the journal.
 
@@ -99,6 +100,8 @@ def _life(journal: str, seed: int, life: int, out_fd: int) -> None:
                         session=rng.choice(SESSIONS),
                         directory=rng.choice(DIRECTORIES),
                         run_id=f"L{life}-r{counter}",
+                        # queue policies: coalesced and dropped follow-ups end once, like the rest
+                        queue_policy=rng.choice((None, None, "coalesce", "reject_if_busy")),
                     )
                 elif pick < 0.75 and counter:
                     sup.cancel(f"L{life}-r{rng.randint(1, counter)}")
