@@ -531,12 +531,17 @@ def test_over_http_a_session_default_and_a_start_policy_reach_external_runs() ->
         assert (session["queue_policy"], session["queued"]) == ("reject_if_busy", ["e3"])
         bad = await client.put("/sessions/chat/queue_policy", json={"queue_policy": "fifo"})
         assert bad.status_code == 422
+        later = {"run_id": "e4", "session": "chat", "directory": "/w/a", "queue_policy": "coalesce"}
+        assert (await client.post("/runs", json=later)).status_code == 200
+        replaced = (await client.get("/runs/e3")).json()
+        assert (replaced["reason"], replaced["origin"]) == ("coalesced", "e4")
 
     with served() as srv:
 
         async def main() -> None:
             async with srv.client() as client:
                 await scenario(client)
+            assert not srv.host.external.is_external("e2")  # the rejected start left nothing behind
 
         asyncio.run(asyncio.wait_for(main(), 45))
 
