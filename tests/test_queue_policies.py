@@ -22,7 +22,9 @@ from run_supervisor.actors import (
     SupervisorConfig,
     SupervisorTimeout,
 )
-from run_supervisor.actors.hosts._wire import STATUS_BY_CODE
+from run_supervisor.actors.hosts import WireHost
+from run_supervisor.actors.hosts._stdio import _dispatch
+from run_supervisor.actors.hosts._wire import STATUS_BY_CODE, HostError
 from run_supervisor.actors.testing import EventLog, simulate_crash
 from run_supervisor.protocol import (
     QUEUE_RULES,
@@ -585,3 +587,28 @@ def test_a_crash_with_coalesced_dropped_and_queued_follow_ups_recovers_only_the_
         assert after.await_idle("s1", timeout=30) is not None
     finally:
         after.shutdown(grace_ms=500)
+
+
+def test_over_stdio_set_queue_policy_and_a_start_with_a_policy_are_requests_like_any_other() -> None:
+    sup = Supervisor.start(_config(), directories=["/w/a"])
+    host = WireHost(sup)
+    try:
+
+        async def main() -> None:
+            status, answer = await _dispatch(
+                host, {"type": "set_queue_policy", "session": "chat", "queue_policy": "reject_if_busy"}
+            )
+            assert (status, answer["result"]) == (200, "ok")
+            start = {"type": "start_run", "session": "chat", "directory": "/w/a"}
+            assert (await _dispatch(host, {**start, "run_id": "x1"}))[0] == 200
+            status, answer = await _dispatch(host, {**start, "run_id": "x2"})
+            assert (status, answer["code"]) == (409, "session_busy")
+            with pytest.raises(HostError, match="queue_policy") as refused:  # the line is answered 422
+                await _dispatch(host, {**start, "run_id": "x3", "queue_policy": "fifo"})
+            assert refused.value.code == "invalid_request"
+
+        asyncio.run(asyncio.wait_for(main(), 45))
+        assert sup.session("chat").queue_policy is REJECT  # type: ignore[union-attr]
+    finally:
+        sup.shutdown(grace_ms=500, reason="test_teardown")
+        host.hub.join(5.0)
