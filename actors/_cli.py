@@ -199,6 +199,7 @@ _FIELDS_SHOWN = (
     "session",
     "directory",
     "generation",
+    "cause",
     "step",
     "kind",
     "ask_id",
@@ -214,6 +215,7 @@ _FIELDS_SHOWN = (
     "error",
     "do",
     "mode",
+    "reload_policy",
     "result",
     "directories",
     "pending_directories",
@@ -226,7 +228,11 @@ _FIELDS_SHOWN = (
 
 def _timeline(report: ScenarioReport) -> str:
     """The readable report: one line per event, the tool cards, the failures, the verdict."""
+    from run_supervisor.protocol import ReloadPolicy
+
     lines = [f"== {report.scenario}  ({report.file})"]
+    if report.reload_policy is not ReloadPolicy.EAGER:  # the contract's reading needs no line
+        lines.append(f"  (reloads are {report.reload_policy.value}: the next generation loads when needed)")
     for event in report.events:
         details = []
         for key in _FIELDS_SHOWN:

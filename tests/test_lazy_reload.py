@@ -19,6 +19,7 @@ from run_supervisor.actors import (
     Supervisor,
     SupervisorConfig,
 )
+from run_supervisor.actors.scenarios import ScenarioFileError, parse_scenario, play
 from run_supervisor.actors.testing import EventLog, simulate_crash
 from run_supervisor.protocol import (
     RELOAD_RULES,
@@ -493,3 +494,83 @@ def test_a_crash_while_a_load_is_deferred_recovers_the_run_and_the_next_start_lo
         assert after.statistics().loads_deferred == 0  # a new process loads what its runs need
         follow_up = after.start_run(lambda ctx: None, session="s1", directory="/w/a", resume_of="r1")
         assert follow_up.wait(timeout=5).generation == 1
+
+
+# --- the scenario format ------------------------------------------------------------------------------
+
+_DOC = """
+name = "t"
+directories = ["/p"]
+{top}
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/p"
+steps = [{{ kind = "model", gate = "g" }}]
+[[actions]]
+id = "a1"
+when = "r1.started"
+do = "{do}"
+directory = "/p"
+mode = "maintenance"
+{action}
+[[actions]]
+when = "a1.deferred"
+do = "open_gate"
+gate = "g"
+[expect.a1]
+{expect}
+"""
+
+
+def _doc(*, top: str = "", do: str = "reload", action: str = "", expect: str = 'result = "deferred"') -> str:
+    return _DOC.format(top=top, do=do, action=action, expect=expect)
+
+
+def test_a_scenario_reloads_eagerly_as_the_contract_says_unless_it_opts_into_lazy() -> None:
+    assert parse_scenario(_doc(), file="t.toml", fmt="toml").reload_policy is EAGER
+    lazy = parse_scenario(_doc(top='reload_policy = "lazy"'), file="t.toml", fmt="toml")
+    assert lazy.reload_policy is LAZY
+    one = parse_scenario(_doc(action='reload_policy = "lazy"'), file="t.toml", fmt="toml")
+    assert (one.reload_policy, one.actions[0].reload_policy) == (EAGER, LAZY)
+
+
+def test_a_scenario_reload_policy_that_is_not_lazy_or_eager_is_refused_naming_the_key() -> None:
+    with pytest.raises(ScenarioFileError) as caught:
+        parse_scenario(_doc(top='reload_policy = "later"'), file="t.toml", fmt="toml")
+    assert caught.value.key == "reload_policy"
+
+
+def test_a_scenario_reload_policy_on_another_close_is_refused() -> None:
+    with pytest.raises(ScenarioFileError) as caught:
+        parse_scenario(_doc(do="dispose", action='reload_policy = "lazy"'), file="t.toml", fmt="toml")
+    assert caught.value.key == "actions[0].reload_policy"
+
+
+def test_loaded_after_on_an_action_that_is_not_a_reload_is_refused() -> None:
+    with pytest.raises(ScenarioFileError, match="applies to a reload") as caught:
+        parse_scenario(_doc(do="dispose", expect='loaded_after = "r1.finished"'), file="t.toml", fmt="toml")
+    assert caught.value.key == "expect.a1.loaded_after"
+
+
+@pytest.mark.parametrize(
+    ("top", "expect", "failure"),
+    [
+        ('reload_policy = "lazy"', 'loaded_after = "r1.finished"', None),
+        ("", 'loaded_after = "r1.finished"', "a1: its next generation loaded (event"),
+        ("", 'loaded_before = "r1.finished"', None),
+        ('reload_policy = "lazy"', 'loaded_before = "r1.finished"', "not before r1.finished"),
+    ],
+    ids=["lazy-after", "eager-not-after", "eager-before", "lazy-not-before"],
+)
+def test_a_scenario_checks_where_the_reload_loaded_its_next_generation(
+    top: str, expect: str, failure: str | None
+) -> None:
+    report = play(parse_scenario(_doc(top=top, expect=expect), file="t.toml", fmt="toml"), timeout=10)
+    if failure is None:
+        assert report.passed, report.failures
+    else:
+        assert not report.passed and any(failure in line for line in report.failures), report.failures
+    assert report.reload_policy is (LAZY if top else EAGER)
+    started = [e for e in report.events if e["type"] == "instance.started"]
+    assert [e["cause"] for e in started] == ["load", "previous_closed" if top else "reload"]

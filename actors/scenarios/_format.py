@@ -59,6 +59,7 @@ from run_supervisor.protocol import (
     Question,
     QueuePolicy,
     RejectCode,
+    ReloadPolicy,
     RequestResult,
     SessionStatus,
     ShutdownReason,
@@ -222,6 +223,8 @@ class ActionSpec:
     """``shutdown`` and ``test_teardown``: default 1000."""
     fingerprint: str | None = None
     """The four closes (an extension): what the close would change to; see the no-op gate."""
+    reload_policy: ReloadPolicy | None = None
+    """``reload`` only (an extension): this reload's policy; None: the scenario's ``reload_policy``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +282,9 @@ class Scenario:
     """An extension: the fingerprint each listed directory's first generation is loaded with."""
     queue_policies: Mapping[str, QueuePolicy] = field(default_factory=lambda: MappingProxyType({}))
     """An extension: each listed session's default queue policy, set before any run starts."""
+    reload_policy: ReloadPolicy = ReloadPolicy.EAGER
+    """An extension: when a reload loads the next generation. ``eager`` unless the file says
+    ``reload_policy = "lazy"``: the public contract says a reload loads it at once."""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -405,7 +411,7 @@ _STEP_KEY_HOME: Mapping[str, str] = {
 _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
     CloseAction.DISPOSE: ("directory", "mode", "origin", "fingerprint"),
     CloseAction.DISPOSE_ALL: ("mode", "origin", "fingerprint"),
-    CloseAction.RELOAD: ("directory", "mode", "origin", "fingerprint"),
+    CloseAction.RELOAD: ("directory", "mode", "origin", "fingerprint", "reload_policy"),
     CloseAction.INVALIDATE_CONFIG: ("mode", "origin", "fingerprint"),
     UserAction.CANCEL: ("run", "origin"),
     CloseAction.SHUTDOWN: ("grace_ms", "origin"),
@@ -580,6 +586,7 @@ class _ActionModel(_Model):
     gate: StrictStr | None = None
     grace_ms: _Ms | None = None
     fingerprint: _Text | None = None
+    reload_policy: Annotated[StrictStr, _one_of_values(ReloadPolicy)] | None = None
 
 
 class _FaultModel(_Model):
@@ -597,6 +604,7 @@ class _ScenarioModel(_Model):
     instance_faults: dict[_Directory, _FaultModel] = Field(default_factory=dict)
     fingerprints: dict[_Directory, _Text] = Field(default_factory=dict)
     queue_policies: dict[_Id, Annotated[StrictStr, _one_of_values(QueuePolicy)]] = Field(default_factory=dict)
+    reload_policy: Annotated[StrictStr, _one_of_values(ReloadPolicy)] = ReloadPolicy.EAGER.value
 
 
 class _RunExpectModel(_Model):
@@ -624,6 +632,10 @@ class _ActionExpectModel(_Model):
     completed_after: StrictStr | None = None
     interrupted_runs: list[StrictStr] | None = None
     code: Annotated[StrictStr, _one_of_values(RejectCode, none=True)] | None = None
+    loaded_after: StrictStr | None = None
+    """A reload (an extension): its next generation's ``instance.started`` comes after this event."""
+    loaded_before: StrictStr | None = None
+    """A reload (an extension): its next generation's ``instance.started`` comes before this event."""
 
 
 class _SessionExpectModel(_Model):
@@ -1057,6 +1069,7 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         gates=gates,
         fingerprints=MappingProxyType(dict(model.fingerprints)),
         queue_policies=MappingProxyType({s: QueuePolicy(p) for s, p in model.queue_policies.items()}),
+        reload_policy=ReloadPolicy(model.reload_policy),
     )
 
 
@@ -1387,6 +1400,7 @@ def _build_action(index: int, action_id: str, action: _ActionModel, names: _Name
         gate=action.gate,
         grace_ms=grace_ms,
         fingerprint=action.fingerprint,
+        reload_policy=None if action.reload_policy is None else ReloadPolicy(action.reload_policy),
     )
 
 
@@ -1514,6 +1528,13 @@ def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> 
         if action.completed_after is not None:
             key = _key(*prefix, "completed_after")
             fields["completed_after"] = _parse_event(action.completed_after, names, key)
+        for name in ("loaded_after", "loaded_before"):
+            raw = getattr(action, name)
+            if raw is None:
+                continue
+            if names.actions[target].do != CloseAction.RELOAD:
+                raise _InvalidError(_key(*prefix, name), f"{name} applies to a reload, not to {target!r}")
+            fields[name] = _parse_event(raw, names, _key(*prefix, name))
         if action.interrupted_runs is not None:
             for index, run_id in enumerate(action.interrupted_runs):
                 if run_id not in names.runs:

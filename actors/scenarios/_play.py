@@ -97,6 +97,12 @@ _ANSWER_SLICE_S = 0.002
 _TEARDOWN_GRACE_MS = 500
 
 
+def _config(scenario: Scenario) -> SupervisorConfig:
+    """The supervisor a scenario plays against: its reload policy is the file's (``eager``, the
+    contract's reading, unless the file opts into ``lazy``)."""
+    return SupervisorConfig(shutdown_at_exit=False, reload_policy=scenario.reload_policy)
+
+
 def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
     """Play one scenario against a fresh supervisor; return its report.
 
@@ -108,7 +114,7 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
     crashes = any(action.do is UserAction.CRASH for action in scenario.actions)
     with tempfile.TemporaryDirectory(prefix="run-supervisor-scenario-") as folder:
         journal = os.path.join(folder, "runs.journal") if crashes else None
-        supervisor = Supervisor.start(SupervisorConfig(shutdown_at_exit=False), hooks=hooks, journal=journal)
+        supervisor = Supervisor.start(_config(scenario), hooks=hooks, journal=journal)
         player = _Player(scenario, supervisor, supervisor.subscribe(), time.monotonic() + timeout, timeout)
         player.journal = journal
         try:
@@ -334,6 +340,7 @@ class _Player:
                 directories=directories,
                 tag=spec.id,
                 fingerprint=spec.fingerprint,
+                reload_policy=spec.reload_policy,
             )
         assert spec.run is not None
         if do is UserAction.CANCEL:
@@ -423,9 +430,7 @@ class _Player:
         self.checker = InvariantChecker()
         self.sessions = dict.fromkeys(self.sessions, SessionStatus.IDLE)  # a new process: nothing busy
         assert self.hooks is not None
-        self.supervisor = Supervisor.start(
-            SupervisorConfig(shutdown_at_exit=False), hooks=self.hooks, journal=self.journal
-        )
+        self.supervisor = Supervisor.start(_config(self.scenario), hooks=self.hooks, journal=self.journal)
         self.inbox = self.supervisor.subscribe()
         self.ended = False
         self.declare()
@@ -563,6 +568,7 @@ class _Player:
             sessions=dict(self.sessions),
             events=self.timeline.rows,
             failures=[],
+            reload_policy=self.scenario.reload_policy,
         )
         completions = {aid: r.completion for aid, r in self.actions.items() if r.completion is not None}
         failures = [

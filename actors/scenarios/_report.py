@@ -27,12 +27,14 @@ from run_supervisor.actors.scenarios._format import (
     When,
 )
 from run_supervisor.protocol import (
+    CloseAction,
     CloseResult,
     InterruptReason,
     Outcome,
     PartState,
     Phase,
     RejectCode,
+    ReloadPolicy,
     RequestResult,
     SessionStatus,
 )
@@ -121,6 +123,8 @@ class ScenarioReport(msgspec.Struct, frozen=True):
     events: list[dict[str, Any]]
     """The ordered stream: ``seq`` (1, 2, 3…), ``type`` and the event's fields."""
     failures: list[str]
+    reload_policy: ReloadPolicy = ReloadPolicy.EAGER
+    """An extension: the reload policy the scenario played with (``eager`` unless it said ``lazy``)."""
 
 
 class InvalidScenario(msgspec.Struct, frozen=True):
@@ -164,7 +168,11 @@ def check_expectations(
             failures += _check_run(expectation, report.runs[expectation.target])
         elif expectation.target_kind is ExpectationTarget.ACTION:
             failures += _check_action(
-                expectation, report.actions[expectation.target], names, completions.get(expectation.target)
+                expectation,
+                report.actions[expectation.target],
+                names,
+                completions.get(expectation.target),
+                _next_generation_loaded(report, expectation.target),
             )
         else:
             got = report.sessions.get(expectation.target, SessionStatus.IDLE)
@@ -230,15 +238,63 @@ def _check_parts(
     return failures
 
 
+def _next_generation_loaded(report: ScenarioReport, action: str) -> int | None:
+    """The index of the ``instance.started`` of a reload's next generation: the first one of its
+    directory after its ``lifecycle.requested`` (None: not a reload that ran, or nothing loaded)."""
+    rows = report.events
+    asked = next(
+        (
+            i
+            for i, row in enumerate(rows)
+            if row["type"] == "lifecycle.requested" and row.get("action") == action
+        ),
+        None,
+    )
+    if asked is None or rows[asked].get("do") != CloseAction.RELOAD or not rows[asked].get("directories"):
+        return None
+    directory = rows[asked]["directories"][0]
+    return next(
+        (
+            i
+            for i in range(asked + 1, len(rows))
+            if rows[i]["type"] == "instance.started" and rows[i].get("directory") == directory
+        ),
+        None,
+    )
+
+
+def _check_load_order(
+    aid: str, key: str, want: When, names: Sequence[tuple[int, str]], loaded: int | None
+) -> list[str]:
+    """``loaded_after`` / ``loaded_before``: where the reload's next generation loaded, against an event."""
+    relation = key.removeprefix("loaded_")
+    if loaded is None:
+        return [f"{aid}: expected its next generation loaded {relation} {want.raw}, but it never loaded"]
+    seen = next((index for index, name in names if name == want.raw), None)
+    if seen is None:
+        return [f"{aid}: expected its next generation loaded {relation} {want.raw}, which never happened"]
+    if (relation == "after") != (seen < loaded):
+        return [
+            f"{aid}: its next generation loaded (event {loaded + 1}) not {relation} {want.raw} "
+            f"(event {seen + 1})"
+        ]
+    return []
+
+
 def _check_action(
     expectation: Expectation,
     action: ActionReport,
     names: Sequence[tuple[int, str]],
     completion: int | None,
+    loaded: int | None = None,
 ) -> list[str]:
     failures: list[str] = []
     aid = expectation.target
     for key, want in expectation.fields.items():
+        if key in ("loaded_after", "loaded_before"):
+            assert isinstance(want, When)
+            failures += _check_load_order(aid, key, want, names, loaded)
+            continue
         if key == "completed_after":
             assert isinstance(want, When)
             if completion is None:
