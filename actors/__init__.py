@@ -27,6 +27,7 @@ from run_supervisor.actors._context import (
     ToolCall,
 )
 from run_supervisor.actors._errors import (
+    ActionAlreadyCompleted,
     AlreadyInterrupting,
     AskAlreadyAnswered,
     AskWithdrawn,
@@ -35,6 +36,7 @@ from run_supervisor.actors._errors import (
     JournalLocked,
     JournalUnreadable,
     LoadFailed,
+    NotConfirmable,
     NothingPending,
     RunAlreadyExists,
     RunAlreadyFinished,
@@ -43,6 +45,7 @@ from run_supervisor.actors._errors import (
     SupervisorClosed,
     SupervisorError,
     SupervisorTimeout,
+    UnknownAction,
     UnknownAsk,
     UnknownDirectory,
     UnknownRun,
@@ -58,6 +61,7 @@ from run_supervisor.actors._validate import (
 )
 
 __all__ = [
+    "ActionAlreadyCompleted",
     "AlreadyInterrupting",
     "Ask",
     "AskAlreadyAnswered",
@@ -81,6 +85,7 @@ __all__ = [
     "JournalUnreadable",
     "LoadFailed",
     "NoInstanceHooks",
+    "NotConfirmable",
     "NothingPending",
     "PermissionReply",
     "QueuePolicyName",
@@ -100,6 +105,7 @@ __all__ = [
     "SupervisorError",
     "SupervisorTimeout",
     "ToolCall",
+    "UnknownAction",
     "UnknownAsk",
     "UnknownDirectory",
     "UnknownRun",

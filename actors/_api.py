@@ -64,6 +64,7 @@ from run_supervisor.protocol import (
     CloseOutcome,
     CloseRequest,
     CloseResult,
+    ConfirmClose,
     CoreStatistics,
     DismissForm,
     Event,
@@ -150,6 +151,14 @@ class SupervisorConfig(BaseModel):
         le=60.0,
         description="After shutdown's grace deadline: how much longer it waits for threads to end before "
         "leaving them behind (and reporting the host code among them in ``overran``).",
+    )
+    stall_after_ms: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_MS,
+        description="A run that made no progress (no step, tool-part change, ask or heartbeat) for this "
+        "long is flagged stalled (run.stalled; pending actions list it in stalled_runs) until it makes "
+        "progress again. None (the default): stalls are not measured. start_run may set its own.",
     )
     shutdown_at_exit: bool = Field(
         default=True, description="Shut down at interpreter exit if the host did not."
@@ -275,6 +284,7 @@ class Supervisor:
             on_shutdown_complete=self._on_shutdown_complete,
             on_stopped=self._on_stopped,
             timers=self.timers,
+            stall_after_ms=config.stall_after_ms,
         )
         _live.add(self)
 
@@ -521,6 +531,15 @@ class Supervisor:
     ) -> DismissForm:
         return check.dismiss_form(ask_id, run_id=run_id, message=message)
 
+    def _with_stall_setting(self, request: StartRun, stall_after_ms: object) -> StartRun:
+        if stall_after_ms is None:
+            return request
+        checked = check.stall_after_ms("stall_after_ms", stall_after_ms)
+        return msgspec.structs.replace(request, stall_after_ms=checked)
+
+    def _confirm_close_request(self, action_id: object, *, origin: object, tag: object) -> ConfirmClose:
+        return check.confirm_close(action_id, origin=origin, tag=tag)
+
     def _shutdown_request(self, *, grace_ms: object, reason: object, origin: object, tag: object) -> Shutdown:
         grace = self.config.default_grace_ms if grace_ms is None else grace_ms
         return check.shutdown(grace_ms=grace, reason=reason, origin=origin, tag=tag)
@@ -621,6 +640,7 @@ class Supervisor:
         parent_run_id: str | None = None,
         deadline_ms: int | None = None,
         queue_policy: QueuePolicyName | QueuePolicy | None = None,
+        stall_after_ms: int | None = None,
         timeout: float | None = None,
     ) -> RunHandle:
         """Start a run (or queue it behind the session's active run). The body runs on its own
@@ -640,7 +660,10 @@ class Supervisor:
         the active run), ``"coalesce"`` (queued, replacing the session's still-queued ``coalesce``
         run, which ends ``coalesced``; dropped if the active run is interrupted before it starts)
         or ``"reject_if_busy"`` (``SessionBusy``). None: the session's default
-        (``set_queue_policy``), else ``"queue"``."""
+        (``set_queue_policy``), else ``"queue"``.
+
+        ``stall_after_ms`` overrides the config's setting for this run: it is flagged stalled
+        (``run.stalled``) after this long without progress."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = self._start_run_request(session=session, directory=directory, run_id=run_id)
@@ -653,6 +676,7 @@ class Supervisor:
             request = msgspec.structs.replace(request, parent_run_id=parent_run_id)
         if deadline_ms is not None:
             request = msgspec.structs.replace(request, deadline_ms=check.deadline("deadline_ms", deadline_ms))
+        request = self._with_stall_setting(request, stall_after_ms)
         while True:
             finished: Future[RunSnapshot] = Future()
             outcome = self._get(self._call(request, body, finished), limit)
@@ -762,6 +786,37 @@ class Supervisor:
             reload_policy=reload_policy,
         )
         outcome = self._request(request, limit)
+        assert isinstance(outcome, CloseOutcome)
+        return outcome
+
+    # --- stalls: turn a deferred close into a confirmed one ----------------------------------
+
+    def confirm_close_async(
+        self, action_id: str, *, origin: str | None = None, tag: str | None = None
+    ) -> Future[CloseOutcome]:
+        """Like ``confirm_close``; the future raises what ``confirm_close`` would."""
+        return self._async(self._confirm_close_request(action_id, origin=origin, tag=tag))
+
+    def confirm_close(
+        self,
+        action_id: str,
+        *,
+        origin: str | None = None,
+        tag: str | None = None,
+        timeout: float | None = None,
+    ) -> CloseOutcome:
+        """Turn a pending maintenance close into a confirmed one: the runs it waits for (e.g. one
+        flagged stalled, see ``pending_actions()``' ``stalled_runs``) are interrupted now with
+        ``lifecycle_interrupt``, their ``action_id`` this action's and their ``origin`` the given one
+        (by default the action's own), and the close completes as their bodies stop
+        (``lifecycle.completed``). Answered with the action's outcome: its result as announced
+        (typically ``deferred``) and ``interrupted_runs``, the runs this confirm interrupted.
+
+        Raises ``UnknownAction`` (no such action), ``ActionAlreadyCompleted`` (nothing waits any more)
+        or ``NotConfirmable`` (not a maintenance close). A second confirm of the same action changes
+        nothing (its runs are interrupting already)."""
+        limit = check.timeout("timeout", timeout)
+        outcome = self._request(self._confirm_close_request(action_id, origin=origin, tag=tag), limit)
         assert isinstance(outcome, CloseOutcome)
         return outcome
 
@@ -1001,7 +1056,7 @@ def _raise_or_return(done: Future[Any]) -> Any:
 
 
 def _rejected(request: object, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:
-    if isinstance(request, CloseRequest | Shutdown):
+    if isinstance(request, CloseRequest | Shutdown | ConfirmClose):
         return CloseOutcome(result=CloseResult.REJECTED, error=error, code=code)
     return RequestOutcome(result=RequestResult.REJECTED, error=error, code=code)
 

@@ -341,6 +341,7 @@ class AsyncSupervisor:
         parent_run_id: str | None = None,
         deadline_ms: int | None = None,
         queue_policy: QueuePolicyName | QueuePolicy | None = None,
+        stall_after_ms: int | None = None,
         timeout: float | None = None,
     ) -> AsyncRunHandle:
         """Start a run (or queue it behind the session's active run), pinned to the directory's
@@ -350,7 +351,8 @@ class AsyncSupervisor:
         run of that active run; ``deadline_ms`` gives it a deadline (from when it becomes active:
         then it is interrupted, ``timeout``, origin ``deadline``).
         ``queue_policy`` says what it does while the session is busy
-        (``SessionBusy`` for ``"reject_if_busy"``). See ``Supervisor.start_run``."""
+        (``SessionBusy`` for ``"reject_if_busy"``); ``stall_after_ms`` is its own stall setting. See
+        ``Supervisor.start_run``."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = self.sync._start_run_request(session=session, directory=directory, run_id=run_id)
@@ -360,6 +362,7 @@ class AsyncSupervisor:
             request = msgspec.structs.replace(request, parent_run_id=parent_run_id)
         if deadline_ms is not None:
             request = msgspec.structs.replace(request, deadline_ms=check.deadline("deadline_ms", deadline_ms))
+        request = self.sync._with_stall_setting(request, stall_after_ms)
         while True:
             finished: Future[RunSnapshot] = Future()
             try:
@@ -430,6 +433,24 @@ class AsyncSupervisor:
             reload_policy=reload_policy,
         )
         outcome = await self._request(request, limit)
+        assert isinstance(outcome, CloseOutcome)
+        return outcome
+
+    async def confirm_close(
+        self,
+        action_id: str,
+        *,
+        origin: str | None = None,
+        tag: str | None = None,
+        timeout: float | None = None,
+    ) -> CloseOutcome:
+        """Turn a pending maintenance close into a confirmed one (its blocking runs are interrupted
+        with ``lifecycle_interrupt``); answered with the action's outcome. See
+        ``Supervisor.confirm_close``."""
+        limit = check.timeout("timeout", timeout)
+        outcome = await self._request(
+            self.sync._confirm_close_request(action_id, origin=origin, tag=tag), limit
+        )
         assert isinstance(outcome, CloseOutcome)
         return outcome
 

@@ -319,6 +319,11 @@ class AsyncRunContext:
 
     # --- progress (non-blocking, as in RunContext) -----------------------------------------------
 
+    def heartbeat(self) -> None:
+        """``RunContext.heartbeat``: the body is making progress (not stalled); cheap, non-blocking;
+        raises ``RunInterrupted`` if the run has been interrupted."""
+        self.sync.heartbeat()
+
     def next_step_id(self, kind: StepKind | str) -> str:
         return self.sync.next_step_id(kind)
 

@@ -29,6 +29,7 @@ from run_supervisor.actors._errors import (
     SupervisorError,
     SupervisorTimeout,
 )
+from run_supervisor.actors._progress import Progress
 
 if TYPE_CHECKING:
     from run_supervisor.actors._async_body import AsyncRunContext
@@ -37,6 +38,7 @@ from run_supervisor.protocol import (
     AskPayload,
     AskRaised,
     DeliverAnswer,
+    Heartbeat,
     InterruptReason,
     PartReport,
     PartState,
@@ -74,6 +76,8 @@ class CancelToken:
         self._reason: InterruptReason | None = None
         self._answers: dict[str, DeliverAnswer] = {}  # by ask id, until the asker takes it
         self._abandoned = False
+        self.progress = Progress()
+        """When the body last made progress (the supervisor's stall check reads it)."""
 
     @property
     def cancelled(self) -> bool:
@@ -409,6 +413,7 @@ class RunContext:
     # --- progress --------------------------------------------------------------------------------
 
     def _tell(self, message: Any) -> None:
+        self.token.progress.beat()  # every report is progress (the core clears a stall on it)
         try:
             self._supervisor.tell(message)
         except pykka.ActorDeadError:
@@ -469,6 +474,18 @@ class RunContext:
                 )
             self._call_ids.add(call_id)
         return ToolCall(self, tool, call_id)
+
+    # --- progress and stalls ----------------------------------------------------------------------
+
+    def heartbeat(self) -> None:
+        """Say the body is making progress (e.g. on each chunk of a provider stream), so the run is
+        not flagged stalled (``stall_after_ms``). Cheap enough to call on every chunk: it records the
+        time, and tells the supervisor only while the run is flagged (``run.unstalled`` follows).
+        Steps, tool-part changes and asks count as progress already. Like ``check()``, it raises
+        ``RunInterrupted`` if the run has been interrupted."""
+        self.check()
+        if self.token.progress.beat():
+            self._tell(Heartbeat(run_id=self.run_id))
 
     # --- asking the user -------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from run_supervisor.protocol import CloseOutcome, InterruptReason, RejectCode, RequestOutcome
 
 __all__ = [
+    "ActionAlreadyCompleted",
     "AlreadyInterrupting",
     "AskAlreadyAnswered",
     "AskWithdrawn",
@@ -13,6 +14,7 @@ __all__ = [
     "JournalLocked",
     "JournalUnreadable",
     "LoadFailed",
+    "NotConfirmable",
     "NothingPending",
     "RunAlreadyExists",
     "RunAlreadyFinished",
@@ -21,6 +23,7 @@ __all__ = [
     "SupervisorClosed",
     "SupervisorError",
     "SupervisorTimeout",
+    "UnknownAction",
     "UnknownAsk",
     "UnknownDirectory",
     "UnknownRun",
@@ -100,6 +103,24 @@ class SessionBusy(SupervisorError):
     was started or queued."""
 
     code = RejectCode.SESSION_BUSY
+
+
+class UnknownAction(SupervisorError):
+    """``confirm_close`` named a lifecycle action this supervisor never made."""
+
+    code = RejectCode.UNKNOWN_ACTION
+
+
+class ActionAlreadyCompleted(SupervisorError):
+    """``confirm_close`` named a lifecycle action that has completed: nothing waits any more."""
+
+    code = RejectCode.ACTION_ALREADY_COMPLETED
+
+
+class NotConfirmable(SupervisorError):
+    """``confirm_close`` named an action that is not a maintenance close (nothing to confirm)."""
+
+    code = RejectCode.NOT_CONFIRMABLE
 
 
 class InvalidRequest(SupervisorError):
@@ -194,6 +215,9 @@ _BY_CODE: dict[RejectCode, type[SupervisorError]] = {
         UnknownDirectory,
         SessionBusy,
         InvalidRequest,
+        UnknownAction,
+        ActionAlreadyCompleted,
+        NotConfirmable,
     )
     if cls.code is not None
 }

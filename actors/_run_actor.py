@@ -29,6 +29,7 @@ import pykka
 from run_supervisor.actors._context import CancelToken, RunBody, RunContext
 from run_supervisor.actors._errors import RunInterrupted
 from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.actors._timers import TimerHandle
 from run_supervisor.protocol import BodyEnded, SpawnRun
 
 __all__ = ["Go", "RunActor", "RunSlot"]
@@ -54,6 +55,10 @@ class RunSlot:
     token: CancelToken
     started: bool = False
     """The supervisor has told it ``Go``: from then on the actor stops itself when the body ends."""
+    stall_after_ms: int | None = None
+    """This run's own stall setting (``start_run(..., stall_after_ms=...)``); None: the config's."""
+    stall_check: TimerHandle | None = None
+    """Its pending stall check on the supervisor's timer, while it is active and not flagged."""
 
 
 class RunActor(pykka.ThreadingActor):

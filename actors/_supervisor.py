@@ -41,7 +41,9 @@ from run_supervisor.protocol import (
     Emit,
     Event,
     GraceExpired,
+    Heartbeat,
     LoadInstance,
+    NoProgress,
     PartReport,
     ReleaseRun,
     Reply,
@@ -50,7 +52,9 @@ from run_supervisor.protocol import (
     RetryReport,
     RunFinished,
     RunSnapshot,
+    RunStalled,
     RunState,
+    RunUnstalled,
     ShutdownComplete,
     SignalInterrupt,
     SpawnRun,
@@ -61,7 +65,7 @@ from run_supervisor.protocol import (
     WithdrawAsk,
 )
 
-__all__ = ["Loading", "Preload", "Query", "SessionSupervisor", "Submit", "WaitRun"]
+__all__ = ["CheckStall", "Loading", "Preload", "Query", "SessionSupervisor", "Submit", "WaitRun"]
 
 _REPORTS = (
     StepReport,
@@ -74,6 +78,7 @@ _REPORTS = (
     DeadlineExpired,
     RetryReport,
 )
+_PROGRESS_REPORTS = (Heartbeat,)  # a heartbeat of a run flagged stalled (``ctx.heartbeat()``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +106,13 @@ class WaitRun:
 
     run: str
     reply: Future[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckStall:
+    """From the timer: has this run made progress within its stall setting?"""
+
+    run_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,9 +186,11 @@ class SessionSupervisor(pykka.ThreadingActor):
         on_shutdown_complete: Callable[[ShutdownComplete, float | None], None],
         on_stopped: Callable[[], None],
         timers: Timers | None = None,
+        stall_after_ms: int | None = None,
     ) -> None:
         super().__init__()
         self.core = core
+        self._stall_after_ms = stall_after_ms
         self._hooks = hooks
         self._threads = threads
         self._ask_timeout = ask_timeout
@@ -227,12 +241,14 @@ class SessionSupervisor(pykka.ThreadingActor):
                 _fail(reply, SupervisorError(f"the supervisor failed on {type(message).__name__}"))
 
     def _receive(self, message: Any) -> None:
-        if isinstance(message, _REPORTS):
+        if isinstance(message, (_REPORTS, _PROGRESS_REPORTS)):
             commands = self.core.report(message)
             self._view.refresh(self.core, message, commands)
             self._execute(commands)
         elif isinstance(message, Submit):
             self._submit(message)
+        elif isinstance(message, CheckStall):
+            self._check_stall(message.run_id)
         elif isinstance(message, Query):
             _settle(message.reply, message.read(self.core))
         elif isinstance(message, WaitRun):
@@ -269,6 +285,7 @@ class SessionSupervisor(pykka.ThreadingActor):
                 for c in commands
             )
             if accepted:
+                message.run.stall_after_ms = request.stall_after_ms
                 self._runs[request.run_id] = message.run  # before its SpawnRun (if it starts now) runs
                 if message.finished is not None:
                     self._finishing[request.run_id] = (message.finished, request.session, request.directory)
@@ -323,6 +340,8 @@ class SessionSupervisor(pykka.ThreadingActor):
 
     def _publish(self, event: Event) -> None:
         self._publisher.publish(event)
+        if isinstance(event, RunUnstalled):
+            self._unstalled(event)
         if isinstance(event, RunFinished):
             finishing = self._finishing.pop(event.run_id, None)
             waiters = self._waiters.pop(event.run_id, ())
@@ -345,6 +364,8 @@ class SessionSupervisor(pykka.ThreadingActor):
             return
         instance = self._instances.get((command.directory, command.generation))
         slot.started = True
+        slot.token.progress.restart()
+        self._arm_stall_check(command.run_id, slot)
         slot.ref.tell(Go(spawn=command, instance=instance))
 
     def _control(self, command: SignalInterrupt | DeliverAnswer | AbandonRun) -> None:
@@ -355,12 +376,15 @@ class SessionSupervisor(pykka.ThreadingActor):
         if isinstance(command, SignalInterrupt):
             slot.token.cancel(command.reason)
         elif isinstance(command, DeliverAnswer):
+            slot.token.progress.restart()  # the body waited for the user, not stalled: count from now
             slot.token.deliver(command)
         else:
             slot.token.abandon()  # O(1); from now on the thread book never joins its thread
 
     def _release(self, run: str) -> None:
         slot = self._runs.pop(run, None)
+        if slot is not None and slot.stall_check is not None:
+            slot.stall_check.cancel()
         if slot is not None and not slot.started:
             # Never started (cancelled in its queue): nothing else will stop it. A started one stops
             # itself when its body returns -- an abandoned one too: a stop sent now would only wait
@@ -401,6 +425,51 @@ class SessionSupervisor(pykka.ThreadingActor):
                 pass
 
         return self.timers.schedule(delay_s, deliver)
+
+    # --- stalls: the shell measures, the core decides ------------------------------------------
+
+    def _stall_limit_ms(self, slot: RunSlot) -> int | None:
+        return slot.stall_after_ms if slot.stall_after_ms is not None else self._stall_after_ms
+
+    def _arm_stall_check(self, run_id: str, slot: RunSlot, delay_s: float | None = None) -> None:
+        """One pending check per active, unflagged run: re-armed only when it comes due or the
+        run's flag clears, never per report (a report only records the time, in ``Progress``)."""
+        limit = self._stall_limit_ms(slot)
+        if limit is None:
+            return
+        if slot.stall_check is not None:
+            slot.stall_check.cancel()
+        delay = limit / 1000.0 if delay_s is None else delay_s
+        slot.stall_check = self.tell_later(delay, CheckStall(run_id))
+
+    def _check_stall(self, run_id: str) -> None:
+        slot = self._runs.get(run_id)
+        limit = self._stall_limit_ms(slot) if slot is not None else None
+        if slot is None or not slot.started or limit is None:
+            return
+        slot.stall_check = None
+        flagged, seconds = slot.token.progress.flag_if_idle(limit / 1000.0)
+        if not flagged:
+            self._arm_stall_check(run_id, slot, seconds)
+            return
+        report = NoProgress(run_id=run_id, idle_ms=int(seconds * 1000))
+        commands = self.core.report(report)
+        self._view.refresh(self.core, report, commands)
+        self._execute(commands)
+        if not any(isinstance(c, Emit) and isinstance(c.event, RunStalled) for c in commands):
+            # Not flagged: it waits for the user's answer (measure again), or it is no longer active.
+            slot.token.progress.stalled = False
+            snapshot = self._view.runs.get(run_id)
+            if snapshot is not None and snapshot.state is RunState.ACTIVE and run_id in self._runs:
+                self._arm_stall_check(run_id, slot)
+
+    def _unstalled(self, event: RunUnstalled) -> None:
+        slot = self._runs.get(event.run_id)
+        if slot is None:
+            return
+        slot.token.progress.stalled = False
+        if event.progress:  # measure again from its last progress (just now)
+            self._arm_stall_check(event.run_id, slot)
 
     def _start_timer(self, command: StartGraceTimer) -> None:
         self._deadline = time.monotonic() + command.grace_ms / 1000.0

@@ -31,6 +31,7 @@ from run_supervisor.protocol import (
     CloseAction,
     CloseMode,
     CloseRequest,
+    ConfirmClose,
     DismissForm,
     InterruptReason,
     QueuePolicy,
@@ -57,6 +58,7 @@ __all__ = [
     "close",
     "close_action",
     "close_mode",
+    "confirm_close",
     "directory_name",
     "directory_names",
     "dismiss_form",
@@ -72,6 +74,7 @@ __all__ = [
     "shutdown",
     "shutdown_reason",
     "size",
+    "stall_after_ms",
     "start_run",
     "subscription",
     "text",
@@ -110,6 +113,7 @@ _REQUESTS = (
     AnswerForm,
     DismissForm,
     SetQueuePolicy,
+    ConfirmClose,
 )
 
 
@@ -195,6 +199,14 @@ def deadline(name: str, value: object) -> int:
     return ms
 
 
+def stall_after_ms(name: str, value: object) -> int:
+    """A stall setting: ``int`` milliseconds in ``[1, MAX_MS]`` (0 would flag every run at once)."""
+    checked = milliseconds(name, value)
+    if checked == 0:
+        raise InvalidRequest(f"{name} must be at least 1 ms (None turns stall detection off)")
+    return checked
+
+
 def size(name: str, value: object) -> int:
     """A non-negative ``int`` (0 meaning unbounded, where it applies)."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -255,6 +267,8 @@ def _check_fields(req: Request) -> None:
             identifier("parent_run_id", req.parent_run_id)
         if req.deadline_ms is not None:
             deadline("deadline_ms", req.deadline_ms)
+        if req.stall_after_ms is not None:
+            stall_after_ms("stall_after_ms", req.stall_after_ms)
         identifier("session", req.session)
         directory_name("directory", req.directory)
         if req.queue_policy is not None and not isinstance(req.queue_policy, QueuePolicy):
@@ -294,6 +308,9 @@ def _check_fields(req: Request) -> None:
     elif isinstance(req, AnswerForm):
         _ask_address(req.ask_id, req.run_id)
         text("answer", req.answer)
+    elif isinstance(req, ConfirmClose):
+        identifier("action_id", req.action_id)
+        optional_text("origin", req.origin)
     else:
         _ask_address(req.ask_id, req.run_id)
         optional_text("message", req.message)
@@ -400,6 +417,14 @@ def answer_form(ask_id: object = None, *, run_id: object = None, answer: object)
 def dismiss_form(ask_id: object = None, *, run_id: object = None, message: object = None) -> DismissForm:
     ask, run = _ask_address(ask_id, run_id)
     return DismissForm(ask_id=ask, run_id=run, message=optional_text("message", message))
+
+
+def confirm_close(action_id: object, *, origin: object = None, tag: object = None) -> ConfirmClose:
+    return ConfirmClose(
+        action_id=identifier("action_id", action_id),
+        origin=None if origin is None else identifier("origin", origin),
+        tag=optional_text("tag", tag),
+    )
 
 
 def subscription(*, maxsize: object, callback_: object) -> tuple[int, Callable[[Any], object] | None]:

@@ -35,7 +35,9 @@ from run_supervisor.protocol import (
     RunQueued,
     RunRecovered,
     RunSnapshot,
+    RunStalled,
     RunStarted,
+    RunUnstalled,
     SessionSnapshot,
     SessionStatus,
     SupervisorCore,
@@ -83,6 +85,7 @@ class View:
         directories: set[str] = set()  # where an instance closed or a run was pinned or unpinned
         unpinned: list[str] = []
         released: list[str] = []
+        stall_moves: list[str] = []
         for given in (getattr(message, "request", message), *commands):
             item = given.event if isinstance(given, Emit) else given
             run_id = getattr(item, "run_id", None)
@@ -103,6 +106,8 @@ class View:
                 unpinned.append(item.run_id)
             elif isinstance(item, ReleaseRun | RunRecovered):  # the core remembers it as finished
                 released.append(item.run_id)
+            elif isinstance(item, RunStalled | RunUnstalled):  # the actions it blocks list it stalled
+                stall_moves.append(item.run_id)
         for run_id in touched:
             snapshot = core.run_snapshot(run_id)
             if snapshot is None:
@@ -117,6 +122,8 @@ class View:
                 self.sessions.pop(session_id, None)
             else:
                 self.sessions[session_id] = session_snapshot
+        if stall_moves and self._actions:
+            actions.update(dict.fromkeys(self._blocked_by(stall_moves)))
         if self._actions or actions:
             self._refresh_actions(core, actions, directories, unpinned)
         self.statistics = core.statistics()
@@ -205,6 +212,18 @@ class View:
                 changed = True
         if changed:
             self.pending_actions = tuple(self._actions.values())
+
+    def _blocked_by(self, run_ids: list[str]) -> list[str]:
+        """The pending actions whose ``blocking_runs`` (sorted) hold one of ``run_ids``."""
+        found = []
+        for action_id, snapshot in self._actions.items():
+            blocking = snapshot.blocking_runs
+            for run_id in run_ids:
+                at = bisect_left(blocking, run_id)
+                if at < len(blocking) and blocking[at] == run_id:
+                    found.append(action_id)
+                    break
+        return found
 
     def _forget(self, core: SupervisorCore, released: list[str]) -> None:
         """The core keeps ``retain_finished`` finished runs and forgets the oldest: so do we."""

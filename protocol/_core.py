@@ -68,9 +68,12 @@ from run_supervisor.protocol._requests import (
     CancelRun,
     CloseOutcome,
     CloseRequest,
+    ConfirmClose,
     DeadlineExpired,
     DisposeDone,
     GraceExpired,
+    Heartbeat,
+    NoProgress,
     PartReport,
     RecoveredRun,
     ReplyPermission,
@@ -98,6 +101,7 @@ from run_supervisor.protocol._rules import (
     next_instance_state,
     next_run_state,
 )
+from run_supervisor.protocol._stalls import PROGRESS_REPORTS, StallsMixin
 
 __all__ = ["ActionSnapshot", "CoreStatistics", "Report", "SupervisorCore"]
 
@@ -111,6 +115,8 @@ Report = (
     | GraceExpired
     | DeadlineExpired
     | RetryReport
+    | Heartbeat
+    | NoProgress
 )
 """Inputs that come from inside the supervisor (bodies, instances, timers), not from hosts."""
 
@@ -138,7 +144,7 @@ class CoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     old generation has closed (``ReloadPolicy.LAZY``). Not counted in ``instances_open``."""
 
 
-class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
+class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
     """Decides everything; does nothing. Feed it with ``request`` and ``report``; carry out what
     they return, in order.
 
@@ -313,7 +319,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
                 reply_to,
                 RejectCode.SUPERVISOR_CLOSED,
                 f"the supervisor has shut down ({self._shutdown.id}); no request is accepted any more",
-                close=isinstance(request, CloseRequest),
+                close=isinstance(request, CloseRequest | ConfirmClose),
             )
             return
         if isinstance(request, StartRun):
@@ -330,6 +336,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
             self._answer_form(request, reply_to)
         elif isinstance(request, SetQueuePolicy):
             self._set_queue_policy(request, reply_to)
+        elif isinstance(request, ConfirmClose):
+            self._confirm_close(request, reply_to)
         else:
             self._dismiss_form(request, reply_to)
 
@@ -338,6 +346,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
         return self._atomically(self._report, report)
 
     def _report(self, report: Report) -> None:
+        if isinstance(report, PROGRESS_REPORTS):
+            self._stall_progress(report.run_id)
         if isinstance(report, StepReport):
             self._step(report)
         elif isinstance(report, PartReport):
@@ -354,6 +364,10 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
             self._deadline_expired(report)
         elif isinstance(report, RetryReport):
             self._retry(report)
+        elif isinstance(report, Heartbeat):
+            self._heartbeat(report)
+        elif isinstance(report, NoProgress):
+            self._no_progress(report)
         else:
             self._grace_expired(report)
 
@@ -424,6 +438,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
             parent_run_id=run.parent,
             children=tuple(run.children),
             deadline_ms=run.deadline_ms,
+            stalled=run.stalled,
         )
 
     @staticmethod
@@ -758,6 +773,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin):
         run.state = new
         self._runs_in[old] -= 1
         self._runs_in[new] += 1
+        self._left_active(run)
         return new
 
     # --- body reports ------------------------------------------------------------------------

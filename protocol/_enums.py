@@ -237,6 +237,13 @@ class RejectCode(StrEnum):
     UNKNOWN_DIRECTORY = "unknown_directory"
     SESSION_BUSY = "session_busy"
     """A start with queue policy ``reject_if_busy`` while its session has an active (or queued) run."""
+    UNKNOWN_ACTION = "unknown_action"
+    """``confirm_close``: no lifecycle action with this id was ever asked of this supervisor."""
+    ACTION_ALREADY_COMPLETED = "action_already_completed"
+    """``confirm_close``: the action has completed already (or was a no-op): nothing waits any more."""
+    NOT_CONFIRMABLE = "not_confirmable"
+    """``confirm_close``: the action is not a maintenance close (it interrupts its runs already, or
+    it is a shutdown): there is nothing to confirm."""
     INVALID_REQUEST = "invalid_request"
     INTERNAL_ERROR = "internal_error"
     """The supervisor failed while handling the request (a bug): it was contained and logged."""

@@ -40,13 +40,16 @@ __all__ = [
     "InstanceClosed",
     "InstanceStarted",
     "LifecycleCompleted",
+    "LifecycleConfirmed",
     "LifecycleDeferred",
     "LifecycleRequested",
     "RunFinished",
     "RunPartUpdated",
     "RunQueued",
     "RunRecovered",
+    "RunStalled",
     "RunStarted",
+    "RunUnstalled",
     "SessionStatusChanged",
     "StepFinished",
     "StepStarted",
@@ -277,6 +280,38 @@ class AskWithdrawn(_Event, frozen=True, tag="ask.withdrawn"):
     """For ``interrupted``: the run's interrupt reason."""
 
 
+class RunStalled(_Event, frozen=True, tag="run.stalled"):
+    """An active run made no progress (no step, tool-part change, ask or heartbeat) for its stall
+    setting: its body may hang (a provider stream that stopped). A host may offer to interrupt it,
+    e.g. ``confirm_close`` of an action listed in ``holding``."""
+
+    run_id: str
+    session: str
+    idle_ms: int
+    """How long it had made no progress when flagged (measured by the shell)."""
+    holding: tuple[str, ...]
+    """The pending lifecycle actions waiting for it (their ``action_id``), in creation order."""
+
+
+class RunUnstalled(_Event, frozen=True, tag="run.unstalled"):
+    """A stalled run is no longer flagged: it made progress again (``progress``), or it was
+    interrupted or ended (``progress`` false; ``run.finished`` follows when its body stops)."""
+
+    run_id: str
+    progress: bool
+
+
+class LifecycleConfirmed(_Event, frozen=True, tag="lifecycle.confirmed"):
+    """A pending maintenance close was confirmed (``confirm_close``): the runs it waited for are
+    interrupted (``lifecycle_interrupt``, this ``action_id``, ``origin``)."""
+
+    action_id: str
+    origin: str
+    interrupted_runs: tuple[str, ...]
+    tag: str | None = None
+    """The confirm request's own tag."""
+
+
 Event = (
     InstanceStarted
     | InstanceClosed
@@ -296,4 +331,7 @@ Event = (
     | AskReplied
     | AskDismissed
     | AskWithdrawn
+    | RunStalled
+    | RunUnstalled
+    | LifecycleConfirmed
 )

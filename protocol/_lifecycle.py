@@ -80,6 +80,11 @@ class ActionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     blocking_runs: tuple[str, ...]
     """The runs it still waits for, now."""
     tag: str | None = None
+    stalled_runs: tuple[str, ...] = ()
+    """Those of ``blocking_runs`` flagged stalled (``run.stalled``): no progress for their stall
+    setting. A host may offer to ``confirm_close`` this action, interrupting them."""
+    confirmed_by: str | None = None
+    """The origin of the ``confirm_close`` that turned this maintenance close into a confirmed one."""
 
 
 @dataclass(slots=True)
@@ -104,6 +109,7 @@ class _Action:
     abandoned_runs: list[str] = field(default_factory=list)
     joiners: list[str | None] = field(default_factory=list)  # tags of later shutdowns that joined
     joiner_answers: list[tuple[str | None, Any]] = field(default_factory=list)  # answered after ours
+    confirmed_by: str | None = None  # the origin of a confirm_close (``protocol._stalls``)
 
     @property
     def answered(self) -> bool:
@@ -618,4 +624,6 @@ class LifecycleMixin:
             pending_directories=tuple(sorted({directory for directory, _ in action.awaiting})),
             blocking_runs=tuple(blocking),
             tag=action.tag,
+            stalled_runs=tuple(r for r in blocking if self._runs[r].stalled),
+            confirmed_by=action.confirmed_by,
         )

@@ -80,6 +80,7 @@ class _Run:
     they are."""
     deadline_ms: int | None = None  # counted from run.started; the shell holds the timer
     queue_policy: QueuePolicy = QueuePolicy.QUEUE  # what it was started with (``QUEUE_RULES``)
+    stalled: bool = False  # flagged: no progress for its stall setting (``protocol._stalls``)
 
     def open_part(self) -> _Part | None:
         """The latest unfinished part (parallel calls: the one begun last)."""

@@ -37,10 +37,13 @@ __all__ = [
     "CancelRun",
     "CloseOutcome",
     "CloseRequest",
+    "ConfirmClose",
     "DeadlineExpired",
     "DismissForm",
     "DisposeDone",
     "GraceExpired",
+    "Heartbeat",
+    "NoProgress",
     "PartReport",
     "PartSnapshot",
     "RecoveredRun",
@@ -82,6 +85,10 @@ class StartRun(_Request, frozen=True, tag="start_run"):
     """What this start does while its session is busy (``protocol.QUEUE_RULES``): ``queue``,
     ``coalesce`` or ``reject_if_busy``. None: the session's default (``SetQueuePolicy``), else
     ``queue``."""
+    stall_after_ms: int | None = None
+    """This run's own stall setting: flagged stalled (``run.stalled``) after this long without
+    progress; None: the supervisor's ``stall_after_ms``. Measured by the shell (the core reads no
+    clock and ignores it)."""
 
 
 class CancelRun(_Request, frozen=True, tag="cancel"):
@@ -160,6 +167,19 @@ class SetQueuePolicy(_Request, frozen=True, tag="set_queue_policy"):
     queue_policy: QueuePolicy
 
 
+class ConfirmClose(_Request, frozen=True, tag="confirm_close"):
+    """Turn a pending maintenance close into a confirmed one: its blocking runs are interrupted now
+    (``lifecycle_interrupt``, the action's id as their ``action_id``), as a ``user_confirmed_interrupt``
+    close would; it then completes as their bodies stop. Answered with the action's outcome (its
+    result, once announced, stays: typically ``deferred``; ``interrupted_runs`` lists the runs this
+    confirm interrupted). Rejected ``unknown_action``, ``action_already_completed`` or ``not_confirmable``."""
+
+    action_id: str
+    origin: str | None = None
+    """Who confirmed; the interrupted runs carry it as their ``origin``. By default the action's own
+    origin (the interrupt names the close it served)."""
+
+
 Request = (
     StartRun
     | CancelRun
@@ -169,6 +189,7 @@ Request = (
     | AnswerForm
     | DismissForm
     | SetQueuePolicy
+    | ConfirmClose
 )
 
 
@@ -219,6 +240,22 @@ class WithdrawAsk(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
     ask_id: str
     reason: WithdrawReason
+
+
+class Heartbeat(msgspec.Struct, frozen=True):
+    """The body is alive and making progress (``ctx.heartbeat()``) while its run is flagged stalled:
+    the flag is cleared. (Heartbeats of a run not flagged never reach the core: the shell only
+    records the time.)"""
+
+    run_id: str
+
+
+class NoProgress(msgspec.Struct, frozen=True):
+    """From the shell's timer: the run has made no progress for ``idle_ms`` (at least its stall
+    setting). The core flags it stalled if it is active and waits for no answer."""
+
+    run_id: str
+    idle_ms: int
 
 
 class BodyEnded(msgspec.Struct, frozen=True):
@@ -334,6 +371,8 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Its child runs, in the order they were started (finished ones included)."""
     deadline_ms: int | None = None
     """Its deadline (``start_run(..., deadline_ms=...)``), counted from ``run.started``."""
+    stalled: bool = False
+    """It is active and made no progress for its stall setting (``run.stalled``); cleared by progress."""
 
 
 class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -31,6 +31,7 @@ __all__ = [
     "ACTION_TRANSITIONS",
     "ASK_TRANSITIONS",
     "CLOSE_RULES",
+    "CONFIRM_RULES",
     "DEADLINE_EXPIRY",
     "DEADLINE_ORIGIN",
     "DEADLINE_REASON",
@@ -42,6 +43,8 @@ __all__ = [
     "RETRY_REPORTED_IN",
     "RUN_TRANSITIONS",
     "SESSION_TRANSITIONS",
+    "STALLABLE_RUN_STATES",
+    "STALL_TRANSITIONS",
     "ActionTrigger",
     "AskTrigger",
     "ClosePolicy",
@@ -52,6 +55,7 @@ __all__ = [
     "ReloadLoad",
     "RunTrigger",
     "SessionTrigger",
+    "StallTrigger",
     "WhenBusy",
     "fingerprint_unchanged",
     "next_action_state",
@@ -61,7 +65,9 @@ __all__ = [
     "next_run_state",
     "next_session_status",
     "reload_loads",
+    "next_stall_state",
     "session_status_announced",
+    "stall_applies",
 ]
 
 
@@ -463,3 +469,58 @@ def reload_loads(policy: ReloadPolicy, mode: CloseMode, moment: ReloadLoad, *, o
     if moment is ReloadLoad.PREVIOUS_CLOSED and open_generations != 0:
         return False
     return moment in rules
+# --- progress and stalls (issue 12 item 5) ---------------------------------------------------------
+
+
+class StallTrigger(StrEnum):
+    """What moves a run's ``stalled`` flag. The core never reads a clock: the shell measures the
+    time since the run's last progress and reports ``NoProgress``; everything else is progress."""
+
+    NO_PROGRESS = "no_progress"
+    """The shell measured ``stall_after_ms`` without progress (``NoProgress``)."""
+    PROGRESS = "progress"
+    """The body reported a step, a tool-part change, an ask raised or withdrawn, or a heartbeat."""
+    LEFT_ACTIVE = "left_active"
+    """The run was interrupted or ended: a stalled flag means "you may interrupt it", so it goes."""
+
+
+STALL_TRANSITIONS: Mapping[bool, Mapping[StallTrigger, bool]] = MappingProxyType(
+    {
+        # not stalled
+        False: {
+            StallTrigger.NO_PROGRESS: True,  # run.stalled
+            StallTrigger.PROGRESS: False,
+            StallTrigger.LEFT_ACTIVE: False,
+        },
+        # stalled
+        True: {
+            StallTrigger.NO_PROGRESS: True,  # flagged already: nothing new to say
+            StallTrigger.PROGRESS: False,  # run.unstalled (progress=true)
+            StallTrigger.LEFT_ACTIVE: False,  # run.unstalled (progress=false)
+        },
+    }
+)
+"""The ``stalled`` flag of a run: ``False -> True`` is announced by ``run.stalled``, ``True -> False``
+by ``run.unstalled``."""
+
+STALLABLE_RUN_STATES = frozenset({RunState.ACTIVE})
+"""Only an active run may be flagged stalled (an interrupting one is already being stopped)."""
+
+
+def stall_applies(state: RunState, open_asks: int) -> bool:
+    """A ``NoProgress`` report flags a run only while it is active and waits for nobody: a run with
+    an open ask waits for the user, who is slow, not the run (the shell measures again later)."""
+    return state in STALLABLE_RUN_STATES and open_asks == 0
+
+
+def next_stall_state(stalled: bool, trigger: StallTrigger) -> bool:
+    return STALL_TRANSITIONS[stalled][trigger]
+
+
+CONFIRM_RULES: Mapping[CloseMode, CloseMode] = MappingProxyType(
+    {CloseMode.MAINTENANCE: CloseMode.USER_CONFIRMED_INTERRUPT}
+)
+"""``confirm_close``: a pending close of the key's mode may be turned into a confirmed one, acting on
+its blocking runs as the value's mode does on its runs (``CLOSE_RULES``: ``lifecycle_interrupt``) --
+the same rule by which a ``user_confirmed_interrupt`` close takes over a pending maintenance close.
+A close of any other mode is not confirmable (``not_confirmable``)."""

@@ -42,6 +42,12 @@ checker. It never predicts a particular outcome; it checks what must hold of any
   joins the first); after shutdown every other request is rejected; each accepted interrupting
   request (a cancel, a rejected permission, a dismissed form, a confirmed close, the shutdown) is
   the one the run's ``run.finished`` names;
+* stalls (``run.stalled``/``run.unstalled``): only an active run is flagged, never twice in a row;
+  only a stalled run is cleared; a step or an ask of a stalled run comes after its ``run.unstalled``
+  (progress clears the flag), and so does its interrupt signal or its ``run.finished`` (a run leaving
+  ``active`` is not stalled); the actions it holds are pending ones. A ``lifecycle.confirmed`` is for
+  a pending maintenance close, and the runs its ``confirm_close`` interrupted end
+  ``lifecycle_interrupt`` naming that action and the confirm's origin;
 * with command batches: a reply comes after its ``action.result`` (and after its
   ``lifecycle.completed`` when it says ``completed``); a run is spawned once, on the instance it
   started on; an instance is disposed once, with no run on it; a run is signalled once (the first
@@ -118,11 +124,14 @@ from run_supervisor.protocol._events import (
     InstanceClosed,
     InstanceStarted,
     LifecycleCompleted,
+    LifecycleConfirmed,
     LifecycleDeferred,
     LifecycleRequested,
     RunFinished,
     RunQueued,
+    RunStalled,
     RunStarted,
+    RunUnstalled,
     SessionStatusChanged,
     StepFinished,
     StepStarted,
@@ -135,10 +144,13 @@ from run_supervisor.protocol._requests import (
     CancelRun,
     CloseOutcome,
     CloseRequest,
+    ConfirmClose,
     DeadlineExpired,
     DismissForm,
     DisposeDone,
     GraceExpired,
+    Heartbeat,
+    NoProgress,
     PartReport,
     ReplyPermission,
     Request,
@@ -148,6 +160,7 @@ from run_supervisor.protocol._requests import (
 )
 from run_supervisor.protocol._rules import (
     CLOSE_RULES,
+    CONFIRM_RULES,
     DEADLINE_ORIGIN,
     DEADLINE_REASON,
     QUEUE_RULES,
@@ -207,6 +220,7 @@ class _Run:
     disarmed: bool = False
     deadline_passed: bool = False
     policy: QueuePolicy = QueuePolicy.QUEUE  # what it was queued under (``run.queued``)
+    stalled: bool = False
 
 
 @dataclass(slots=True)
@@ -240,6 +254,8 @@ class _Action:
     """The shutdown that came while it was pending: its completion must say so."""
     noop: bool = False
     """Its fingerprint equals every live instance's it covers: it must be answered ``noop``."""
+    confirmed: str | None = None
+    """The origin of the ``lifecycle.confirmed`` that turned it (a maintenance close) into a confirmed one."""
 
 
 @dataclass(slots=True)
@@ -375,7 +391,9 @@ class InvariantChecker:
         if isinstance(command, Emit):
             self.event(command.event)
         elif isinstance(command, Reply):
-            self._reply_order(command.answer)
+            asked = self.asked.get(command.reply_to) if command.reply_to is not None else None
+            confirm = asked is not None and isinstance(asked.request, ConfirmClose)
+            self._reply_order(command.answer, confirm=confirm)
             if command.reply_to is not None:
                 self.answer(command.reply_to, command.answer)
         elif isinstance(command, SpawnRun):
@@ -460,6 +478,7 @@ class InvariantChecker:
             self.violation(f"ask {event.ask_id} raised by {event.run_id}, which is not active")
         self._no_retry_left(event.run_id, f"ask {event.ask_id}")
         self.ask_runs[event.ask_id] = event.run_id
+        self._progress(event.run_id, f"ask {event.ask_id}")
 
     def _ask_ended(self, event: AskReplied | AskDismissed | AskWithdrawn) -> None:
         """An ask is decided once: replied, dismissed or withdrawn, never two of them."""
@@ -652,6 +671,7 @@ class InvariantChecker:
         if run is None or run.state != "active":
             self.violation(f"a step of {event.run_id} while it is not active (seq {event.seq})")
         self._no_retry_left(event.run_id, "a step")
+        self._progress(event.run_id, "a step")
 
     def _no_retry_left(self, run_id: str, what: str) -> None:
         """The run went on: its session must have said ``busy`` before (the attempt is over)."""
@@ -671,6 +691,8 @@ class InvariantChecker:
         unfinished = [c for c in run.children if self.runs[c].finished is None]
         if unfinished:
             self.violation(f"{run.id} reported finished before its children {unfinished}")
+        if run.stalled:
+            self.violation(f"{run.id} finished while still flagged stalled (no run.unstalled first)")
         run.finished = event
         was = run.state
         run.state = "finished"
@@ -718,7 +740,13 @@ class InvariantChecker:
         if event.abandoned and was != "active":
             self.violation(f"{run.id} abandoned although it never started")
         action = self.actions.get(event.action_id or "")
-        if event.reason is InterruptReason.LIFECYCLE_INTERRUPT:
+        if event.reason is InterruptReason.LIFECYCLE_INTERRUPT and action is not None and action.confirmed:
+            if event.origin != action.confirmed or run.id not in action.blocking:
+                self.violation(
+                    f"{run.id} interrupted by the confirmed {action.id} with origin {event.origin!r}, "
+                    f"confirmed by {action.confirmed!r} (blocking: {sorted(action.blocking)})"
+                )
+        elif event.reason is InterruptReason.LIFECYCLE_INTERRUPT:
             if action is None or CLOSE_RULES[action.mode].interrupts_with is not event.reason:
                 self.violation(
                     f"{run.id} interrupted ({event.reason.value}) by {event.action_id}, not a confirmed close"
@@ -748,7 +776,7 @@ class InvariantChecker:
             self.violation(f"{run.id} interrupted ({event.reason.value}) with origin {event.origin!r}")
         elif event.reason in _QUEUE_REASONS:
             self._check_queue_ending(run, event, was)
-        if action is not None and action.mode is CloseMode.MAINTENANCE:
+        if action is not None and action.mode is CloseMode.MAINTENANCE and not action.confirmed:
             self.violation(f"{run.id} interrupted by the maintenance close {action.id}")
 
     def _check_queue_ending(self, run: _Run, event: RunFinished, was: str) -> None:
@@ -977,7 +1005,7 @@ class InvariantChecker:
 
     # --- commands ----------------------------------------------------------------------------
 
-    def _reply_order(self, answer: Answer) -> None:
+    def _reply_order(self, answer: Answer, *, confirm: bool = False) -> None:
         if not isinstance(answer, CloseOutcome) or answer.action_id is None:
             return
         action = self.actions.get(answer.action_id)
@@ -987,9 +1015,11 @@ class InvariantChecker:
         replied = sum(
             1
             for asked in self.asked.values()
-            if isinstance(asked.answer, CloseOutcome) and asked.answer.action_id == answer.action_id
+            if isinstance(asked.answer, CloseOutcome)
+            and asked.answer.action_id == answer.action_id
+            and not isinstance(asked.request, ConfirmClose)  # answered with the result given before
         )
-        if len(action.results) <= replied:
+        if not confirm and len(action.results) <= replied:
             self.violation(f"a reply about {answer.action_id} before its action.result")
         if answer.completed and not action.completed:
             self.violation(f"a reply says {answer.action_id} completed before its lifecycle.completed")
@@ -1051,11 +1081,13 @@ class InvariantChecker:
             )
         else:
             run.signalled = command.reason
+            if run.stalled:
+                self.violation(f"{command.run_id} signalled while still flagged stalled")
 
     # --- answers -----------------------------------------------------------------------------
 
     def _check_answer(self, token: Hashable, request: Request, answer: Answer, after_shutdown: bool) -> None:
-        closing = isinstance(request, CloseRequest | Shutdown)
+        closing = isinstance(request, CloseRequest | Shutdown | ConfirmClose)
         if closing != isinstance(answer, CloseOutcome):
             self.violation(f"{token!r}: {type(request).__name__} answered with {type(answer).__name__}")
         if answer.rejected:
@@ -1085,6 +1117,9 @@ class InvariantChecker:
                     f"{token!r}: a shutdown answered as {answer.action_id}, not {self.shutdown_id}"
                 )
             return
+        if isinstance(request, ConfirmClose):
+            self._check_confirm_answer(token, request, answer)
+            return
         assert isinstance(request, CloseRequest)
         if answer.result not in _CLOSE_RESULTS[request.mode]:
             self.violation(
@@ -1107,6 +1142,71 @@ class InvariantChecker:
             or answer.blocking_runs
         ):
             self.violation(f"{token!r} answered noop but touched something: {answer}")
+
+    def _check_confirm_answer(self, token: Hashable, request: ConfirmClose, answer: CloseOutcome) -> None:
+        action = self.actions.get(request.action_id)
+        if answer.action_id != request.action_id or action is None:
+            self.violation(f"{token!r}: confirm_close of {request.action_id} answered as {answer.action_id}")
+            return
+        if action.mode not in CONFIRM_RULES:
+            self.violation(f"{token!r}: a {action.mode.value} action {action.id} was confirmed")
+        if action.results and answer.result is not action.results[0]:
+            self.violation(
+                f"{token!r}: confirm_close answered {answer.result.value}, "
+                f"{action.id} resulted {action.results[0].value}"
+            )
+        strays = sorted(set(answer.interrupted_runs) - action.blocking)
+        if strays:
+            self.violation(
+                f"{token!r}: confirm_close of {action.id} interrupted {strays}, which it never waited for"
+            )
+
+    # --- stalls ------------------------------------------------------------------------------
+
+    def _progress(self, run_id: str, what: str) -> None:
+        run = self.runs.get(run_id)
+        if run is not None and run.stalled:
+            self.violation(f"{what} of {run_id} while it is still flagged stalled: progress clears the flag")
+
+    def _run_stalled(self, event: RunStalled) -> None:
+        run = self.runs.get(event.run_id)
+        if run is None or run.state != "active" or run.signalled is not None:
+            self.violation(f"{event.run_id} flagged stalled while it is not active (seq {event.seq})")
+            return
+        if run.stalled:
+            self.violation(f"{event.run_id} flagged stalled twice in a row")
+        run.stalled = True
+        for action_id in event.holding:
+            action = self.actions.get(action_id)
+            if action is None or action.completed >= action.requested:
+                self.violation(f"stalled {event.run_id} said to hold {action_id}, which is not pending")
+            elif event.run_id not in action.blocking:
+                self.violation(f"stalled {event.run_id} said to hold {action_id}, which never waited for it")
+
+    def _run_unstalled(self, event: RunUnstalled) -> None:
+        run = self.runs.get(event.run_id)
+        if run is None or not run.stalled:
+            self.violation(f"{event.run_id} unstalled but it was not flagged stalled (seq {event.seq})")
+            return
+        run.stalled = False
+
+    def _lifecycle_confirmed(self, event: LifecycleConfirmed) -> None:
+        action = self.actions.get(event.action_id)
+        if action is None or action.completed >= action.requested:
+            self.violation(f"{event.action_id} confirmed but it is not pending")
+            return
+        if action.mode not in CONFIRM_RULES:
+            self.violation(f"{event.action_id} ({action.mode.value}) confirmed: only a maintenance close is")
+        if action.confirmed is not None and action.confirmed != event.origin:
+            self.violation(
+                f"{event.action_id} confirmed by "
+                f" {event.origin!r} after {action.confirmed!r}: the first holds"
+            )
+            return
+        action.confirmed = event.origin
+        strays = sorted(set(event.interrupted_runs) - action.blocking)
+        if strays:
+            self.violation(f"{event.action_id} confirmed: it interrupts {strays}, which it never waited for")
 
     def _asked_run(self, ask_id: str | None, run_id: str | None) -> str:
         """The run a reply reached: named, or the run of the ask it names."""
@@ -1136,6 +1236,13 @@ class InvariantChecker:
                     self._asked_run(request.ask_id, request.run_id),
                     _Decision(InterruptReason.FORM_DISMISSED, "form", request.tag, by),
                 )
+            elif isinstance(request, ConfirmClose) and isinstance(answer, CloseOutcome):
+                for run_id in answer.interrupted_runs:
+                    add(
+                        run_id,
+                        # its origin is checked against the lifecycle.confirmed (the first confirm's)
+                        _Decision(InterruptReason.LIFECYCLE_INTERRUPT, None, answer.action_id, by),
+                    )
             elif isinstance(request, CloseRequest) and isinstance(answer, CloseOutcome):
                 reason = CLOSE_RULES[request.mode].interrupts_with
                 for run_id in answer.interrupted_runs:
@@ -1277,6 +1384,9 @@ _HANDLERS: dict[type, Callable[[InvariantChecker, Any], None]] = {
     AskReplied: InvariantChecker._ask_ended,
     AskDismissed: InvariantChecker._ask_ended,
     AskWithdrawn: InvariantChecker._ask_ended,
+    RunStalled: InvariantChecker._run_stalled,
+    RunUnstalled: InvariantChecker._run_unstalled,
+    LifecycleConfirmed: InvariantChecker._lifecycle_confirmed,
 }
 
 
@@ -1406,6 +1516,18 @@ class CoreShell:
 
     def dismiss_form(self, run: str, tag: str | None = None) -> Any:
         return self.request(DismissForm(run_id=run, tag=tag))
+
+    def stall(self, run: str, idle_ms: int = 60_000) -> list[Command]:
+        """The shell measured ``idle_ms`` without progress of ``run`` (``NoProgress``)."""
+        return self.report(NoProgress(run_id=run, idle_ms=idle_ms))
+
+    def heartbeat(self, run: str) -> list[Command]:
+        """The body of ``run`` says it makes progress while flagged (``Heartbeat``)."""
+        return self.report(Heartbeat(run_id=run))
+
+    def confirm(self, action_id: str, origin: str | None = None, tag: str | None = None) -> Any:
+        """``confirm_close``: turn a pending maintenance close into a confirmed one."""
+        return self.request(ConfirmClose(action_id=action_id, origin=origin, tag=tag))
 
     def finish(self, run: str, error: str | None = None) -> list[Command]:
         """The run's body returns (or raises ``error``)."""

@@ -25,6 +25,7 @@ from run_supervisor.protocol import (
     CloseRequest,
     CloseResult,
     Command,
+    ConfirmClose,
     DeliverAnswer,
     DismissForm,
     DisposeDone,
@@ -1553,6 +1554,7 @@ EVERY_REQUEST: list[Request] = [
     DismissForm(run_id="r1", tag="x"),
     SetQueuePolicy(session="s1", queue_policy=QueuePolicy.COALESCE),
     StartRun(run_id="r2", session="s1", directory=A, queue_policy=QueuePolicy.REJECT_IF_BUSY),
+    ConfirmClose(action_id="lc-1", origin="ui.confirm", tag="c"),
 ]
 
 

@@ -110,6 +110,11 @@ class AskReport(_Report, frozen=True, tag="ask"):
 class HeartbeatReport(_Report, frozen=True, tag="heartbeat"):
     """Nothing happened, but the client is alive: renews the lease."""
 
+    progress: bool = False
+    """The client's loop made progress (e.g. a chunk of its provider stream arrived): as
+    ``ctx.heartbeat()`` in-process, the run is not stalled (it clears ``run.stalled``). False: only
+    the lease is renewed -- a client's keep-alive timer says nothing about its loop."""
+
 
 class EndReport(_Report, frozen=True, tag="end"):
     """The client's loop is done: ``error`` null means it returned, else it failed with it."""
@@ -395,7 +400,7 @@ class ExternalRuns:
         return None
 
     def _apply(self, run: _External, ctx: RunContext, report: ExternalReport) -> ReportOutcome:
-        if isinstance(report, HeartbeatReport):
+        if isinstance(report, HeartbeatReport) and not report.progress:
             return _ok()
         if ctx.token.reason is not None:
             return _rejected(
@@ -413,6 +418,8 @@ class ExternalRuns:
                 return self._part(run, ctx, report)
             elif isinstance(report, AskReport):
                 return self._ask(run, ctx, report)
+            elif isinstance(report, HeartbeatReport):
+                ctx.heartbeat()
         except SupervisorError as exc:  # a malformed payload, an unknown call id...
             code = exc.code or RejectCode.INVALID_REQUEST
             return _rejected(code, str(exc))

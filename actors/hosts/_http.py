@@ -289,6 +289,13 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
 
         return route
 
+    async def confirm_action(request: HttpRequest) -> Response:
+        fields = await _body(request)
+        action_id = request.path_params["action_id"]
+        return _outcome(
+            await host.submit(_request({**fields, "type": "confirm_close", "action_id": action_id}))
+        )
+
     async def get_asks(request: HttpRequest) -> Response:
         run_id = request.query_params.get("run_id")
         return _json(encode(host.read(lambda sup: sup.pending_asks(run_id=run_id))))
@@ -456,6 +463,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
         Route("/sessions/{session}", handler(get_session), methods=["GET"]),
         Route("/sessions/{session}/queue_policy", handler(set_queue_policy), methods=["PUT", "POST"]),
         Route("/actions", handler(get_actions), methods=["GET"]),
+        Route("/actions/{action_id}/confirm", handler(confirm_action), methods=["POST"]),
         Route("/statistics", handler(get_statistics), methods=["GET"]),
         Route("/close", handler(close), methods=["POST"]),
         Route("/shutdown", handler(shutdown), methods=["POST"]),

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time each name is imported on first use
     from run_supervisor.actors import (
+        ActionAlreadyCompleted,
         AlreadyInterrupting,
         Ask,
         AskAlreadyAnswered,
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name is imported o
         JournalUnreadable,
         LoadFailed,
         NoInstanceHooks,
+        NotConfirmable,
         NothingPending,
         PermissionReply,
         QueuePolicyName,
@@ -64,6 +66,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time each name is imported o
         SupervisorError,
         SupervisorTimeout,
         ToolCall,
+        UnknownAction,
         UnknownAsk,
         UnknownDirectory,
         UnknownRun,
@@ -109,6 +112,10 @@ _HOME: dict[str, str] = {
     "QueuePolicy": "run_supervisor.protocol",
     "QueuePolicyName": "run_supervisor.actors",
     "SessionBusy": "run_supervisor.actors",
+    # confirm_close's rejections (issue 12 item 5)
+    "ActionAlreadyCompleted": "run_supervisor.actors",
+    "NotConfirmable": "run_supervisor.actors",
+    "UnknownAction": "run_supervisor.actors",
     "Ask": "run_supervisor.actors",
     "AskAlreadyAnswered": "run_supervisor.actors",
     "AskWithdrawn": "run_supervisor.actors",
@@ -186,6 +193,7 @@ _HOME: dict[str, str] = {
 }
 
 __all__ = [
+    "ActionAlreadyCompleted",
     "ActionSnapshot",
     "AlreadyInterrupting",
     "Ask",
@@ -222,6 +230,7 @@ __all__ = [
     "LoadCause",
     "LoadFailed",
     "NoInstanceHooks",
+    "NotConfirmable",
     "NothingPending",
     "Outcome",
     "PartSnapshot",
@@ -257,6 +266,7 @@ __all__ = [
     "SupervisorError",
     "SupervisorTimeout",
     "ToolCall",
+    "UnknownAction",
     "UnknownAsk",
     "UnknownDirectory",
     "UnknownRun",

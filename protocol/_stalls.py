@@ -1,0 +1,201 @@
+"""Progress, stalls and the one-request confirm: the part of the decision core for issue 12 item 5.
+
+The core never reads a clock. The shell records when each run last made progress and, when a run
+has made none for its stall setting, reports ``NoProgress``; the core flags the run stalled
+(``run.stalled``) if it is active and waits for nobody's answer. Any progress -- a step, a tool-part
+change, an ask raised or withdrawn, a heartbeat (``Heartbeat``) -- clears the flag
+(``run.unstalled``), and so does the run's leaving ``active``. The flag's moves are the table
+``protocol._rules.STALL_TRANSITIONS``.
+
+``confirm_close`` (``ConfirmClose``) turns a pending maintenance close into a confirmed one: the
+runs it waits for are interrupted with ``lifecycle_interrupt`` and the action's id, by the rule a
+``user_confirmed_interrupt`` close follows (``protocol._rules.CONFIRM_RULES``).
+
+``StallsMixin`` is one part of ``SupervisorCore`` (it shares the core's tables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from run_supervisor.protocol._enums import InterruptReason, RejectCode, RunState
+from run_supervisor.protocol._events import Event, LifecycleConfirmed, RunStalled, RunUnstalled
+from run_supervisor.protocol._records import _Run
+from run_supervisor.protocol._requests import (
+    AskRaised,
+    CloseOutcome,
+    ConfirmClose,
+    Heartbeat,
+    NoProgress,
+    PartReport,
+    RetryReport,
+    StepReport,
+    WithdrawAsk,
+)
+from run_supervisor.protocol._rules import (
+    CLOSE_RULES,
+    CONFIRM_RULES,
+    STALLABLE_RUN_STATES,
+    StallTrigger,
+    next_stall_state,
+    stall_applies,
+)
+
+if TYPE_CHECKING:
+    from run_supervisor.protocol._asks import AskBook
+    from run_supervisor.protocol._lifecycle import _Action
+    from run_supervisor.protocol._records import _Directory
+
+__all__ = ["PROGRESS_REPORTS", "StallsMixin"]
+
+PROGRESS_REPORTS = (StepReport, PartReport, AskRaised, WithdrawAsk, Heartbeat, RetryReport)
+"""The body reports that are progress: each clears its run's stalled flag (before it is handled). A
+retry is one too: the body is alive and tries its provider call again."""
+
+
+class StallsMixin:
+    """Stalls and confirms. Mixed into ``SupervisorCore``."""
+
+    if TYPE_CHECKING:  # what this part uses of the rest of the core (``protocol._core``)
+        _runs: dict[str, _Run]
+        _dirs: dict[str, _Directory]
+        _actions: dict[str, _Action]
+        _action_count: int
+        _asks: AskBook
+        _touch: Callable[[object], None]
+
+        def _next_seq(self) -> int: ...
+        def _emit(self, event: Event) -> None: ...
+        def _ignore(self) -> None: ...
+        def _reply(self, reply_to: Any, answer: CloseOutcome) -> None: ...
+        def _reject(self, reply_to: Any, code: RejectCode, error: str, *, close: bool = False) -> None: ...
+        def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
+        @staticmethod
+        def _close_outcome(action: _Action) -> CloseOutcome: ...
+
+    # --- the stalled flag --------------------------------------------------------------------
+
+    def _no_progress(self, report: NoProgress) -> None:
+        run = self._runs.get(report.run_id)
+        if run is None or run.state not in STALLABLE_RUN_STATES:
+            self._ignore()  # it stopped being active while the shell measured
+            return
+        if not stall_applies(run.state, len(self._asks.open_of(run.id))):
+            return  # it waits for the user: not the run's own stall (the shell measures again)
+        if self._move_stall(run, StallTrigger.NO_PROGRESS):
+            self._emit(
+                RunStalled(
+                    seq=self._next_seq(),
+                    run_id=run.id,
+                    session=run.session,
+                    idle_ms=report.idle_ms,
+                    holding=self._holding(run),
+                )
+            )
+
+    def _stall_progress(self, run_id: str) -> None:
+        """A progress report of ``run_id`` arrived (before it is handled): a stalled flag clears."""
+        run = self._runs.get(run_id)
+        if run is not None and run.stalled and run.state in STALLABLE_RUN_STATES:
+            self._move_stall(run, StallTrigger.PROGRESS)
+            self._emit(RunUnstalled(seq=self._next_seq(), run_id=run.id, progress=True))
+
+    def _heartbeat(self, report: Heartbeat) -> None:
+        run = self._runs.get(report.run_id)
+        if run is None or run.state not in STALLABLE_RUN_STATES:
+            self._ignore()  # late: the run was interrupted or ended (``_stall_progress`` did the rest)
+
+    def _left_active(self, run: _Run) -> None:
+        """``run`` just left ``active`` (``_move_run``): a stalled flag goes with it, announced."""
+        if run.stalled and run.state not in STALLABLE_RUN_STATES:
+            self._move_stall(run, StallTrigger.LEFT_ACTIVE)
+            self._emit(RunUnstalled(seq=self._next_seq(), run_id=run.id, progress=False))
+
+    def _move_stall(self, run: _Run, trigger: StallTrigger) -> bool:
+        """Every move of a run's stalled flag goes through here; True if it changed."""
+        new = next_stall_state(run.stalled, trigger)
+        if new is run.stalled:
+            return False
+        self._touch(run)
+        run.stalled = new
+        return True
+
+    def _holding(self, run: _Run) -> tuple[str, ...]:
+        """The pending actions that wait for ``run`` (its instance is among those they await)."""
+        if run.generation is None:
+            return ()
+        key = (run.directory, run.generation)
+        return tuple(action.id for action in self._actions.values() if key in action.awaiting)
+
+    def _stalled_of(self, runs: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(r for r in runs if (run := self._runs.get(r)) is not None and run.stalled)
+
+    # --- confirm_close -------------------------------------------------------------------------
+
+    def _issued(self, action_id: str) -> bool:
+        """This core made ``action_id`` (``lc-N``, numbered from 1 in creation order)."""
+        number = action_id[3:] if action_id.startswith("lc-") else ""
+        return number.isascii() and number.isdigit() and 1 <= int(number) <= self._action_count
+
+    def _confirm_close(self, req: ConfirmClose, reply_to: Any) -> None:
+        action = self._actions.get(req.action_id)
+        if action is None:
+            if self._issued(req.action_id):
+                self._reject(
+                    reply_to,
+                    RejectCode.ACTION_ALREADY_COMPLETED,
+                    f"lifecycle action {req.action_id!r} has completed already: nothing waits any more",
+                    close=True,
+                )
+            else:
+                self._reject(
+                    reply_to,
+                    RejectCode.UNKNOWN_ACTION,
+                    f"no lifecycle action {req.action_id!r} was asked of this supervisor",
+                    close=True,
+                )
+            return
+        confirmed = CONFIRM_RULES.get(action.mode)
+        reason = CLOSE_RULES[confirmed].interrupts_with if confirmed is not None else None
+        if reason is None:
+            self._reject(
+                reply_to,
+                RejectCode.NOT_CONFIRMABLE,
+                f"lifecycle action {action.id!r} is a {action.do.value} in mode {action.mode.value}, "
+                f"not a maintenance close: there is nothing to confirm",
+                close=True,
+            )
+            return
+        # A second confirm changes nothing of the first (its runs are interrupting already).
+        origin = action.confirmed_by or req.origin or action.origin
+        # Taken before interrupting (as ``_cover`` does): a parent's interrupt also interrupts its
+        # children, which are pinned to the same instance.
+        targets = [
+            run_id
+            for key in sorted(action.awaiting)
+            if (instance := self._dirs[key[0]].open.get(key[1])) is not None
+            for run_id in sorted(instance.runs)
+            if self._runs[run_id].state is RunState.ACTIVE
+        ]
+        self._touch(action)
+        action.confirmed_by = origin
+        self._emit(
+            LifecycleConfirmed(
+                seq=self._next_seq(),
+                action_id=action.id,
+                origin=origin,
+                interrupted_runs=tuple(targets),
+                tag=req.tag,
+            )
+        )
+        for run_id in targets:
+            run = self._runs[run_id]
+            if run.state is RunState.ACTIVE:
+                self._interrupt(run, reason, origin, action.id)
+        self._reply(
+            reply_to,
+            msgspec.structs.replace(self._close_outcome(action), interrupted_runs=tuple(targets)),
+        )

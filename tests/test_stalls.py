@@ -1,0 +1,440 @@
+"""Progress and stalls (issue 12, item 5): a run that made no progress for its stall setting is flagged
+stalled (an event, a field in pending actions), progress clears the flag, and one request turns the
+deferred close it holds into a confirmed one."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from run_supervisor.actors import (
+    ActionAlreadyCompleted,
+    AsyncRunContext,
+    AsyncSupervisor,
+    Gate,
+    InvalidRequest,
+    NotConfirmable,
+    RunContext,
+    RunInterrupted,
+    Supervisor,
+    SupervisorConfig,
+    UnknownAction,
+)
+from run_supervisor.actors._progress import Progress
+from run_supervisor.actors.testing import EventLog
+from run_supervisor.protocol import (
+    STALL_TRANSITIONS,
+    AskKind,
+    AskRaised,
+    CloseAction,
+    CloseMode,
+    CloseOutcome,
+    CloseResult,
+    Heartbeat,
+    InterruptReason,
+    LifecycleConfirmed,
+    PartReport,
+    PartState,
+    RejectCode,
+    RunStalled,
+    RunState,
+    RunUnstalled,
+    StallTrigger,
+    StepKind,
+    StepReport,
+    WithdrawAsk,
+    WithdrawReason,
+)
+from run_supervisor.protocol._payloads import make_payload
+from run_supervisor.protocol.testing import CoreShell, InvariantChecker, InvariantViolation
+
+MAINTENANCE = CloseMode.MAINTENANCE
+
+
+def _held_by_a_reload(shell: CoreShell, run: str = "r1") -> str:
+    """``run`` is active in /w/a and a maintenance reload waits for it; the reload's action id."""
+    shell.start(run, directory="/w/a")
+    shell.tool(run, upto=PartState.PREPARED)
+    answer = shell.close(CloseAction.RELOAD, "/w/a", mode=MAINTENANCE)
+    assert isinstance(answer, CloseOutcome) and answer.result is CloseResult.DEFERRED
+    assert answer.action_id is not None
+    return answer.action_id
+
+
+# --- the core: flagging and clearing -------------------------------------------------------------------
+
+
+def test_a_run_without_progress_is_flagged_stalled_and_the_close_it_holds_lists_it() -> None:
+    shell = CoreShell("/w/a")
+    action = _held_by_a_reload(shell)
+
+    shell.stall("r1", idle_ms=30_000)
+
+    event = shell.one(RunStalled, run_id="r1")
+    assert (event.idle_ms, event.holding, event.session) == (30_000, (action,), "s-r1")
+    (pending,) = shell.core.pending_actions()
+    assert pending.blocking_runs == pending.stalled_runs == ("r1",)
+    assert shell.core.run_snapshot("r1").stalled  # type: ignore[union-attr]
+
+
+def test_a_second_report_of_the_same_stall_says_nothing_new() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1")
+    shell.stall("r1")
+    shell.stall("r1")
+    assert len(shell.of(RunStalled)) == 1
+
+
+@pytest.mark.parametrize(
+    "progress",
+    [
+        StepReport("r1", "model-2", StepKind.MODEL, finished=False),
+        PartReport("r1", "bash", PartState.RUNNING),
+        Heartbeat("r1"),
+    ],
+    ids=["a step", "a tool-part change", "a heartbeat"],
+)
+def test_any_progress_clears_the_stall_before_it_is_announced(progress: object) -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1")
+    shell.tool("r1", upto=PartState.PREPARED)
+    shell.stall("r1")
+
+    batch = shell.report(progress)  # type: ignore[arg-type]
+
+    events = shell.events_in(batch)
+    assert isinstance(events[0], RunUnstalled) and events[0].progress
+    assert not shell.core.run_snapshot("r1").stalled  # type: ignore[union-attr]
+
+
+def test_an_ask_is_progress_and_a_run_waiting_for_the_user_is_not_flagged() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1")
+    shell.stall("r1")
+    payload = make_payload("open_permission", title="run ls?")
+    shell.report(AskRaised(run_id="r1", ask_id="r1:ask-1", kind=AskKind.PERMISSION, payload=payload))
+    assert shell.of(RunUnstalled, run_id="r1")[0].progress
+
+    shell.stall("r1")  # the user is slow, not the run
+
+    assert len(shell.of(RunStalled)) == 1
+    shell.report(WithdrawAsk(run_id="r1", ask_id="r1:ask-1", reason=WithdrawReason.TIMEOUT))
+    shell.stall("r1")
+    assert len(shell.of(RunStalled)) == 2
+
+
+def test_only_an_active_run_is_flagged() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1", session="s")
+    shell.start("r2", session="s")  # queued behind r1
+    shell.stall("r2")
+    shell.cancel("r1")  # interrupting: its body has not stopped yet
+    shell.stall("r1")
+    assert shell.of(RunStalled) == []
+    assert shell.core.statistics().reports_ignored == 2
+
+
+def test_an_interrupt_takes_the_flag_away_saying_it_was_not_progress() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1")
+    shell.stall("r1")
+
+    shell.cancel("r1")
+
+    (unstalled,) = shell.of(RunUnstalled)
+    assert not unstalled.progress
+    assert shell.core.run_snapshot("r1").state is RunState.INTERRUPTING  # type: ignore[union-attr]
+    assert not shell.core.run_snapshot("r1").stalled  # type: ignore[union-attr]
+
+
+def test_the_flag_moves_are_the_rules_table() -> None:
+    assert STALL_TRANSITIONS[False][StallTrigger.NO_PROGRESS] is True
+    assert STALL_TRANSITIONS[True][StallTrigger.PROGRESS] is False
+    assert STALL_TRANSITIONS[True][StallTrigger.LEFT_ACTIVE] is False
+    assert all(not moves[StallTrigger.PROGRESS] for moves in STALL_TRANSITIONS.values())
+
+
+# --- the core: confirm_close -------------------------------------------------------------------------
+
+
+def test_confirm_close_interrupts_what_a_pending_maintenance_close_waits_for() -> None:
+    shell = CoreShell("/w/a")
+    action = _held_by_a_reload(shell)
+    shell.stall("r1")
+
+    answer = shell.confirm(action, origin="ui.stalled-prompt")
+
+    assert isinstance(answer, CloseOutcome)
+    assert (answer.result, answer.action_id, answer.interrupted_runs) == (
+        CloseResult.DEFERRED,
+        action,
+        ("r1",),
+    )
+    assert not answer.completed
+    confirmed = shell.one(LifecycleConfirmed, action_id=action)
+    assert (confirmed.origin, confirmed.interrupted_runs) == ("ui.stalled-prompt", ("r1",))
+    shell.finish("r1")
+    ended = shell.finished("r1")
+    assert (ended.reason, ended.origin, ended.action_id) == (
+        InterruptReason.LIFECYCLE_INTERRUPT,
+        "ui.stalled-prompt",
+        action,
+    )
+    assert shell.core.pending_actions() == ()
+    shell.shutdown()
+    shell.checker.finish()
+
+
+def test_a_confirm_without_an_origin_names_the_close_it_serves() -> None:
+    shell = CoreShell("/w/a")
+    action = _held_by_a_reload(shell)
+    shell.confirm(action)
+    shell.finish("r1")
+    assert shell.finished("r1").origin == "config.update"  # the reload's own origin
+
+
+def test_a_confirmed_close_interrupts_children_with_their_parent() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("p")
+    shell.start("c", directory="/w/a", parent="p")
+    action = shell.close(CloseAction.DISPOSE, "/w/a", mode=MAINTENANCE).action_id  # type: ignore[union-attr]
+
+    answer = shell.confirm(action)
+
+    assert set(answer.interrupted_runs) == {"p", "c"}  # type: ignore[union-attr]
+    shell.finish("c")
+    shell.finish("p")
+    assert shell.finished("c").action_id == shell.finished("p").action_id == action
+    shell.shutdown()
+    shell.checker.finish()
+
+
+def test_a_second_confirm_changes_nothing() -> None:
+    shell = CoreShell("/w/a")
+    action = _held_by_a_reload(shell)
+    shell.confirm(action, origin="first")
+    again = shell.confirm(action, origin="second")
+    assert again.interrupted_runs == ()  # type: ignore[union-attr]
+    shell.finish("r1")
+    assert shell.finished("r1").origin == "first"
+
+
+@pytest.mark.parametrize(
+    ("setup", "code"),
+    [
+        ("unknown", RejectCode.UNKNOWN_ACTION),
+        ("completed", RejectCode.ACTION_ALREADY_COMPLETED),
+        ("confirmed mode", RejectCode.NOT_CONFIRMABLE),
+    ],
+)
+def test_confirm_close_rejects_what_it_cannot_confirm(setup: str, code: RejectCode) -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1")
+    if setup == "unknown":
+        action = "lc-7"
+    elif setup == "completed":
+        action = shell.close(CloseAction.DISPOSE, "/w/a", mode=MAINTENANCE).action_id  # type: ignore[union-attr]
+        shell.finish("r1")
+    else:
+        shell.tool("r1", upto=PartState.PREPARED)
+        action = shell.close(  # type: ignore[union-attr]
+            CloseAction.DISPOSE, "/w/a", mode=CloseMode.USER_CONFIRMED_INTERRUPT
+        ).action_id
+    answer = shell.confirm(action)
+    assert isinstance(answer, CloseOutcome)
+    assert answer.rejected and answer.code is code and answer.error
+
+
+def test_the_checker_catches_a_stalled_run_that_finishes_without_being_cleared() -> None:
+    checker = InvariantChecker(raise_at_once=True)
+    shell = CoreShell("/w/a", checker=checker)
+    shell.start("r1")
+    shell.stall("r1")
+    checker.runs["r1"].stalled = True
+    with pytest.raises(InvariantViolation, match="step of r1 while it is still flagged stalled"):
+        checker._progress("r1", "a step")
+
+
+# --- the shell: measuring -----------------------------------------------------------------------------
+
+
+def test_a_beat_racing_a_flag_is_never_lost() -> None:
+    progress = Progress()
+    progress.last -= 10  # idle for ten seconds
+    flagged, idle = progress.flag_if_idle(1.0)
+    assert flagged and idle >= 10
+    assert progress.beat()  # the first beat after the flag tells the core
+    assert not progress.beat()  # later ones only record the time
+    flagged, wait = progress.flag_if_idle(1.0)
+    assert not flagged and 0 < wait <= 1.0
+
+
+def _hung_body(gate: Gate, entered: threading.Event):
+    def body(ctx: RunContext) -> None:
+        with ctx.step("model"):
+            entered.set()
+            ctx.wait(gate)  # a provider stream that stopped: no progress
+            ctx.heartbeat()  # it came back
+            ctx.wait(Gate("never"), timeout=30)
+
+    return body
+
+
+def test_a_hung_body_is_flagged_after_stall_after_ms_and_confirm_close_interrupts_it() -> None:
+    config = SupervisorConfig(shutdown_at_exit=False, stall_after_ms=50)
+    with Supervisor.start(config, directories=["/w/a"]) as sup:
+        log = EventLog(sup)
+        gate, entered = Gate("stream"), threading.Event()
+        handle = sup.start_run(_hung_body(gate, entered), session="s1", directory="/w/a")
+        assert entered.wait(10)
+        deferred = sup.close("reload", mode="maintenance", origin="models.refresh", directory="/w/a")
+        assert deferred.result is CloseResult.DEFERRED and deferred.action_id is not None
+
+        stalled = log.wait_for("run.stalled", run_id=handle.run_id, timeout=10)
+
+        assert isinstance(stalled, RunStalled) and stalled.idle_ms >= 50
+        assert stalled.holding == (deferred.action_id,)
+        (pending,) = sup.pending_actions()
+        assert pending.stalled_runs == (handle.run_id,)
+        assert sup.run(handle.run_id).stalled  # type: ignore[union-attr]
+
+        confirmed = sup.confirm_close(deferred.action_id, origin="user.confirmed")
+
+        assert confirmed.interrupted_runs == (handle.run_id,)
+        ended = handle.wait(10)
+        assert (ended.reason, ended.origin, ended.action_id) == (
+            InterruptReason.LIFECYCLE_INTERRUPT,
+            "user.confirmed",
+            deferred.action_id,
+        )
+        log.wait_for("lifecycle.completed", action_id=deferred.action_id, timeout=10)
+        with pytest.raises(ActionAlreadyCompleted):
+            sup.confirm_close(deferred.action_id)
+
+
+def test_a_heartbeat_clears_the_flag_and_the_run_is_measured_again() -> None:
+    config = SupervisorConfig(shutdown_at_exit=False, stall_after_ms=50)
+    with Supervisor.start(config) as sup:
+        log = EventLog(sup)
+        gate, entered = Gate("stream"), threading.Event()
+        handle = sup.start_run(_hung_body(gate, entered), session="s1", directory="/w/a")
+        log.wait_for("run.stalled", run_id=handle.run_id, timeout=10)
+
+        gate.open()  # the stream resumes: the body heartbeats once, then hangs again
+
+        cleared = log.wait_for("run.unstalled", run_id=handle.run_id, timeout=10)
+        assert isinstance(cleared, RunUnstalled) and cleared.progress
+        again = [e for e in log.collect() if isinstance(e, RunStalled)]
+        if len(again) < 2:
+            log.wait_for("run.stalled", run_id=handle.run_id, seq=cleared.seq + 1, timeout=10)
+        sup.cancel(handle.run_id)
+        handle.wait(10)
+
+
+def test_a_run_may_have_its_own_stall_setting() -> None:
+    config = SupervisorConfig(shutdown_at_exit=False)  # stalls are not measured by default
+    with Supervisor.start(config) as sup:
+        log = EventLog(sup)
+        gates = Gate("a"), Gate("b")
+        entered = threading.Event(), threading.Event()
+        quiet = sup.start_run(_hung_body(gates[0], entered[0]), session="s1", directory="/w/a")
+        watched = sup.start_run(
+            _hung_body(gates[1], entered[1]), session="s2", directory="/w/a", stall_after_ms=40
+        )
+        log.wait_for("run.stalled", run_id=watched.run_id, timeout=10)
+        assert not sup.run(quiet.run_id).stalled  # type: ignore[union-attr]
+        for handle in (quiet, watched):
+            sup.cancel(handle.run_id)
+            handle.wait(10)
+
+
+def test_stall_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="stall_after_ms"):
+        SupervisorConfig(stall_after_ms=0)
+    with Supervisor.start(SupervisorConfig(shutdown_at_exit=False)) as sup:
+        with pytest.raises(InvalidRequest, match="stall_after_ms"):
+            sup.start_run(lambda ctx: None, session="s", directory="/w/a", stall_after_ms=0)
+        with pytest.raises(InvalidRequest, match="action_id"):
+            sup.confirm_close("")
+        with pytest.raises(UnknownAction):
+            sup.confirm_close("lc-404")
+
+
+def test_a_confirmed_mode_close_is_not_confirmable() -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def body(ctx: RunContext) -> None:
+        try:
+            entered.set()
+            ctx.wait(Gate("never"), timeout=30)
+        except RunInterrupted:
+            release.wait(10)  # slow to stop: the confirmed close stays pending meanwhile
+            raise
+
+    with Supervisor.start(SupervisorConfig(shutdown_at_exit=False), directories=["/w/a"]) as sup:
+        handle = sup.start_run(body, session="s", directory="/w/a")
+        assert entered.wait(10)
+        outcome = sup.close("dispose", mode="user_confirmed_interrupt", origin="x", directory="/w/a")
+        assert outcome.action_id is not None and not outcome.completed
+        try:
+            with pytest.raises(NotConfirmable):
+                sup.confirm_close(outcome.action_id)
+        finally:
+            release.set()
+        handle.wait(10)
+
+
+def test_the_async_facade_heartbeats_and_confirms() -> None:
+    async def main() -> None:
+        config = SupervisorConfig(shutdown_at_exit=False, stall_after_ms=50)
+        sup = await AsyncSupervisor.start(config, directories=["/w/a"])
+        try:
+            log = EventLog(sup)
+            resumed = asyncio.Event()
+
+            async def body(ctx: AsyncRunContext) -> None:
+                await ctx.wait(Gate("hung"), timeout=30)
+
+            handle = await sup.start_run(body, session="s1", directory="/w/a")
+            outcome = await sup.close("dispose", mode="maintenance", origin="cfg", directory="/w/a")
+            await log.wait_for_async("run.stalled", run_id=handle.run_id, timeout=10)
+            assert outcome.action_id is not None
+
+            confirmed = await sup.confirm_close(outcome.action_id)
+
+            assert confirmed.interrupted_runs == (handle.run_id,)
+            ended = await handle.wait(10)
+            assert ended.action_id == outcome.action_id
+            resumed.set()
+        finally:
+            await sup.shutdown()
+
+    asyncio.run(main())
+
+
+def test_an_async_body_heartbeat_clears_its_stall() -> None:
+    async def main() -> None:
+        config = SupervisorConfig(shutdown_at_exit=False, stall_after_ms=50)
+        sup = await AsyncSupervisor.start(config)
+        try:
+            log = EventLog(sup)
+            gate = Gate("stream")
+
+            async def body(ctx: AsyncRunContext) -> None:
+                await ctx.wait(gate)
+                ctx.heartbeat()
+                await ctx.wait(Gate("never"), timeout=30)
+
+            handle = await sup.start_run(body, session="s1", directory="/w/a")
+            await log.wait_for_async("run.stalled", run_id=handle.run_id, timeout=10)
+            gate.open()
+            cleared = await log.wait_for_async("run.unstalled", run_id=handle.run_id, timeout=10)
+            assert cleared.progress  # type: ignore[union-attr]
+            await sup.cancel(handle.run_id)
+            await handle.wait(10)
+        finally:
+            await sup.shutdown()
+
+    asyncio.run(main())
