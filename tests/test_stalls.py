@@ -23,6 +23,8 @@ from run_supervisor.actors import (
     UnknownAction,
 )
 from run_supervisor.actors._progress import Progress
+from run_supervisor.actors.scenarios import ScenarioFileError, parse_scenario, play
+from run_supervisor.actors.scenarios._format import UserAction, WhenKind
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import (
     STALL_TRANSITIONS,
@@ -438,3 +440,80 @@ def test_an_async_body_heartbeat_clears_its_stall() -> None:
             await sup.shutdown()
 
     asyncio.run(main())
+
+
+# --- the scenario format --------------------------------------------------------------------------------
+
+_STALL_DOC = """
+name = "stall"
+directories = ["/p"]
+stall_after_ms = 150
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/p"
+steps = [{{ kind = "model", gate = "g1", heartbeat_ms = 10 }}, {{ kind = "model", gate = "g2" }}]
+
+[[actions]]
+id = "a1"
+when = "r1.started"
+do = "{do}"
+directory = "/p"
+mode = "{mode}"
+
+[[actions]]
+id = "a2"
+when = "r1.stalled"
+do = "confirm"
+action = "a1"
+
+[expect.r1]
+stalled = true
+"""
+
+
+def test_a_scenario_sets_the_stall_setting_heartbeats_and_confirms_on_a_stall() -> None:
+    scenario = parse_scenario(_STALL_DOC.format(do="reload", mode="maintenance"), file="t.toml", fmt="toml")
+
+    assert scenario.stall_after_ms == 150
+    assert scenario.runs[0].steps[0].heartbeat_ms == 10
+    assert scenario.runs[0].steps[1].heartbeat_ms is None
+    confirm = scenario.actions[1]
+    assert (confirm.do, confirm.action, confirm.origin) == (UserAction.CONFIRM, "a1", None)
+    assert confirm.when.kind is WhenKind.RUN_STALLED and confirm.when.run == "r1"
+    assert dict(scenario.expect[0].fields) == {"stalled": True}
+
+
+@pytest.mark.parametrize(
+    ("do", "mode", "problem"),
+    [
+        ("reload", "user_confirmed_interrupt", "is not a maintenance close"),
+        ("cancel", "maintenance", "does not take this key"),
+    ],
+)
+def test_a_scenario_confirm_names_a_maintenance_close(do: str, mode: str, problem: str) -> None:
+    text = _STALL_DOC.format(do=do, mode=mode)
+    if do == "cancel":
+        text = text.replace('directory = "/p"\nmode = "maintenance"', 'run = "r1"\nmode = "maintenance"')
+    with pytest.raises(ScenarioFileError, match=problem):
+        parse_scenario(text, file="t.toml", fmt="toml")
+
+
+def test_a_played_scenario_reports_the_stall_and_the_confirmed_interrupt() -> None:
+    text = _STALL_DOC.format(do="reload", mode="maintenance").replace(
+        'steps = [{ kind = "model", gate = "g1", heartbeat_ms = 10 }, { kind = "model", gate = "g2" }]',
+        'steps = [{ kind = "model", gate = "g2" }]',
+    )
+    text += '\n[[actions]]\nwhen = "a1.completed"\ndo = "open_gate"\ngate = "g2"\n'
+    text += '\n[expect.a2]\nresult = "deferred"\ninterrupted_runs = ["r1"]\n'
+    report = play(parse_scenario(text, file="t.toml", fmt="toml"), timeout=20)
+
+    assert report.passed, report.failures
+    r1 = report.runs["r1"]
+    assert (r1.reason, r1.origin, r1.action, r1.stalled) == (
+        InterruptReason.LIFECYCLE_INTERRUPT,
+        "reload",  # the confirm gives no origin: the close's own (a reload's default origin in a file)
+        "a1",
+        True,
+    )

@@ -7,6 +7,7 @@ cancellation token) and ``Gate``, exactly as an agent backend would.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,12 +22,38 @@ class ScenarioFault(Exception):
     """The error a step's ``fail`` key makes the run body raise."""
 
 
+def _wait_gate(ctx: RunContext, step: StepSpec, gate: Gate) -> None:
+    """Wait at the step's gate; with ``heartbeat_ms``, heartbeating meanwhile (a stream that is alive)."""
+    interruptible = not step.ignores_cancel
+    if step.heartbeat_ms is None:
+        gate.wait(ctx.token, interruptible=interruptible)
+        return
+    while not gate.wait(ctx.token, step.heartbeat_ms / 1000.0, interruptible=interruptible):
+        _beat(ctx)
+
+
+def _pause(ctx: RunContext, step: StepSpec) -> None:
+    """The step's ``ms`` of work; with ``heartbeat_ms``, heartbeating meanwhile."""
+    interruptible = not step.ignores_cancel
+    end = time.monotonic() + step.ms / 1000.0
+    while (left := end - time.monotonic()) > 0:
+        slice_s = left if step.heartbeat_ms is None else min(left, step.heartbeat_ms / 1000.0)
+        ctx.token.wait_until(lambda: False, slice_s, interruptible=interruptible)
+        if step.heartbeat_ms is not None:
+            _beat(ctx)
+
+
+def _beat(ctx: RunContext) -> None:
+    if not ctx.cancelled:  # a step that ignores its cancellation goes on without raising here
+        ctx.heartbeat()
+
+
 def _work(ctx: RunContext, step: StepSpec, gates: dict[str, Gate]) -> None:
     interruptible = not step.ignores_cancel
     if step.gate is not None and (step.kind is not StepKind.TOOL_EXEC or step.at is PartState.RUNNING):
-        gates[step.gate].wait(ctx.token, interruptible=interruptible)
+        _wait_gate(ctx, step, gates[step.gate])
     if step.ms:
-        ctx.token.wait_until(lambda: False, step.ms / 1000.0, interruptible=interruptible)
+        _pause(ctx, step)
     if not interruptible:
         ctx.check()  # the step's work is done: now the decided interrupt takes effect
     if step.fail is not None:
@@ -74,7 +101,7 @@ def make_body(
             if kind is StepKind.TOOL_EXEC and step.at is PartState.PREPARED:
                 assert call is not None
                 if step.gate is not None:
-                    gates[step.gate].wait(ctx.token, interruptible=not step.ignores_cancel)
+                    _wait_gate(ctx, step, gates[step.gate])
                     if step.ignores_cancel:
                         ctx.check()
                 call.running()

@@ -166,6 +166,10 @@ class StepSpec:
     command: str | None = None
     options: tuple[str, ...] = ()
     questions: tuple[Question, ...] = ()
+    heartbeat_ms: int | None = None
+    """An extension (stalls): while the step waits at its gate or for its ``ms``, the body calls
+    ``ctx.heartbeat()`` this often -- a stream that is alive; without it a waiting step makes no
+    progress, like a hung one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +229,8 @@ class ActionSpec:
     """The four closes (an extension): what the close would change to; see the no-op gate."""
     reload_policy: ReloadPolicy | None = None
     """``reload`` only (an extension): this reload's policy; None: the scenario's ``reload_policy``."""
+    action: str | None = None
+    """``confirm`` (an extension): the file id of the maintenance close it confirms."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +285,8 @@ class Scenario:
     gates: tuple[str, ...]
     """Every gate named by a step, sorted."""
     fingerprints: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    stall_after_ms: int | None = None
+    """An extension: the supervisor's ``stall_after_ms`` for the play (None: stalls not measured)."""
     """An extension: the fingerprint each listed directory's first generation is loaded with."""
     queue_policies: Mapping[str, QueuePolicy] = field(default_factory=lambda: MappingProxyType({}))
     """An extension: each listed session's default queue policy, set before any run starts."""
@@ -310,6 +318,9 @@ class UserAction(StrEnum):
     CANCEL_FORM = "cancel_form"
     OPEN_GATE = "open_gate"
     """Done by the runner itself: it opens one of the file's gates."""
+    CONFIRM = "confirm"
+    """An extension (stalls): ``confirm_close`` of the close named by ``action``: its blocking runs
+    are interrupted (``lifecycle_interrupt``); answered with that close's result."""
     CRASH = InterruptReason.CRASH.value  # the action is named after the reason it leaves behind
     """Done by the runner itself: the supervisor dies as a kill would (its run journal keeps only
     what was committed), and a new one starts on the same journal and recovers what was unfinished."""
@@ -345,6 +356,10 @@ class WhenKind(StrEnum):
     """``<action>.<result>``."""
     ACTION_COMPLETED = "action_completed"
     """``<action>.completed``: a lifecycle action's ``lifecycle.completed`` event."""
+    RUN_STALLED = "run_stalled"
+    """An extension: ``<run>.stalled``, the run's first ``run.stalled`` event."""
+    RUN_UNSTALLED = "run_unstalled"
+    """An extension: ``<run>.unstalled``, the run's first ``run.unstalled`` event."""
 
 
 class ExpectationTarget(StrEnum):
@@ -388,7 +403,7 @@ def _values(enum: type[StrEnum]) -> frozenset[str]:
     return frozenset(member.value for member in enum)
 
 
-_STEP_COMMON_KEYS = ("kind", "id", "gate", "ms", "fail", "ignores_cancel")
+_STEP_COMMON_KEYS = ("kind", "id", "gate", "ms", "fail", "ignores_cancel", "heartbeat_ms")
 _ASK_KEYS = ("ask", "wait", "timeout_ms", "title")  # this project: asks with names and payloads
 _STEP_KEYS: Mapping[StepKind, frozenset[str]] = {
     StepKind.MODEL: frozenset(_STEP_COMMON_KEYS),
@@ -422,6 +437,7 @@ _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.CANCEL_FORM: ("run", "ask", "message"),
     UserAction.OPEN_GATE: ("gate",),
     UserAction.CRASH: (),
+    UserAction.CONFIRM: ("action", "origin"),
 }
 _ASK_OF: Mapping[ActionDo, AskKind] = {
     UserAction.REPLY_PERMISSION: AskKind.PERMISSION,
@@ -442,6 +458,7 @@ _ACTION_REQUIRED: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.CANCEL_FORM: ("run",),
     UserAction.OPEN_GATE: ("gate",),
     UserAction.CRASH: (),
+    UserAction.CONFIRM: ("action",),
 }
 _DEFAULT_ORIGIN: Mapping[ActionDo, str] = {
     **{do: do.value for do in CloseAction},
@@ -469,6 +486,8 @@ def _results(
         return (CloseResult.FORCED,)  # never rejected: a second one gets the first one's result
     if do in (UserAction.OPEN_GATE, UserAction.CRASH):
         return (RequestResult.OK,)  # always ok, even after shutdown
+    if do is UserAction.CONFIRM:  # answered with the confirmed close's result
+        return (CloseResult.DEFERRED, CloseResult.COMPLETED, CloseResult.REJECTED)
     return (RequestResult.OK, RequestResult.REJECTED)
 
 
@@ -559,6 +578,7 @@ class _StepModel(_Model):
     command: _Text | None = None
     options: list[_Text] | None = None
     questions: list[_Text | _QuestionModel] | None = None
+    heartbeat_ms: Annotated[StrictInt, Field(ge=1, le=MAX_MS)] | None = None
 
 
 class _RunModel(_Model):
@@ -587,6 +607,7 @@ class _ActionModel(_Model):
     grace_ms: _Ms | None = None
     fingerprint: _Text | None = None
     reload_policy: Annotated[StrictStr, _one_of_values(ReloadPolicy)] | None = None
+    action: StrictStr | None = None
 
 
 class _FaultModel(_Model):
@@ -603,6 +624,7 @@ class _ScenarioModel(_Model):
     expect: dict[StrictStr, dict[StrictStr, Any]] = Field(default_factory=dict)
     instance_faults: dict[_Directory, _FaultModel] = Field(default_factory=dict)
     fingerprints: dict[_Directory, _Text] = Field(default_factory=dict)
+    stall_after_ms: Annotated[StrictInt, Field(ge=1, le=MAX_MS)] | None = None
     queue_policies: dict[_Id, Annotated[StrictStr, _one_of_values(QueuePolicy)]] = Field(default_factory=dict)
     reload_policy: Annotated[StrictStr, _one_of_values(ReloadPolicy)] = ReloadPolicy.EAGER.value
 
@@ -616,6 +638,7 @@ class _RunExpectModel(_Model):
     generation: Annotated[Any, AfterValidator(_generation)] = None
     error: StrictStr | None = None
     tool_parts: list[Any] | None = None
+    stalled: StrictBool | None = None
 
 
 class _PartExpectModel(_Model):
@@ -1068,6 +1091,7 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         sessions=sessions,
         gates=gates,
         fingerprints=MappingProxyType(dict(model.fingerprints)),
+        stall_after_ms=model.stall_after_ms,
         queue_policies=MappingProxyType({s: QueuePolicy(p) for s, p in model.queue_policies.items()}),
         reload_policy=ReloadPolicy(model.reload_policy),
     )
@@ -1134,6 +1158,7 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
             command=step.command,
             options=tuple(step.options or ()),
             questions=tuple(_question(q) for q in step.questions or ()),
+            heartbeat_ms=step.heartbeat_ms,
         )
         for step, step_id, part in zip(run.steps, ids, parts, strict=True)
     )
@@ -1347,6 +1372,20 @@ def _check_action(
         )
     if action.gate is not None and action.gate not in gates:
         raise _InvalidError(_key("actions", index, "gate"), f"no step names the gate {action.gate!r}")
+    if action.action is not None:
+        _check_confirmed(index, action, names)
+
+
+def _check_confirmed(index: int, action: _ActionModel, names: _Names) -> None:
+    """A ``confirm`` names a close of this file in mode maintenance (only those are confirmable)."""
+    target = names.actions.get(action.action or "")
+    key = _key("actions", index, "action")
+    if target is None or target is action:
+        raise _InvalidError(key, f"{action.action!r} names no other action of this file")
+    if action_do(target.do) not in CLOSES or target.mode != CloseMode.MAINTENANCE.value:
+        raise _InvalidError(
+            key, f"{action.action!r} is not a maintenance close: only a maintenance close is confirmed"
+        )
 
 
 def _check_ask_reference(index: int, action: _ActionModel, do: ActionDo, names: _Names) -> None:
@@ -1401,6 +1440,7 @@ def _build_action(index: int, action_id: str, action: _ActionModel, names: _Name
         grace_ms=grace_ms,
         fingerprint=action.fingerprint,
         reload_policy=None if action.reload_policy is None else ReloadPolicy(action.reload_policy),
+        action=action.action,
     )
 
 
@@ -1426,9 +1466,15 @@ def _check_when_cycles(actions: Sequence[ActionSpec]) -> None:
 
 
 _EVENT_FORMS = (
-    "begin, <run>.started, <run>.finished, <run>.<step>.started, <run>.<step>.finished, "
-    "<action>.<result> or <action>.completed"
+    "begin, <run>.started, <run>.finished, <run>.stalled, <run>.unstalled, <run>.<step>.started, "
+    "<run>.<step>.finished, <action>.<result> or <action>.completed"
 )
+_RUN_EVENTS = {
+    "started": WhenKind.RUN_STARTED,
+    "finished": WhenKind.RUN_FINISHED,
+    "stalled": WhenKind.RUN_STALLED,  # extensions: stalls
+    "unstalled": WhenKind.RUN_UNSTALLED,
+}
 
 
 def _parse_event(raw: str, names: _Names, key: str) -> When:
@@ -1456,10 +1502,11 @@ def _parse_event(raw: str, names: _Names, key: str) -> When:
         return When(raw=raw, kind=kind, run=head, step=step)
     (what,) = rest
     if head in names.runs:
-        if what not in ("started", "finished"):
-            raise _InvalidError(key, f"{raw!r}: a run's events are .started and .finished, not {what!r}")
-        kind = WhenKind.RUN_STARTED if what == "started" else WhenKind.RUN_FINISHED
-        return When(raw=raw, kind=kind, run=head)
+        if what not in _RUN_EVENTS:
+            raise _InvalidError(
+                key, f"{raw!r}: a run's events are {_listing(f'.{e}' for e in _RUN_EVENTS)}, not {what!r}"
+            )
+        return When(raw=raw, kind=_RUN_EVENTS[what], run=head)
     action = names.actions.get(head)
     if action is None:
         if head in names.sessions:

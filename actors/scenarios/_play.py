@@ -64,10 +64,12 @@ from run_supervisor.protocol import (
     CloseOutcome,
     CloseRequest,
     CloseResult,
+    ConfirmClose,
     DismissForm,
     Event,
     InterruptReason,
     LifecycleCompleted,
+    LifecycleConfirmed,
     LifecycleRequested,
     PartSnapshot,
     PartState,
@@ -78,7 +80,9 @@ from run_supervisor.protocol import (
     RunFinished,
     RunQueued,
     RunRecovered,
+    RunStalled,
     RunStarted,
+    RunUnstalled,
     SessionStatus,
     SessionStatusChanged,
     Shutdown,
@@ -91,6 +95,11 @@ from run_supervisor.protocol import (
 from run_supervisor.protocol.testing import InvariantChecker, InvariantViolation
 
 __all__ = ["play"]
+
+
+def _config(scenario: Scenario) -> SupervisorConfig:
+    return SupervisorConfig(shutdown_at_exit=False, stall_after_ms=scenario.stall_after_ms)
+
 
 _ANSWER_SLICE_S = 0.002
 """While an answer is awaited, events are waited for in slices this long (then the answers are looked at)."""
@@ -154,6 +163,8 @@ class _RunRecord:
     queued: bool = False
     finished: RunFinished | None = None
     """Its ``run.finished``; for a run recovered after a crash, its ``run.recovered`` as one."""
+    stalled: bool = False
+    """It was flagged stalled (``run.stalled``) at least once."""
 
 
 @dataclass(slots=True)
@@ -342,6 +353,8 @@ class _Player:
                 fingerprint=spec.fingerprint,
                 reload_policy=spec.reload_policy,
             )
+        if do is UserAction.CONFIRM:
+            return self._confirm_request(spec)
         assert spec.run is not None
         if do is UserAction.CANCEL:
             assert spec.origin is not None
@@ -368,6 +381,16 @@ class _Player:
         if spec.ask is not None:
             return DismissForm(ask_id=self._ask_id(spec.run, spec.ask), message=spec.message, tag=spec.id)
         return DismissForm(run_id=spec.run, message=spec.message, tag=spec.id)
+
+    def _confirm_request(self, spec: ActionSpec) -> ConfirmClose:
+        """``confirm_close`` of the file's close ``spec.action``, by the supervisor's id for it (a close
+        not answered yet has none: the confirm names an id that does not exist, rejected
+        ``unknown_action``, as it should be)."""
+        assert spec.action is not None
+        close = self.actions[spec.action].outcome
+        known = close.action_id if isinstance(close, CloseOutcome) else None
+        action_id = known or f"{spec.action} (not asked yet)"
+        return ConfirmClose(action_id=action_id, origin=spec.origin, tag=spec.id)
 
     def _ask_id(self, run: str, ask: str) -> str:
         """The supervisor's id of a named ask: its body records it when it opens the ask (before the
@@ -478,6 +501,10 @@ class _Player:
             data["action"] = tag if tag is not None else self._file_action(action)
         if data.get("superseded_by") is not None:
             data["superseded_by"] = self._file_action(data["superseded_by"])
+        if isinstance(event, RunStalled):  # the closes it holds, by the file's ids
+            data["holding"] = [self._file_action(action_id) for action_id in event.holding]
+        if isinstance(event, LifecycleConfirmed):  # the close confirmed; `confirm` the file's action
+            data["action"], data["confirm"] = self._file_action(event.action_id), tag
         return kind, data
 
     def _observe(self, event: Event, index: int) -> list[str]:
@@ -503,6 +530,12 @@ class _Player:
         if isinstance(event, SessionStatusChanged):
             self.sessions[event.session] = event.status
             return []
+        if isinstance(event, RunStalled):
+            if event.run_id in self.runs:
+                self.runs[event.run_id].stalled = True
+            return [f"{event.run_id}.stalled"]
+        if isinstance(event, RunUnstalled):
+            return [f"{event.run_id}.unstalled"]
         tag = event.tag if isinstance(event, LifecycleCompleted | ActionResult) else None
         action = self.actions.get(tag) if tag is not None else None
         if action is None:
@@ -591,6 +624,7 @@ class _Player:
                 phase=None,
                 error=None,
                 tool_parts=[],
+                stalled=record.stalled,
             )
         return RunReport(
             session=record.spec.session,
@@ -605,6 +639,7 @@ class _Player:
             tool_parts=[_part_report(part) for part in done.parts],
             abandoned=done.abandoned,
             queue_reason=done.reason if done.reason in _QUEUE_REASONS else UNSET,
+            stalled=record.stalled,
         )
 
     def _contract_reason(self, done: RunFinished) -> InterruptReason | None:

@@ -89,6 +89,8 @@ class RunReport(msgspec.Struct, frozen=True, omit_defaults=True):
     queue_reason: InterruptReason | UnsetType = UNSET
     """Extension: ``coalesced`` or ``dropped`` when a queue policy ended the run (``reason`` then
     says the contract's cancel it amounts to); an expected ``reason`` may name either."""
+    stalled: bool = False
+    """Extension: the run was flagged stalled (``run.stalled``) at least once."""
 
 
 class ActionReport(msgspec.Struct, frozen=True, omit_defaults=True):
