@@ -64,8 +64,8 @@ __all__ = [
     "next_part_state",
     "next_run_state",
     "next_session_status",
-    "reload_loads",
     "next_stall_state",
+    "reload_loads",
     "session_status_announced",
     "stall_applies",
 ]
