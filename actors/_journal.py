@@ -491,6 +491,10 @@ def _on_action_result(j: Journal, e: Mapping[str, Any]) -> None:
     )
 
 
+# Not recorded, on purpose: run.stalled / run.unstalled (a flag of a live run; after a crash the run is
+# recovered as interrupted with reason crash, never stalled) and lifecycle.confirmed (what it decided
+# reaches the journal as the runs' run.finished -- reason lifecycle_interrupt, the close's action_id --
+# and the close's lifecycle.completed). Events without a handler are skipped.
 _HANDLERS = {
     "run.queued": _on_run_queued,
     "run.started": _on_run_started,

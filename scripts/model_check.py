@@ -12,7 +12,9 @@ interleaving of host requests and internal reports, breadth-first, merging state
   reject, reject with a message) and form (answer, dismiss);
 * reports: every running body returns or raises, or raises a permission ask or a form (once),
   at any moment -- also after it was told to stop; every dispose the core asked for completes, in
-  every order; shutdown's grace deadline passes.
+  every order; shutdown's grace deadline passes;
+* scope ``stalls`` (issue 12): the shell's ``NoProgress`` and a body's ``Heartbeat`` at any moment,
+  and ``confirm_close`` of any action id at any point (pending, completed, unknown, of any mode).
 
 After every step the one ``InvariantChecker`` (``run_supervisor.protocol.testing``) checks the new
 command batch; with ``--drain`` (the default) every new state is also driven to its end (a test
@@ -59,12 +61,15 @@ from run_supervisor.protocol import (
     CloseMode,
     CloseRequest,
     Command,
+    ConfirmClose,
     DeliverAnswer,
     DismissForm,
     DisposeDone,
     DisposeInstance,
     GraceExpired,
+    Heartbeat,
     InterruptReason,
+    NoProgress,
     QueuePolicy,
     ReleaseRun,
     ReplyPermission,
@@ -119,6 +124,7 @@ class World:
     closes: int = 0
     shutdowns: int = 0
     policy_sets: int = 0
+    confirms: int = 0
     tokens: dict[Request, int] = field(default_factory=dict)
     closed: bool = False
 
@@ -271,6 +277,12 @@ class Scope:
     """The queue policy each start may name (issue 12; None: its session's default)."""
     policy_sets: int = 0
     """How many ``SetQueuePolicy`` requests (any session of ``places``, any policy) one path may make."""
+    stalls: bool = False
+    """Running bodies may be reported without progress (``NoProgress``) or heartbeat, at any moment
+    (issue 12: stalls)."""
+    confirms: int = 0
+    """How many ``confirm_close`` requests (of ``lc-1``..``lc-3``: pending, completed, unknown or of
+    any mode) one path may make."""
 
 
 FULL = Scope(
@@ -337,6 +349,22 @@ SCOPES = {
             children=True,
             fingerprints=(None, "f0", "f1"),
         ),
+        Scope(
+            "stalls",
+            "2 runs in /w/a (s1, s2); each running body makes no progress (the shell's NoProgress) or "
+            "heartbeats at any moment, raises a permission ask or a form (a run waiting for the user is "
+            "not flagged) with every reply; a reload of /w/a or a dispose_all in either mode, one a path; "
+            "confirm_close of lc-1..lc-3 at any point, twice a path; cancel; shutdown and the grace "
+            "deadline; bodies return or raise",
+            runs=2,
+            places=(("s1", A), ("s2", A)),
+            closes=((CloseAction.RELOAD, (A,)), (CloseAction.DISPOSE_ALL, ())),
+            max_closes=1,
+            reasons=(InterruptReason.SHUTDOWN,),
+            max_shutdowns=1,
+            stalls=True,
+            confirms=2,
+        ),
     )
 }
 
@@ -347,6 +375,22 @@ def _close(request: CloseRequest) -> Callable[[World], None]:
         world.request(request)
 
     return move
+
+
+CONFIRMED = ("lc-1", "lc-2", "lc-3")
+"""The action ids a confirm may name: the first closes of a path, or none yet (unknown)."""
+
+
+def _confirm(request: ConfirmClose) -> Callable[[World], None]:
+    def move(world: World) -> None:
+        world.confirms += 1
+        world.request(request)
+
+    return move
+
+
+def _report(report: Report) -> Callable[[World], None]:
+    return lambda world: world.report(report)
 
 
 def _shutdown(request: Shutdown) -> Callable[[World], None]:
@@ -406,6 +450,11 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
         if scope.asks and not body.asked:
             yield f"{run_id} asks permission", _body_asks(run_id, form=False)
             yield f"{run_id} asks a form", _body_asks(run_id, form=True)
+    for run_id in sorted(world.bodies) if scope.stalls else ():
+        yield f"{run_id} makes no progress", _report(NoProgress(run_id=run_id, idle_ms=1000))
+        yield f"{run_id} heartbeats", _report(Heartbeat(run_id=run_id))
+    for action_id in CONFIRMED if world.confirms < scope.confirms else ():
+        yield f"confirm {action_id}", _confirm(ConfirmClose(action_id=action_id, origin="mc.confirm"))
     for index, (directory, generation) in enumerate(world.held):
         yield f"dispose of {directory}#{generation} done", _dispose_done(index)
     if world.timer is not None:
@@ -505,7 +554,7 @@ def state_key(world: World) -> int:
         _canon(world.bodies, ids),
         tuple(world.held),
         world.timer,
-        (world.started, world.closes, world.shutdowns, world.policy_sets),
+        (world.started, world.closes, world.shutdowns, world.policy_sets, world.confirms),
         world.closed,
     )
     state = (core, harness, _checker_obligations(world.checker, ids))

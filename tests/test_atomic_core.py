@@ -24,10 +24,13 @@ from run_supervisor.protocol import (
     CloseMode,
     CloseRequest,
     Command,
+    ConfirmClose,
     DismissForm,
     DisposeDone,
     DisposeInstance,
     GraceExpired,
+    Heartbeat,
+    NoProgress,
     Outcome,
     PartReport,
     PartState,
@@ -93,7 +96,11 @@ class _Driver:
         roll = rng.random()
         if self.live and roll < 0.35:
             run = rng.choice(self.live)
-            kind = rng.randrange(5)
+            kind = rng.randrange(7)
+            if kind == 5:  # the shell measured no progress (issue 12: stalls)
+                return "report", NoProgress(run_id=run, idle_ms=1000)
+            if kind == 6:  # a heartbeat of a run flagged stalled
+                return "report", Heartbeat(run_id=run)
             if kind == 0:
                 self.live.remove(run)
                 return "report", BodyEnded(run_id=run, error=rng.choice([None, "boom"]))
@@ -152,6 +159,9 @@ class _Driver:
             request = CloseRequest(
                 do=do, mode=mode, origin="test", directories=(directory,), fingerprint=fingerprint
             )
+        elif roll < 0.88:  # confirm_close of a pending, completed or unknown action (issue 12: stalls)
+            action_id = rng.choice(["lc-1", "lc-2", "lc-3", "lc-9"])
+            request = ConfirmClose(action_id=action_id, origin=rng.choice([None, "user"]))
         elif roll < 0.97:
             asking = [r for r in self.live if self.asks.get(r)]
             run = rng.choice(asking) if asking and rng.random() < 0.8 else rng.choice(runs)

@@ -40,6 +40,7 @@ BOUNDED = [
     ("decisions", 4, 500),
     ("queues", 4, 500),
     ("children", 4, 500),
+    ("stalls", 4, 500),
 ]
 
 pytestmark = pytest.mark.timeout(240)

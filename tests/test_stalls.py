@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,7 @@ from run_supervisor.actors import (
 from run_supervisor.actors._progress import Progress
 from run_supervisor.actors.scenarios import ScenarioFileError, parse_scenario, play
 from run_supervisor.actors.scenarios._format import UserAction, WhenKind
-from run_supervisor.actors.testing import EventLog
+from run_supervisor.actors.testing import EventLog, simulate_crash
 from run_supervisor.protocol import (
     STALL_TRANSITIONS,
     AskKind,
@@ -517,3 +518,26 @@ def test_a_played_scenario_reports_the_stall_and_the_confirmed_interrupt() -> No
         "a1",
         True,
     )
+
+
+def test_a_run_that_stalled_before_a_crash_is_recovered_as_crashed(tmp_path: Path) -> None:
+    journal = tmp_path / "runs.journal"
+    config = SupervisorConfig(shutdown_at_exit=False, stall_after_ms=40)
+    first = Supervisor.start(config, journal=journal, directories=["/w/a"])
+    try:
+        log = EventLog(first)
+        gate, entered = Gate("stream"), threading.Event()
+        first.start_run(_hung_body(gate, entered), session="s1", directory="/w/a", run_id="r1")
+        first.close("dispose", mode="maintenance", origin="cfg", directory="/w/a")
+        log.wait_for("run.stalled", run_id="r1", timeout=10)
+        log.close()
+    finally:
+        simulate_crash(first)
+    second = Supervisor.start(config, journal=journal)
+    try:
+        (recovered,) = second.recovered()
+        assert (recovered.run_id, recovered.reason) == ("r1", InterruptReason.CRASH)
+        assert not second.run("r1").stalled  # type: ignore[union-attr]
+        assert second.pending_actions() == ()
+    finally:
+        second.shutdown(grace_ms=500)
