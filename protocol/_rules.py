@@ -469,6 +469,8 @@ def reload_loads(policy: ReloadPolicy, mode: CloseMode, moment: ReloadLoad, *, o
     if moment is ReloadLoad.PREVIOUS_CLOSED and open_generations != 0:
         return False
     return moment in rules
+
+
 # --- progress and stalls (issue 12 item 5) ---------------------------------------------------------
 
 

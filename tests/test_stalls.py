@@ -5,10 +5,15 @@ deferred close it holds into a confirmed one."""
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from wire_support import Served, of_type, served, sse
 
 from run_supervisor.actors import (
     ActionAlreadyCompleted,
@@ -541,3 +546,92 @@ def test_a_run_that_stalled_before_a_crash_is_recovered_as_crashed(tmp_path: Pat
         assert second.pending_actions() == ()
     finally:
         second.shutdown(grace_ms=500)
+
+
+# --- over the wire ---------------------------------------------------------------------------------------
+
+
+def test_over_http_a_progress_heartbeat_clears_a_stall_and_a_confirm_interrupts_stalled_runs() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            for run_id in ("r1", "r2"):
+                started = await client.post(
+                    "/runs", json={"run_id": run_id, "session": f"s-{run_id}", "directory": "/w/a"}
+                )
+                assert started.status_code == 200, started.text
+            stalled = {(await events.until(of_type("run.stalled"))).data["run_id"] for _ in range(2)}
+            assert stalled == {"r1", "r2"}
+            beat = await client.post("/runs/r2/reports", json={"type": "heartbeat", "progress": True})
+            assert beat.status_code == 200
+            cleared = await events.until(of_type("run.unstalled", run_id="r2"))
+            assert cleared.data["progress"] is True
+            close = await client.post(
+                "/close", json={"do": "dispose", "mode": "maintenance", "origin": "t", "directory": "/w/a"}
+            )
+            action_id = close.json()["action_id"]
+            assert (await client.post("/actions/lc-404/confirm", json={})).status_code == 404
+            confirmed = await client.post(f"/actions/{action_id}/confirm", json={"origin": "ui"})
+            assert confirmed.status_code == 200, confirmed.text
+            assert sorted(confirmed.json()["interrupted_runs"]) == ["r1", "r2"]
+            notice = await events.until(of_type("external.interrupt", run_id="r1"))
+            assert (notice.data["reason"], notice.data["action_id"]) == ("lifecycle_interrupt", action_id)
+
+    with served(("/w/a",), config=SupervisorConfig(shutdown_at_exit=False, stall_after_ms=60)) as srv:
+        asyncio.run(asyncio.wait_for(scenario(srv), 30))
+
+
+def test_stdio_takes_a_stall_setting_and_a_confirm_close_line() -> None:
+    async def go() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "run_supervisor.actors._cli",
+            "stdio",
+            "--directory",
+            "/p/a",
+            "--stall-after-ms",
+            "60",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        seen: list[dict[str, Any]] = []
+
+        async def until(match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+            for line in seen:
+                if match(line):
+                    return line
+            while True:
+                raw = await asyncio.wait_for(proc.stdout.readline(), 10)  # type: ignore[union-attr]
+                assert raw, f"stdout ended; seen {seen}"
+                line: dict[str, Any] = json.loads(raw)
+                seen.append(line)
+                if match(line):
+                    return line
+
+        def send(line: dict[str, Any]) -> None:
+            proc.stdin.write(json.dumps(line).encode() + b"\n")  # type: ignore[union-attr]
+
+        try:
+            send({"id": 1, "type": "start_run", "run_id": "r1", "session": "s1", "directory": "/p/a"})
+            send({"id": 2, "type": "close", "do": "dispose_all", "mode": "maintenance", "origin": "cfg"})
+            close = await until(lambda m: m.get("id") == 2)
+            await until(lambda m: m["type"] == "event" and m["event"]["type"] == "run.stalled")
+            send({"id": 3, "type": "confirm_close", "action_id": close["answer"]["action_id"]})
+            answer = await until(lambda m: m.get("id") == 3)
+            assert answer["answer"]["interrupted_runs"] == ["r1"]
+            notice = await until(
+                lambda m: m["type"] == "event" and m["event"]["type"] == "external.interrupt"
+            )
+            assert notice["event"]["reason"] == "lifecycle_interrupt"
+            send({"id": 4, "type": "report", "run_id": "r1", "report": {"type": "end"}})
+            finished = await until(lambda m: m["type"] == "event" and m["event"]["type"] == "run.finished")
+            assert finished["event"]["reason"] == "lifecycle_interrupt"
+            proc.stdin.close()
+            assert await asyncio.wait_for(proc.wait(), 20) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+    asyncio.run(asyncio.wait_for(go(), 50))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from run_supervisor.actors._api import Supervisor, SupervisorConfig
 from run_supervisor.actors._errors import JournalError
+from run_supervisor.actors._validate import MAX_MS
 from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS
 from run_supervisor.protocol import Shutdown
 
@@ -49,6 +50,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-body", type=int, default=1 << 20, help="largest request body in bytes")
     parser.add_argument("--grace-ms", type=int, default=1000, help="shutdown grace on a signal (ms)")
+    _add_stall_argument(parser)
     parser.add_argument(
         "--journal",
         type=Path,
@@ -108,6 +110,8 @@ def serve_command(args: argparse.Namespace) -> int:
         if getattr(args, name) < 0 or (name != "port" and getattr(args, name) == 0):
             sys.stderr.write(f"run-supervisor serve: --{name.replace('_', '-')} must be positive\n")
             return 2
+    if not _stall_setting_ok("serve", args):
+        return 2
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
@@ -118,7 +122,9 @@ def serve_command(args: argparse.Namespace) -> int:
     settings.allow_port(args.host, port)
     try:
         supervisor = Supervisor.start(
-            SupervisorConfig(shutdown_at_exit=False, default_grace_ms=args.grace_ms),
+            SupervisorConfig(
+                shutdown_at_exit=False, default_grace_ms=args.grace_ms, stall_after_ms=args.stall_after_ms
+            ),
             journal=args.journal,
             journal_sync=args.journal_sync,
         )
@@ -184,6 +190,7 @@ def add_stdio_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-events", action="store_true", help="write answers and errors only, no events")
     parser.add_argument("--grace-ms", type=int, default=1000, help="shutdown grace when stdin closes (ms)")
+    _add_stall_argument(parser)
     parser.add_argument(
         "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="default lease of an external run (ms)"
     )
@@ -207,6 +214,8 @@ def stdio_command(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0:
             sys.stderr.write(f"run-supervisor stdio: --{name.replace('_', '-')} must be positive\n")
             return 2
+    if not _stall_setting_ok("stdio", args):
+        return 2
     return serve_stdio(
         directories=tuple(args.directory),
         events=not args.no_events,
@@ -214,4 +223,21 @@ def stdio_command(args: argparse.Namespace) -> int:
         lease_ms=args.lease_ms,
         journal=args.journal,
         journal_sync=args.journal_sync,
+        stall_after_ms=args.stall_after_ms,
     )
+
+
+def _add_stall_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stall-after-ms",
+        type=int,
+        default=None,
+        help="flag a run stalled (run.stalled) after this long without progress (default: not measured)",
+    )
+
+
+def _stall_setting_ok(command: str, args: argparse.Namespace) -> bool:
+    if args.stall_after_ms is not None and not 1 <= args.stall_after_ms <= MAX_MS:
+        sys.stderr.write(f"run-supervisor {command}: --stall-after-ms must be between 1 and {MAX_MS}\n")
+        return False
+    return True

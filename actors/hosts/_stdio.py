@@ -255,6 +255,7 @@ def serve_stdio(
     lease_ms: int | None = None,
     journal: str | os.PathLike[str] | None = None,
     journal_sync: JournalSync = "normal",
+    stall_after_ms: int | None = None,
 ) -> int:
     """Run a supervisor on JSON lines until stdin closes; returns the exit status (0, or 2 when the
     journal cannot be used). With ``journal``, the recovery's events are the first events written."""
@@ -262,7 +263,9 @@ def serve_stdio(
     out = out if out is not None else sys.stdout.buffer
     try:
         supervisor = Supervisor.start(
-            SupervisorConfig(shutdown_at_exit=False, default_grace_ms=grace_ms),
+            SupervisorConfig(
+                shutdown_at_exit=False, default_grace_ms=grace_ms, stall_after_ms=stall_after_ms
+            ),
             journal=journal,
             journal_sync=journal_sync,
         )
