@@ -97,10 +97,6 @@ from run_supervisor.protocol.testing import InvariantChecker, InvariantViolation
 __all__ = ["play"]
 
 
-def _config(scenario: Scenario) -> SupervisorConfig:
-    return SupervisorConfig(shutdown_at_exit=False, stall_after_ms=scenario.stall_after_ms)
-
-
 _ANSWER_SLICE_S = 0.002
 """While an answer is awaited, events are waited for in slices this long (then the answers are looked at)."""
 _TEARDOWN_GRACE_MS = 500
@@ -108,8 +104,13 @@ _TEARDOWN_GRACE_MS = 500
 
 def _config(scenario: Scenario) -> SupervisorConfig:
     """The supervisor a scenario plays against: its reload policy is the file's (``eager``, the
-    contract's reading, unless the file opts into ``lazy``)."""
-    return SupervisorConfig(shutdown_at_exit=False, reload_policy=scenario.reload_policy)
+    contract's reading, unless the file opts into ``lazy``), and so is its stall setting (none: stalls
+    are not measured)."""
+    return SupervisorConfig(
+        shutdown_at_exit=False,
+        reload_policy=scenario.reload_policy,
+        stall_after_ms=scenario.stall_after_ms,
+    )
 
 
 def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
