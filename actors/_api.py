@@ -170,6 +170,12 @@ class SupervisorConfig(BaseModel):
         "watchers and language servers never run twice while nothing asked for the new one) or "
         "``eager`` (at once, next to the old generation still serving its runs). A close may override it.",
     )
+    queue_policy: QueuePolicy = Field(
+        default=QueuePolicy.QUEUE,
+        description="What a start does while its session is busy, for every session that has no policy "
+        "of its own (``set_queue_policy``) and every start that names none: ``queue`` (the default), "
+        "``coalesce`` or ``reject_if_busy``.",
+    )
 
 
 class RunHandle:
@@ -259,6 +265,7 @@ class Supervisor:
             dispose_budget_ms=config.dispose_budget_ms,
             retain_finished=config.retain_finished_runs,
             reload_policy=config.reload_policy,
+            queue_policy=config.queue_policy,
         )
         self._publisher: Publisher
         recovered: list[Event] = []
@@ -660,7 +667,7 @@ class Supervisor:
         the active run), ``"coalesce"`` (queued, replacing the session's still-queued ``coalesce``
         run, which ends ``coalesced``; dropped if the active run is interrupted before it starts)
         or ``"reject_if_busy"`` (``SessionBusy``). None: the session's default
-        (``set_queue_policy``), else ``"queue"``.
+        (``set_queue_policy``), else the config's ``queue_policy`` (``"queue"`` unless set).
 
         ``stall_after_ms`` overrides the config's setting for this run: it is flagged stalled
         (``run.stalled``) after this long without progress."""
@@ -705,8 +712,9 @@ class Supervisor:
     ) -> None:
         """Set the session's default queue policy: what its starts that name none do while it is
         busy (see ``start_run``). Later starts only; queued runs keep theirs. The session need not
-        have run yet; the default holds until set back to ``"queue"`` (it is not journaled: set it
-        again after a restart). ``session(...)`` shows it (``SessionSnapshot.queue_policy``)."""
+        have run yet; the default holds until set back to the config's ``queue_policy`` (it is not
+        journaled: set it again after a restart, or use the config's default for every session).
+        ``session(...)`` shows it (``SessionSnapshot.queue_policy``)."""
         limit = check.timeout("timeout", timeout)
         self._request(self._set_queue_policy_request(session, queue_policy), limit)
 

@@ -169,8 +169,11 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         dispose_budget_ms: int = 1000,
         retain_finished: int = 10_000,
         reload_policy: ReloadPolicy = ReloadPolicy.EAGER,
+        queue_policy: QueuePolicy = QueuePolicy.QUEUE,
     ) -> None:
         self.dispose_budget_ms = dispose_budget_ms
+        self.queue_policy = QueuePolicy(queue_policy)
+        """Every session's default queue policy until ``SetQueuePolicy`` gives it one of its own."""
         self.retain_finished = retain_finished
         self.reload_policy = ReloadPolicy(reload_policy)
         """When a reload that names no policy loads the next generation (``protocol.RELOAD_RULES``).
@@ -202,8 +205,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         # The last invalidate_config's fingerprint: directories met later load with it (a table,
         # so the undo journal covers it).
         self._config: dict[str, str] = {}
-        # Sessions' default queue policies (``SetQueuePolicy``), other than ``queue``: kept apart
-        # from the session records so that forgetting an idle session never forgets its policy.
+        # Sessions' own default queue policies (``SetQueuePolicy``), where they differ from the
+        # core's ``queue_policy``: kept apart from the session records so that forgetting an idle
+        # session never forgets its policy.
         self._policies: dict[str, QueuePolicy] = {}
         # Directory -> the lazy reload (action id) whose next generation waits for a run or for
         # the old generation's close (a table, so the undo journal covers it).
@@ -448,7 +452,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
     def session_snapshot(self, session_id: str) -> SessionSnapshot | None:
         """None for a session no run named (or forgotten while idle) that has no policy set."""
         session = self._sessions.get(session_id)
-        policy = self._policies.get(session_id, QueuePolicy.QUEUE)
+        policy = self._policies.get(session_id, self.queue_policy)
         if session is None:
             if session_id not in self._policies:
                 return None
@@ -532,7 +536,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             parent = self._parent_for(req, reply_to)
             if parent is None:
                 return
-        policy = req.queue_policy or self._policies.get(req.session, QueuePolicy.QUEUE)
+        policy = req.queue_policy or self._policies.get(req.session, self.queue_policy)
         rule = QUEUE_RULES[policy]
         busy = self._sessions.get(req.session)
         if busy is not None and busy.active is not None and rule.when_busy is WhenBusy.REJECT:
@@ -609,7 +613,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         if not req.session:
             self._reject(reply_to, RejectCode.INVALID_REQUEST, "set_queue_policy needs a non-empty session")
             return
-        if req.queue_policy is QueuePolicy.QUEUE:
+        if req.queue_policy is self.queue_policy:
             self._journal.drop(self._policies, req.session)
         else:
             self._journal.put(self._policies, req.session, req.queue_policy)

@@ -83,8 +83,8 @@ class StartRun(_Request, frozen=True, tag="start_run"):
     ``deadline``. None: no deadline."""
     queue_policy: QueuePolicy | None = None
     """What this start does while its session is busy (``protocol.QUEUE_RULES``): ``queue``,
-    ``coalesce`` or ``reject_if_busy``. None: the session's default (``SetQueuePolicy``), else
-    ``queue``."""
+    ``coalesce`` or ``reject_if_busy``. None: the session's default (``SetQueuePolicy``), else the
+    supervisor's (``SupervisorConfig.queue_policy``; ``queue`` unless set)."""
     stall_after_ms: int | None = None
     """This run's own stall setting: flagged stalled (``run.stalled``) after this long without
     progress; None: the supervisor's ``stall_after_ms``. Measured by the shell (the core reads no
@@ -161,7 +161,7 @@ class DismissForm(_Request, frozen=True, tag="dismiss_form"):
 class SetQueuePolicy(_Request, frozen=True, tag="set_queue_policy"):
     """Set a session's default queue policy: what its starts that name none do while it is busy.
     Applies to later starts only (queued runs keep theirs). A session need not exist yet; the
-    default is remembered until set back to ``queue``."""
+    default is remembered until set back to the supervisor's own (``SupervisorConfig.queue_policy``)."""
 
     session: str
     queue_policy: QueuePolicy

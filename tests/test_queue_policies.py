@@ -612,3 +612,35 @@ def test_over_stdio_set_queue_policy_and_a_start_with_a_policy_are_requests_like
     finally:
         sup.shutdown(grace_ms=500, reason="test_teardown")
         host.hub.join(5.0)
+
+
+# --- the supervisor's default -------------------------------------------------------------------------
+
+
+def test_the_supervisors_default_applies_to_every_session_without_a_policy_of_its_own() -> None:
+    shell = CoreShell("/w/a", core=SupervisorCore(queue_policy=REJECT))
+    _start(shell, "r1")
+    assert _start(shell, "r2").code is RejectCode.SESSION_BUSY  # type: ignore[union-attr]
+    assert shell.core.session_snapshot("s1").queue_policy is REJECT  # type: ignore[union-attr]
+
+    shell.request(SetQueuePolicy(session="s1", queue_policy=QUEUE))  # its own: kept, it differs
+    assert _start(shell, "r3").result is RequestResult.OK  # type: ignore[union-attr]
+    shell.request(SetQueuePolicy(session="s1", queue_policy=REJECT))  # back to the supervisor's
+
+    assert shell.core._policies == {}
+    assert _start(shell, "r4").code is RejectCode.SESSION_BUSY  # type: ignore[union-attr]
+
+
+def test_supervisor_config_queue_policy_is_every_sessions_default() -> None:
+    gate = Gate("g")
+    with Supervisor.start(
+        SupervisorConfig(shutdown_at_exit=False, queue_policy="coalesce"), directories=["/w/a"]
+    ) as sup:  # type: ignore[arg-type]
+        sup.start_run(_waiting(gate), session="s", directory="/w/a")  # type: ignore[arg-type]
+        first = sup.start_run(_waiting(gate), session="s", directory="/w/a")  # type: ignore[arg-type]
+        second = sup.start_run(_waiting(gate), session="s", directory="/w/a")  # type: ignore[arg-type]
+
+        assert first.wait(10).reason is InterruptReason.COALESCED
+        assert sup.session("s").queue_policy is COALESCE  # type: ignore[union-attr]
+        gate.open()
+        assert second.wait(10).outcome is Outcome.COMPLETED
