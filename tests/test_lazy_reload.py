@@ -5,11 +5,16 @@ for it beside (``ReloadPolicy``, ``RELOAD_RULES``)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from wire_support import Served, served
 
 from run_supervisor.actors import (
     AsyncSupervisor,
@@ -574,3 +579,109 @@ def test_a_scenario_checks_where_the_reload_loaded_its_next_generation(
     assert report.reload_policy is (LAZY if top else EAGER)
     started = [e for e in report.events if e["type"] == "instance.started"]
     assert [e["cause"] for e in started] == ["load", "previous_closed" if top else "reload"]
+
+
+# --- the wire hosts -----------------------------------------------------------------------------------
+
+CLI = (sys.executable, "-m", "run_supervisor.actors._cli")
+
+
+def test_serve_says_which_reload_policy_is_in_force_in_its_ready_line() -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "run_supervisor.actors._cli",
+            "serve",
+            "--port",
+            "0",
+            "--reload-policy",
+            "eager",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready = json.loads(proc.stdout.readline())
+        assert ready["reload_policy"] == "eager"
+        headers = {"Authorization": f"Bearer {ready['token']}"}
+        with httpx.Client(base_url=ready["url"], headers=headers, timeout=10) as client:
+            assert client.post("/shutdown", json={"grace_ms": 200}).json()["result"] == "forced"
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_a_close_over_http_takes_a_reload_policy_and_the_statistics_show_the_deferred_load() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client:
+            started = await client.post("/runs", json={"run_id": "r1", "session": "s1", "directory": "/w/a"})
+            assert started.json()["result"] == "ok"
+            reload = {"do": "reload", "mode": "maintenance", "origin": "ui.reload", "directory": "/w/a"}
+            lazy = (await client.post("/close", json=reload)).json()
+            assert lazy["result"] == "deferred"
+            assert (await client.get("/statistics")).json()["loads_deferred"] == 1
+            eager = (await client.post("/close", json={**reload, "reload_policy": "eager"})).json()
+            assert eager["result"] == "deferred"
+            stats = (await client.get("/statistics")).json()
+            assert (stats["loads_deferred"], stats["instances_open"]) == (0, 3)  # /w/a 1 and 2, /w/b 1
+            wrong = await client.post(
+                "/close",
+                json={"do": "dispose", "mode": "maintenance", "origin": "t", "reload_policy": "lazy"},
+            )
+            assert wrong.json()["code"] == "invalid_request" and "reload_policy" in wrong.json()["error"]
+
+    with served() as srv:
+        asyncio.run(asyncio.wait_for(scenario(srv), 45))
+
+
+def test_a_stdio_sidecar_started_with_eager_reloads_loads_at_once_and_says_why() -> None:
+    proc = subprocess.Popen(
+        [*CLI, "stdio", "--directory", "/p/a", "--reload-policy", "eager"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[dict[str, Any]] = []
+
+    def ask(line: dict[str, Any]) -> dict[str, Any]:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(line) + "\n")
+        proc.stdin.flush()
+        while True:
+            message = json.loads(proc.stdout.readline())
+            seen.append(message)
+            if message["type"] in ("answer", "error") and message.get("id") == line["id"]:
+                return message
+
+    try:
+        ask({"id": 1, "type": "start_run", "run_id": "r1", "session": "s1", "directory": "/p/a"})
+        close = {
+            "type": "close",
+            "do": "reload",
+            "mode": "maintenance",
+            "origin": "ui",
+            "directories": ["/p/a"],
+        }
+        assert ask({"id": 2, **close})["answer"]["result"] == "deferred"
+        assert ask({"id": 3, **close, "reload_policy": "lazy"})["answer"]["result"] == "deferred"
+        statistics = ask({"id": 4, "type": "query", "what": "statistics"})["answer"]
+        # The lazy reload closed the idle generation 2 the eager one had loaded, and defers generation 3
+        # while r1 still holds generation 1: one instance open.
+        assert (statistics["loads_deferred"], statistics["instances_open"]) == (1, 1)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    events = [m["event"] for m in seen if m["type"] == "event"]
+    started = [(e["generation"], e["cause"]) for e in events if e["type"] == "instance.started"]
+    assert started[:2] == [(1, "load"), (2, "reload")]  # the eager one loaded generation 2 at once
+    policies = [e["reload_policy"] for e in events if e["type"] == "lifecycle.requested"]
+    assert policies == ["eager", "lazy"]

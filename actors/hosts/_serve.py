@@ -15,7 +15,7 @@ from run_supervisor.actors._api import Supervisor, SupervisorConfig
 from run_supervisor.actors._errors import JournalError
 from run_supervisor.actors._validate import MAX_MS
 from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS
-from run_supervisor.protocol import Shutdown
+from run_supervisor.protocol import ReloadPolicy, Shutdown
 
 __all__ = ["TOKEN_ENV", "add_serve_arguments", "add_stdio_arguments", "serve_command", "stdio_command"]
 
@@ -51,6 +51,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-body", type=int, default=1 << 20, help="largest request body in bytes")
     parser.add_argument("--grace-ms", type=int, default=1000, help="shutdown grace on a signal (ms)")
     _add_stall_argument(parser)
+    _add_reload_policy(parser)
     parser.add_argument(
         "--journal",
         type=Path,
@@ -61,6 +62,16 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("normal", "full"),
         default="normal",
         help="normal: a commit survives a process crash; full: a power loss too (default normal)",
+    )
+
+
+def _add_reload_policy(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--reload-policy",
+        choices=("lazy", "eager"),
+        default="lazy",
+        help="when a reload loads the next generation: lazy (default: when a run needs it or the old one "
+        "has closed) or eager (at once); a close request may override it",
     )
 
 
@@ -123,7 +134,10 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         supervisor = Supervisor.start(
             SupervisorConfig(
-                shutdown_at_exit=False, default_grace_ms=args.grace_ms, stall_after_ms=args.stall_after_ms
+                shutdown_at_exit=False,
+                default_grace_ms=args.grace_ms,
+                stall_after_ms=args.stall_after_ms,
+                reload_policy=args.reload_policy,
             ),
             journal=args.journal,
             journal_sync=args.journal_sync,
@@ -164,7 +178,13 @@ def serve_command(args: argparse.Namespace) -> int:
         while not server.started and not task.done():
             await asyncio.sleep(0.01)  # uvicorn offers no started event; bounded by the task
         if server.started:
-            ready = {"ready": True, "url": url, "port": port, "pid": os.getpid()}
+            ready = {
+                "ready": True,
+                "url": url,
+                "port": port,
+                "pid": os.getpid(),
+                "reload_policy": supervisor.config.reload_policy.value,
+            }
             if generated:
                 ready["token"] = token
             sys.stdout.write(json.dumps(ready) + "\n")
@@ -191,6 +211,7 @@ def add_stdio_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-events", action="store_true", help="write answers and errors only, no events")
     parser.add_argument("--grace-ms", type=int, default=1000, help="shutdown grace when stdin closes (ms)")
     _add_stall_argument(parser)
+    _add_reload_policy(parser)
     parser.add_argument(
         "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="default lease of an external run (ms)"
     )
@@ -224,6 +245,7 @@ def stdio_command(args: argparse.Namespace) -> int:
         journal=args.journal,
         journal_sync=args.journal_sync,
         stall_after_ms=args.stall_after_ms,
+        reload_policy=ReloadPolicy(args.reload_policy),
     )
 
 

@@ -34,6 +34,7 @@ from run_supervisor.actors.hosts._wire import HostError, WireHost, http_status
 from run_supervisor.protocol import (
     ProtocolDecodeError,
     RejectCode,
+    ReloadPolicy,
     Shutdown,
     ShutdownReason,
     decode_request,
@@ -256,15 +257,20 @@ def serve_stdio(
     journal: str | os.PathLike[str] | None = None,
     journal_sync: JournalSync = "normal",
     stall_after_ms: int | None = None,
+    reload_policy: ReloadPolicy = ReloadPolicy.LAZY,
 ) -> int:
     """Run a supervisor on JSON lines until stdin closes; returns the exit status (0, or 2 when the
-    journal cannot be used). With ``journal``, the recovery's events are the first events written."""
+    journal cannot be used). With ``journal``, the recovery's events are the first events written.
+    ``reload_policy``: when a reload loads the next generation (``--reload-policy``; lazy by default)."""
     source = source if source is not None else sys.stdin.buffer
     out = out if out is not None else sys.stdout.buffer
     try:
         supervisor = Supervisor.start(
             SupervisorConfig(
-                shutdown_at_exit=False, default_grace_ms=grace_ms, stall_after_ms=stall_after_ms
+                shutdown_at_exit=False,
+                default_grace_ms=grace_ms,
+                stall_after_ms=stall_after_ms,
+                reload_policy=reload_policy,
             ),
             journal=journal,
             journal_sync=journal_sync,
