@@ -72,6 +72,7 @@ from run_supervisor.protocol import (
     NoProgress,
     QueuePolicy,
     ReleaseRun,
+    ReloadPolicy,
     ReplyPermission,
     Request,
     SetQueuePolicy,
@@ -283,6 +284,8 @@ class Scope:
     confirms: int = 0
     """How many ``confirm_close`` requests (of ``lc-1``..``lc-3``: pending, completed, unknown or of
     any mode) one path may make."""
+    reload_policies: tuple[ReloadPolicy | None, ...] = (None,)
+    """The policy each reload names (issue 12; None: the core's own, eager)."""
 
 
 FULL = Scope(
@@ -365,6 +368,23 @@ SCOPES = {
             stalls=True,
             confirms=2,
         ),
+        Scope(
+            "reloads",
+            "3 runs (s1, s2 in /w/a, s2 in /w/b); a reload of /w/a, lazy or eager, in both modes, and a "
+            "dispose of /w/a that may replace a deferred load, 2 a path; with /w/a's fingerprint (a no-op "
+            "against a deferred generation too) or none; disposes complete in every order; shutdown and "
+            "the grace deadline; bodies return or raise",
+            runs=3,
+            places=(("s1", A), ("s2", A), ("s2", B)),
+            closes=((CloseAction.RELOAD, (A,)), (CloseAction.DISPOSE, (A,))),
+            max_closes=2,
+            reasons=(InterruptReason.SHUTDOWN,),
+            max_shutdowns=1,
+            cancel=False,
+            asks=False,
+            fingerprints=(None, "f0"),
+            reload_policies=(ReloadPolicy.LAZY, ReloadPolicy.EAGER),
+        ),
     )
 }
 
@@ -421,12 +441,19 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
     for do, directories in scope.closes if world.closes < scope.max_closes else ():
         for mode in scope.modes:
             for fingerprint in scope.fingerprints:
-                label = f"{do.value} {' '.join(directories)} {mode.value}".replace("  ", " ")
-                label += f" fingerprint {fingerprint}" if fingerprint else ""
-                request = CloseRequest(
-                    do=do, mode=mode, origin="mc", directories=directories, fingerprint=fingerprint
-                )
-                yield label, _close(request)
+                for policy in scope.reload_policies if do is CloseAction.RELOAD else (None,):
+                    label = f"{do.value} {' '.join(directories)} {mode.value}".replace("  ", " ")
+                    label += f" fingerprint {fingerprint}" if fingerprint else ""
+                    label += f" {policy.value}" if policy else ""
+                    request = CloseRequest(
+                        do=do,
+                        mode=mode,
+                        origin="mc",
+                        directories=directories,
+                        fingerprint=fingerprint,
+                        reload_policy=policy,
+                    )
+                    yield label, _close(request)
     for reason in scope.reasons if world.shutdowns < scope.max_shutdowns else ():
         yield f"shutdown {reason.value}", _shutdown(Shutdown(reason=reason, origin="mc", grace_ms=100))
     for run_id, body in sorted(world.bodies.items()):
@@ -542,6 +569,8 @@ def _checker_obligations(checker: InvariantChecker, ids: set[str]) -> Any:
         _canon(unanswered, ids),
         checker.grace_expired,
         checker.shutdown_complete_sent,
+        _canon((checker.load_owed, checker.load_deferred, checker.load_now, checker.run_owed), ids),
+        _canon(checker.fingerprints, ids),
     )
 
 

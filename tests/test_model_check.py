@@ -41,6 +41,7 @@ BOUNDED = [
     ("queues", 4, 500),
     ("children", 4, 500),
     ("stalls", 4, 500),
+    ("reloads", 4, 500),
 ]
 
 pytestmark = pytest.mark.timeout(240)
