@@ -35,6 +35,7 @@ from run_supervisor.protocol import (
     PartReport,
     PartState,
     QueuePolicy,
+    ReloadPolicy,
     ReplyPermission,
     Request,
     RunState,
@@ -69,7 +70,8 @@ class _Driver:
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
-        self.core = SupervisorCore(retain_finished=4)
+        # Both reload policies (issue 12): half the sequences run a lazy core, half an eager one.
+        self.core = SupervisorCore(retain_finished=4, reload_policy=list(ReloadPolicy)[seed % 2])
         self.tokens = 0
         self.started = 0
         self.live: list[str] = []  # spawned, body not ended
@@ -156,8 +158,17 @@ class _Driver:
             do = rng.choice(list(CloseAction)[:4])
             mode = rng.choice([CloseMode.MAINTENANCE, CloseMode.USER_CONFIRMED_INTERRUPT])
             fingerprint = rng.choice([None, "f1", "f2"])  # the no-op gate (issue 12)
+            # A reload's own policy, or the core's (issue 12); now and then on another close (rejected).
+            policy = (
+                rng.choice([None, None, *ReloadPolicy]) if do is CloseAction.RELOAD or roll < 0.83 else None
+            )
             request = CloseRequest(
-                do=do, mode=mode, origin="test", directories=(directory,), fingerprint=fingerprint
+                do=do,
+                mode=mode,
+                origin="test",
+                directories=(directory,),
+                fingerprint=fingerprint,
+                reload_policy=policy,
             )
         elif roll < 0.88:  # confirm_close of a pending, completed or unknown action (issue 12: stalls)
             action_id = rng.choice(["lc-1", "lc-2", "lc-3", "lc-9"])
