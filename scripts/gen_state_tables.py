@@ -20,6 +20,7 @@ from run_supervisor.protocol import (
     PART_PHASE,
     PART_TRANSITIONS,
     QUEUE_RULES,
+    RELOAD_RULES,
     RUN_TRANSITIONS,
 )
 from run_supervisor.protocol._rules import CONFIRM_RULES, STALL_TRANSITIONS, STALLABLE_RUN_STATES
@@ -82,6 +83,23 @@ def _stall_rows() -> list[str]:
         "| --- | --- |",
     ]
     rows += [f"| `{mode.value}` | `{confirmed.value}` |" for mode, confirmed in CONFIRM_RULES.items()]
+    return rows
+
+
+def _reload_rows() -> list[str]:
+    """When a reload loads the directory's next generation (``RELOAD_RULES``), by policy and mode."""
+    rows = [
+        "",
+        "**Reloads** (`RELOAD_RULES`): when a reload loads the directory's next generation (the first "
+        "moment that comes; with nothing open, `previous_closed` holds at the request)",
+        "",
+        "| reload policy | mode | the next generation loads at |",
+        "| --- | --- | --- |",
+    ]
+    for policy, by_mode in RELOAD_RULES.items():
+        for mode, moments in by_mode.items():
+            shown = ", ".join(f"`{m.value}`" for m in sorted(moments, key=lambda m: m.value))
+            rows.append(f"| `{policy.value}` | `{mode.value}` | {shown} |")
     return rows
 
 
@@ -148,6 +166,7 @@ def tables() -> str:
         lines.append(f"| `{mode.value}` | {effect} |")
     lines += _queue_rows()
     lines += _stall_rows()
+    lines += _reload_rows()
     lines += ["", END]
     return "\n".join(lines)
 
