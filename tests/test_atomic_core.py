@@ -68,10 +68,12 @@ def _state(core: SupervisorCore) -> dict[str, Any]:
 class _Driver:
     """Feeds a core random requests and the reports its commands call for."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, reload_policy: ReloadPolicy | None = None) -> None:
         self.rng = random.Random(seed)
-        # Both reload policies (issue 12): half the sequences run a lazy core, half an eager one.
-        self.core = SupervisorCore(retain_finished=4, reload_policy=list(ReloadPolicy)[seed % 2])
+        # Reload policies (issue 12): with one given, the core has it and reloads carry their own
+        # (drawn from a stream of their own); without, the core's default and no reload policy.
+        self.core = SupervisorCore(retain_finished=4, reload_policy=reload_policy or ReloadPolicy.EAGER)
+        self.policy_rng = random.Random(-seed) if reload_policy is not None else None
         self.tokens = 0
         self.started = 0
         self.live: list[str] = []  # spawned, body not ended
@@ -158,10 +160,10 @@ class _Driver:
             do = rng.choice(list(CloseAction)[:4])
             mode = rng.choice([CloseMode.MAINTENANCE, CloseMode.USER_CONFIRMED_INTERRUPT])
             fingerprint = rng.choice([None, "f1", "f2"])  # the no-op gate (issue 12)
-            # A reload's own policy, or the core's (issue 12); now and then on another close (rejected).
-            policy = (
-                rng.choice([None, None, *ReloadPolicy]) if do is CloseAction.RELOAD or roll < 0.83 else None
-            )
+            policy = None
+            if self.policy_rng is not None:  # a reload's own policy; now and then another close's: rejected
+                policy = self.policy_rng.choice([None, None, *ReloadPolicy])
+                policy = policy if do is CloseAction.RELOAD or roll < 0.83 else None
             request = CloseRequest(
                 do=do,
                 mode=mode,
@@ -208,11 +210,17 @@ def _failing_at_the_end(real: Callable[..., None]) -> Callable[..., None]:
     return decide
 
 
-@pytest.mark.parametrize("seed", range(25))
-def test_a_decision_that_fails_after_all_its_changes_leaves_the_core_exactly_as_before(seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "reload_policy"),
+    [*((seed, None) for seed in range(25)), *((seed, ReloadPolicy.LAZY) for seed in range(100, 110))],
+)
+def test_a_decision_that_fails_after_all_its_changes_leaves_the_core_exactly_as_before(
+    seed: int, reload_policy: ReloadPolicy | None
+) -> None:
     """The journal covers every change a decision makes: failing each one at its very end (the
-    worst case: everything was changed) restores the whole core, then the input applies for real."""
-    driver = _Driver(seed)
+    worst case: everything was changed) restores the whole core, then the input applies for real.
+    Ten of the sequences run a lazy-reload core whose reloads carry either policy (issue 12)."""
+    driver = _Driver(seed, reload_policy)
     core = driver.core
     for _ in range(250):
         what, value = driver.next_input()
