@@ -128,7 +128,7 @@ class View:
             self._refresh_actions(core, actions, directories, unpinned)
         self.statistics = core.statistics()
         self.version += 1
-        if self._idle_waiters:
+        if sessions:
             self._wake_idle(sessions)
 
     # --- waiting for a session to be idle (``Supervisor.await_idle``) ----------------------------
@@ -167,7 +167,11 @@ class View:
 
     def _wake_idle(self, sessions: Iterable[str]) -> None:
         woken: list[tuple[Future[SessionSnapshot | None], SessionSnapshot | None]] = []
+        # Looked at under the lock, even when empty: a waiter that saw the session busy before this
+        # refresh stored it idle has registered by the time the lock is ours (or sees it idle itself).
         with self._idle_lock:
+            if not self._idle_waiters:
+                return
             for session in sessions:
                 snapshot = self.sessions.get(session)
                 if session in self._idle_waiters and self._idle(snapshot):

@@ -22,6 +22,7 @@ from run_supervisor.actors import (
     SupervisorConfig,
     SupervisorTimeout,
 )
+from run_supervisor.actors._view import View
 from run_supervisor.actors.hosts import WireHost
 from run_supervisor.actors.hosts._stdio import _dispatch
 from run_supervisor.actors.hosts._wire import STATUS_BY_CODE, HostError
@@ -40,6 +41,7 @@ from run_supervisor.protocol import (
     RunFinished,
     RunQueued,
     RunStarted,
+    SessionSnapshot,
     SessionStatus,
     SetQueuePolicy,
     StartRun,
@@ -644,3 +646,38 @@ def test_supervisor_config_queue_policy_is_every_sessions_default() -> None:
         assert sup.session("s").queue_policy is COALESCE  # type: ignore[union-attr]
         gate.open()
         assert second.wait(10).outcome is Outcome.COMPLETED
+
+
+def test_await_idle_is_woken_when_the_session_goes_idle_while_the_waiter_registers() -> None:
+    """The waiter reads the session busy; before it has registered, the supervisor publishes it idle.
+    The wake-up looks at the waiters under the waiter's lock, so it still finds and wakes this one."""
+    shell = CoreShell("/w/a")
+    shell.start("r1", session="s")
+    view = View(shell.core, shell.events)
+    stored_idle = threading.Event()
+    writer = threading.Thread(
+        target=lambda: view.refresh(shell.core, None, shell.finish("r1")), name="test-view-writer"
+    )
+
+    class Racing(dict[str, SessionSnapshot]):
+        def get(self, key: str, default: object = None) -> SessionSnapshot | None:  # type: ignore[override]
+            seen = super().get(key)
+            if key == "s" and not writer.is_alive() and not stored_idle.is_set():
+                writer.start()  # the session goes idle now, between this look and the registration
+                assert stored_idle.wait(10)
+            return seen
+
+        def __setitem__(self, key: str, value: SessionSnapshot) -> None:
+            super().__setitem__(key, value)
+            if value.status is SessionStatus.IDLE:
+                stored_idle.set()
+
+    view.sessions = Racing(view.sessions)
+    assert view.sessions["s"].status is SessionStatus.BUSY
+
+    waiter = view.when_idle("s")  # saw it busy
+
+    writer.join(10)
+    assert not writer.is_alive()
+    snapshot = waiter.result(timeout=10)
+    assert snapshot is not None and snapshot.status is SessionStatus.IDLE
