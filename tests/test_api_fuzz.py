@@ -59,6 +59,7 @@ from run_supervisor.protocol import (
     DismissForm,
     InterruptReason,
     QueuePolicy,
+    ReloadPolicy,
     ReplyPermission,
     RequestOutcome,
     SetQueuePolicy,
@@ -100,6 +101,7 @@ FLAGS = st.booleans()
 GRACES = st.sampled_from([None, 0, 50, 200])
 SIZES = st.sampled_from([0, 1, 16])
 POLICIES = st.sampled_from([None, "queue", "coalesce", "reject_if_busy", QueuePolicy.COALESCE, "fifo", 1])
+RELOAD_POLICIES = st.sampled_from([None, None, "lazy", "eager", ReloadPolicy.EAGER, "later"])
 ODD = st.one_of(
     st.none(),
     st.booleans(),
@@ -206,16 +208,28 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
         a = (arg(IDS), arg(ORIGINS), arg(TIMEOUTS))
         return name, lambda s: s.cancel(a[0], origin=a[1], timeout=a[2]), a
     if name in ("close", "close_async"):
-        a = (arg(DOS), arg(MODES), arg(ORIGINS), arg(st.one_of(st.none(), DIRS)), arg(TEXTS), arg(TIMEOUTS))
+        a = (
+            arg(DOS),
+            arg(MODES),
+            arg(ORIGINS),
+            arg(st.one_of(st.none(), DIRS)),
+            arg(TEXTS),
+            arg(TIMEOUTS),
+            arg(RELOAD_POLICIES),
+        )
         if name == "close":
             return (
                 name,
-                lambda s: s.close(a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4], timeout=a[5]),
+                lambda s: s.close(
+                    a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4], timeout=a[5], reload_policy=a[6]
+                ),
                 a,
             )
         return (
             name,
-            lambda s: s.close_async(a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4]).result(10),
+            lambda s: s.close_async(
+                a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4], reload_policy=a[6]
+            ).result(10),
             a,
         )
     if name in ("reply_permission", "answer_form", "dismiss_form"):
