@@ -514,6 +514,9 @@ class InvariantChecker:
         if self.shutdown_id is not None:
             self.violation(f"{key} started after shutdown was requested")
         older = sorted(k for k in self._open_keys((event.directory,)))
+        live = [k for k in older if self.instances[k].state == "live"]
+        if live:
+            self.violation(f"{key} started ({event.cause.value}) while {live} is still live")
         owed = self.load_owed.pop(event.directory, None)
         deferred = self.load_deferred.pop(event.directory, None)
         now, self.load_now = self.load_now == event.directory, None

@@ -348,6 +348,14 @@ def test_the_checker_fails_an_eager_reload_answered_before_it_loaded() -> None:
     assert any("before it loaded the next generation" in v for v in checker.violations), checker.violations
 
 
+def test_the_checker_fails_a_second_generation_loaded_beside_a_live_one() -> None:
+    checker = _stream(
+        InstanceStarted(seq=0, directory="/w/a", generation=1),
+        InstanceStarted(seq=0, directory="/w/a", generation=2, cause=LoadCause.LOAD),
+    )
+    assert any("('/w/a', 1)] is still live" in v for v in checker.violations), checker.violations
+
+
 def test_the_checker_passes_every_lazy_story_of_the_core() -> None:
     shell = lazy_shell("/w/a", "/w/b", hold_disposes=True)
     shell.start("r1", directory="/w/a")
