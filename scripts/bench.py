@@ -87,6 +87,7 @@ class Reps:
     growth: bool  # measure 10 and 100 live runs too (table mode only)
     journal_rounds: int = 7  # alternating rounds of short runs with the run journal on and off
     recovery_rounds: int = 5  # recoveries of a journal with 10,000 finished and 100 unfinished runs
+    heartbeat_rounds: int = 11  # rounds of (HEARTBEATS ctx.heartbeat(), the same count of bare stores)
 
 
 FULL = Reps(
@@ -120,6 +121,7 @@ QUICK = Reps(
     growth=False,
     journal_rounds=3,
     recovery_rounds=3,
+    heartbeat_rounds=5,
 )
 
 SESSIONS = 8
@@ -709,6 +711,49 @@ def throughput(fig: Figures, reps: Reps) -> None:
     fig.ratio("runs_per_s_pool_ratio", "runs_per_s", "pool_runs_per_s")
 
 
+# --- stalls: the cost of a heartbeat ---------------------------------------------------------------
+
+HEARTBEATS = 20_000
+"""Heartbeats (and bare stores) per round."""
+
+
+class _LastProgress:
+    """What a host would keep itself to notice a hung stream: the last progress time."""
+
+    last = 0.0
+
+
+def heartbeat_cost(fig: Figures, reps: Reps) -> None:
+    """``ctx.heartbeat()`` in a body whose stalls are measured (``stall_after_ms`` set, not flagged),
+    against the least a host would do itself: store a clock read in an attribute. Both loops run on the
+    body's thread, alternating round by round. The supervisor's timer holds one stall check for the run
+    throughout: a heartbeat never reschedules it."""
+    config = SupervisorConfig(shutdown_at_exit=False, stall_after_ms=3_600_000)
+    supervisor = Supervisor.start(config)
+    pending: list[int] = []
+    host = _LastProgress()
+
+    def body(ctx: RunContext) -> None:
+        for _ in range(reps.heartbeat_rounds):
+            start = ns()
+            for _ in range(HEARTBEATS):
+                ctx.heartbeat()
+            fig.add("heartbeat_ns", (ns() - start) / HEARTBEATS)
+            start = ns()
+            for _ in range(HEARTBEATS):
+                host.last = time.monotonic()
+            fig.add("heartbeat_bare_ns", (ns() - start) / HEARTBEATS)
+            pending.append(supervisor.timers.pending())
+
+    try:
+        supervisor.start_run(body, session="hb", directory="/bench/hb").wait(TIMEOUT_S)
+    finally:
+        supervisor.shutdown(grace_ms=1000)
+    if set(pending) != {1}:
+        raise AssertionError(f"the stall check was rescheduled by heartbeats: pending timers {pending}")
+    fig.ratio("heartbeat_ratio", "heartbeat_ns", "heartbeat_bare_ns")
+
+
 # --- the run journal: its cost on short runs, and recovery ------------------------------------------
 
 
@@ -1022,6 +1067,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "uncooperative_overrun_ms": ("<=", 100),
     "uncooperative_overrun_1000_ms": ("<=", 30),
     "journal_runs_per_s_ratio": (">=", 0.8),
+    "heartbeat_ns": ("<=", 1000),  # a stream may heartbeat per chunk: at most 1 ms per 1,000 chunks
 }
 
 KEYS = (
@@ -1048,6 +1094,9 @@ KEYS = (
     # issue #14
     "journal_runs_per_s_ratio",
     "journal_recovery_ms_10k",
+    # issue #12 (stalls)
+    "heartbeat_ns",
+    "heartbeat_ratio",
 )
 
 GROWTH_RUNS = (10, 100, LIVE)
@@ -1102,6 +1151,8 @@ def measure(reps: Reps, *, pin: bool) -> Results:
     fig.ratio("close_decision_growth", f"close_decision_{LIVE}_us", "close_decision_10_us")
     with section("throughput"):
         throughput(fig, reps)
+    with section("stalls: ctx.heartbeat() against a bare store"):
+        heartbeat_cost(fig, reps)
     with section("run journal: short runs on and off"):
         journal_throughput(fig, reps)
     with section("run journal: recovery of 10,000 finished and 100 unfinished runs"):
@@ -1158,6 +1209,8 @@ WHAT = {
     "uncooperative_overrun_1000_ms": ("ms", f"past a {GRACE_MS} ms grace, 1,000 deaf bodies"),
     "journal_runs_per_s_ratio": ("x", "short runs per s with the run journal on / off"),
     "journal_recovery_ms_10k": ("ms", "start on a journal of 10,000 finished + 100 unfinished runs"),
+    "heartbeat_ns": ("ns", "ctx.heartbeat() in a body whose stalls are measured"),
+    "heartbeat_ratio": ("x", "ctx.heartbeat() / a host's own clock read stored in an attribute"),
 }
 
 RAW_WHAT = {
@@ -1183,6 +1236,7 @@ RAW_WHAT = {
     "pykka_ask_1000_us": f"control: pykka ask with the {LIVE:,} runs' threads parked",
     "journal_on_runs_per_s": f"short runs per s, run journal on; {SESSIONS} sessions",
     "journal_off_runs_per_s": f"short runs per s, no journal; {SESSIONS} sessions",
+    "heartbeat_bare_ns": "a clock read stored in an attribute (what a host would do itself)",
 }
 
 

@@ -30,11 +30,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from run_supervisor.actors import (
+    ActionAlreadyCompleted,
     AlreadyInterrupting,
     AskAlreadyAnswered,
     AskWithdrawn,
     InvalidRequest,
     LoadFailed,
+    NotConfirmable,
     NothingPending,
     RunAlreadyExists,
     RunAlreadyFinished,
@@ -45,6 +47,7 @@ from run_supervisor.actors import (
     SupervisorClosed,
     SupervisorConfig,
     SupervisorTimeout,
+    UnknownAction,
     UnknownAsk,
     UnknownDirectory,
     UnknownRun,
@@ -69,17 +72,20 @@ from run_supervisor.protocol import (
 
 EXAMPLES = int(os.environ.get("RUN_SUPERVISOR_API_FUZZ_EXAMPLES", "600"))
 DOCUMENTED = (
+    ActionAlreadyCompleted,
     AlreadyInterrupting,
     AskAlreadyAnswered,
     AskWithdrawn,
     InvalidRequest,
     LoadFailed,
+    NotConfirmable,
     NothingPending,
     RunAlreadyExists,
     RunAlreadyFinished,
     SessionBusy,
     SupervisorClosed,
     SupervisorTimeout,
+    UnknownAction,
     UnknownAsk,
     UnknownDirectory,
     UnknownRun,
@@ -100,6 +106,7 @@ TEXTS = st.sampled_from([None, "", "t", "because"])
 FLAGS = st.booleans()
 GRACES = st.sampled_from([None, 0, 50, 200])
 SIZES = st.sampled_from([0, 1, 16])
+ACTION_IDS = st.sampled_from(["lc-1", "lc-2", "lc-3", "lc-99", "close-1", ""])
 POLICIES = st.sampled_from([None, "queue", "coalesce", "reject_if_busy", QueuePolicy.COALESCE, "fifo", 1])
 RELOAD_POLICIES = st.sampled_from([None, None, "lazy", "eager", ReloadPolicy.EAGER, "later"])
 ODD = st.one_of(
@@ -178,6 +185,8 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
                 "submit",
                 "set_queue_policy",
                 "await_idle",
+                "confirm_close",
+                "confirm_close_async",
                 "shutdown",
             ]
         )
@@ -204,6 +213,11 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
     if name == "await_idle":
         a = (arg(st.sampled_from(["s1", "s2", "nobody", ""])), arg(st.sampled_from([0, 0.05, -1])))
         return name, lambda s: s.await_idle(a[0], timeout=a[1]), a
+    if name in ("confirm_close", "confirm_close_async"):  # stalls (issue 12): any action id, known or not
+        a = (arg(ACTION_IDS), arg(st.one_of(st.none(), ORIGINS)), arg(TEXTS), arg(TIMEOUTS))
+        if name == "confirm_close":
+            return name, lambda s: s.confirm_close(a[0], origin=a[1], tag=a[2], timeout=a[3]), a
+        return name, lambda s: s.confirm_close_async(a[0], origin=a[1], tag=a[2]).result(10), a
     if name == "cancel":
         a = (arg(IDS), arg(ORIGINS), arg(TIMEOUTS))
         return name, lambda s: s.cancel(a[0], origin=a[1], timeout=a[2]), a

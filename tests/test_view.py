@@ -177,3 +177,40 @@ def test_queries_answer_the_final_state_after_shutdown() -> None:
     stats = sup.statistics()
     assert stats.closed and stats.runs_finished == 1
     assert sup.run("r1").outcome is Outcome.COMPLETED  # type: ignore[union-attr]
+
+
+def test_the_published_stalls_and_confirms_equal_what_the_core_answers(mismatches: list[str]) -> None:
+    gates = {name: Gate(name) for name in ("g1", "g2", "never")}
+
+    def first(ctx: RunContext) -> None:
+        with ctx.step("model"):
+            ctx.wait(gates["g1"])  # no progress: stalled
+            ctx.heartbeat()  # progress again: unstalled, then stalled again
+            ctx.wait(gates["never"])
+
+    def second(ctx: RunContext) -> None:
+        with ctx.step("model"):
+            ctx.wait(gates["g2"])
+
+    config = SupervisorConfig(shutdown_at_exit=False, stall_after_ms=30)
+    sup = Supervisor.start(config, directories=["/w/a"])
+    events = EventLog(sup)
+    try:
+        one = sup.start_run(first, session="s1", directory="/w/a", run_id="r1")
+        two = sup.start_run(second, session="s2", directory="/w/a", run_id="r2")
+        deferred = sup.close("dispose", mode="maintenance", origin="config", directory="/w/a")
+        events.wait_for("run.stalled", run_id="r1")
+        events.wait_for("run.stalled", run_id="r2")
+        gates["g2"].open()  # a stalled blocking run goes on and finishes
+        two.wait(5)
+        gates["g1"].open()
+        cleared = events.wait_for("run.unstalled", run_id="r1", progress=True)
+        events.wait_for("run.stalled", run_id="r1", seq=cleared.seq + 1, timeout=5)
+        assert deferred.action_id is not None
+        sup.confirm_close(deferred.action_id, origin="user")
+        assert one.wait(5).outcome is Outcome.INTERRUPTED
+        events.wait_for("lifecycle.completed", action_id=deferred.action_id)
+    finally:
+        if not sup.closed:
+            sup.shutdown(grace_ms=1000)
+    assert mismatches == []
