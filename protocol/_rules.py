@@ -509,10 +509,11 @@ STALLABLE_RUN_STATES = frozenset({RunState.ACTIVE})
 """Only an active run may be flagged stalled (an interrupting one is already being stopped)."""
 
 
-def stall_applies(state: RunState, open_asks: int) -> bool:
+def stall_applies(state: RunState, open_asks: int, body_ended: bool = False) -> bool:
     """A ``NoProgress`` report flags a run only while it is active and waits for nobody: a run with
-    an open ask waits for the user, who is slow, not the run (the shell measures again later)."""
-    return state in STALLABLE_RUN_STATES and open_asks == 0
+    an open ask waits for the user, who is slow, not the run; a parent whose body has ended waits for
+    its children, which are measured themselves (the shell measures again later)."""
+    return state in STALLABLE_RUN_STATES and open_asks == 0 and not body_ended
 
 
 def next_stall_state(stalled: bool, trigger: StallTrigger) -> bool:

@@ -83,8 +83,8 @@ class StallsMixin:
         if run is None or run.state not in STALLABLE_RUN_STATES:
             self._ignore()  # it stopped being active while the shell measured
             return
-        if not stall_applies(run.state, len(self._asks.open_of(run.id))):
-            return  # it waits for the user: not the run's own stall (the shell measures again)
+        if not stall_applies(run.state, len(self._asks.open_of(run.id)), run.ended is not None):
+            return  # it waits for the user, or for its children: not its own stall (measured again)
         if self._move_stall(run, StallTrigger.NO_PROGRESS):
             self._emit(
                 RunStalled(

@@ -635,3 +635,15 @@ def test_stdio_takes_a_stall_setting_and_a_confirm_close_line() -> None:
                 await proc.wait()
 
     asyncio.run(asyncio.wait_for(go(), 50))
+
+
+def test_a_parent_whose_body_ended_waits_for_its_children_and_is_not_flagged() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("p")
+    shell.start("c", directory="/w/a", parent="p")
+    shell.finish("p")  # its body returned: it finishes with its last child
+
+    shell.stall("p")
+    shell.stall("c")
+
+    assert [e.run_id for e in shell.of(RunStalled)] == ["c"]

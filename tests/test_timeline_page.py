@@ -119,6 +119,7 @@ def test_a_stalled_run_is_drawn_stalled_until_the_confirm_that_interrupts_it(tmp
     scenario = ROOT / "docs/scenarios/39-stalled-run-holding-a-reload-is-interrupted-on-confirm.toml"
     assert main(["scenario", str(scenario), "--html", str(tmp_path)]) == 0
     dom = chromium((tmp_path / f"{scenario.stem}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
-    assert len(re.findall(r'<div class="stall" data-stalled-from="\d+" title="stalled: no progress"', dom)) == 1
+    stalls = re.findall(r'<div class="stall" data-stalled-from="\d+" title="stalled: no progress"', dom)
+    assert len(stalls) == 1
     assert 'data-confirmed="true"' in dom  # the refresh's lane marks the confirm
     assert re.search(r'class="lane run" data-run="r1" data-outcome="interrupted"', dom)
