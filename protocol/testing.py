@@ -605,6 +605,12 @@ class InvariantChecker:
             return
         run.parent = parent_id
         parent.children.append(run.id)
+        if not run.directory:  # seen only as run.queued: a child is pinned to its parent's directory
+            run.directory = parent.directory
+        # A close that waits for the parent waits for its children, also those born after it.
+        for action in self.actions.values():
+            if parent_id in action.blocking and action.completed < action.requested:
+                action.blocking = action.blocking | {run.id}
 
     def _start_request(self, run_id: str) -> StartRun | None:
         return self.start_requests.get(run_id)
@@ -841,8 +847,17 @@ class InvariantChecker:
         return frozenset(k for k, i in self.instances.items() if k[0] in names and i.state != "closed")
 
     def _active_in(self, directories: Iterable[str]) -> frozenset[str]:
+        """What a close of ``directories`` waits for: their active runs and every unfinished
+        descendant of those (a child, even one still queued, is pinned to its parent's instance)."""
         names = set(directories)
-        return frozenset(r.id for r in self.runs.values() if r.state == "active" and r.directory in names)
+        waited = {r.id for r in self.runs.values() if r.state == "active" and r.directory in names}
+        todo = list(waited)
+        while todo:
+            for child in self.runs[todo.pop()].children:
+                if child not in waited and self.runs[child].finished is None:
+                    waited.add(child)
+                    todo.append(child)
+        return frozenset(waited)
 
     def _loaded(self) -> tuple[str, ...]:
         return tuple(sorted({k[0] for k, i in self.instances.items() if i.state != "closed"}))

@@ -113,6 +113,24 @@ def test_a_queued_child_of_an_interrupted_parent_ends_unstarted_with_the_parents
     assert shell.core.session_snapshot("s-sub").queued == ()  # type: ignore[union-attr]
 
 
+def test_a_queued_child_ended_by_its_parents_confirmed_close_satisfies_a_checker_fed_only_events() -> None:
+    # A host's checker sees no start requests: a queued child's directory is its parent's.
+    shell = CoreShell("/w/a")
+    shell.start("parent")
+    shell.start("busy", session="s-sub", parent="parent")
+    shell.start("child", session="s-sub", parent="parent")  # queued behind "busy"
+    shell.close(CloseAction.RELOAD, "/w/a", mode=CloseMode.USER_CONFIRMED_INTERRUPT, origin="dialog")
+    shell.finish("busy")
+    shell.finish("parent")
+    assert shell.finished("child").reason is InterruptReason.LIFECYCLE_INTERRUPT
+    shell.shutdown()
+
+    from_events_only = InvariantChecker()
+    from_events_only.events_of(shell.events)
+    from_events_only.finish()
+    assert from_events_only.violations == []
+
+
 def test_a_childs_failure_does_not_end_its_parent() -> None:
     shell = CoreShell("/w/a")
     shell.start("parent")
