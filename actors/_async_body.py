@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
+from datetime import datetime
 from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar, cast
 
 import pykka
@@ -411,6 +412,13 @@ class AsyncRunContext:
         """Raise a question form and wait (see ``RunContext.ask_form``)."""
         ask = self.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data)
         return await ask.wait(timeout)
+
+    # --- retries -------------------------------------------------------------------------------
+
+    def retrying(self, attempt: int, message: str, next_at: datetime | float | None = None) -> None:
+        """Say that the run is retrying (see ``RunContext.retrying``): its session shows ``retry``
+        until the attempt goes on. Non-blocking, like the other reports."""
+        self.sync.retrying(attempt, message, next_at)
 
     # --- the instance ----------------------------------------------------------------------------
 

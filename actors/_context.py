@@ -14,11 +14,13 @@ tool call, from the body's own threads if it likes: the context is thread-safe).
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pykka
@@ -43,6 +45,7 @@ from run_supervisor.protocol import (
     PartReport,
     PartState,
     Question,
+    RetryReport,
     StepKind,
     StepReport,
     WithdrawAsk,
@@ -582,6 +585,25 @@ class RunContext:
             timeout
         )
 
+    # --- retries -------------------------------------------------------------------------------
+
+    def retrying(self, attempt: int, message: str, next_at: datetime | float | None = None) -> None:
+        """Say that the run is retrying (a provider call failed and will be tried again): its
+        session's status becomes ``retry`` with ``attempt`` (1 for the first retry), ``message``
+        (why, for the user) and ``next_at`` (when the next attempt is due: an aware ``datetime``,
+        or Unix epoch seconds as ``time.time()`` gives them; None: unknown). It goes back to
+        ``busy`` at the run's next step, tool-part change or ask (the attempt goes on), and ends
+        with the run. Never blocks; ``RunInterrupted`` if the run was interrupted meanwhile."""
+        self.check()
+        self._tell(
+            RetryReport(
+                run_id=self.run_id,
+                attempt=_attempt(attempt),
+                message=_retry_message(message),
+                next_at_ms=_epoch_ms(next_at),
+            )
+        )
+
     # --- the instance ----------------------------------------------------------------------------
 
     def instance(self) -> Any:
@@ -597,6 +619,35 @@ class RunContext:
         if isinstance(cache, _LoadFailed):
             raise SupervisorError(cache.error)  # the run fails with it, unless the body handles it
         return cache
+
+
+def _attempt(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31:
+        raise InvalidRequest(f"attempt must be an int from 1 (the first retry), not {value!r}")
+    return value
+
+
+def _retry_message(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest("message must be a non-empty str saying why the run retries")
+    return value
+
+
+def _epoch_ms(value: object) -> int | None:
+    """``next_at`` as Unix epoch milliseconds (what ``session.status`` carries)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidRequest("next_at must be an aware datetime (with a tzinfo), or epoch seconds")
+        seconds = value.timestamp()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidRequest(f"next_at must be a datetime or Unix epoch seconds, not {type(value).__name__}")
+    if not math.isfinite(seconds) or not 0 <= seconds < 2**41 / 1000:
+        raise InvalidRequest(f"next_at must be a time since 1970 in epoch seconds, not {value!r}")
+    return round(seconds * 1000)
 
 
 class _GetCache:

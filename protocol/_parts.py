@@ -11,6 +11,7 @@ from typing import Protocol
 import msgspec
 
 from run_supervisor.protocol._enums import AskKind, InterruptReason, PartState, Phase
+from run_supervisor.protocol._rules import DEADLINE_ORIGIN
 
 __all__ = ["PartSnapshot", "part_label", "part_note", "part_snapshot"]
 
@@ -104,6 +105,8 @@ _CAUSES = {
 
 
 def _cause(part: _PartFacts) -> str:
+    if part.reason is InterruptReason.TIMEOUT and part.origin == DEADLINE_ORIGIN:
+        return "the run's deadline"
     if part.reason in _CAUSES:
         return _CAUSES[part.reason]
     # lifecycle_interrupt, shutdown, test_teardown: name what asked, e.g. settings.provider.connect

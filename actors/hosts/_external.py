@@ -56,6 +56,7 @@ __all__ = [
     "InterruptNotice",
     "PartUpdate",
     "ReportOutcome",
+    "RetryUpdate",
     "StepUpdate",
     "decode_report",
 ]
@@ -107,6 +108,18 @@ class AskReport(_Report, frozen=True, tag="ask"):
     data: dict[str, Any] | None = None
 
 
+class RetryUpdate(_Report, frozen=True, tag="retry"):
+    """The client's loop is retrying a provider call: the session's status shows ``retry`` with
+    these until the loop's next step, part change or ask (``RunContext.retrying``)."""
+
+    attempt: int
+    """1 for the first retry."""
+    message: str
+    """Why (the provider's error), for the user."""
+    next_at_ms: int | None = None
+    """When the next attempt is due, Unix epoch milliseconds (null: unknown)."""
+
+
 class HeartbeatReport(_Report, frozen=True, tag="heartbeat"):
     """Nothing happened, but the client is alive: renews the lease."""
 
@@ -122,7 +135,7 @@ class EndReport(_Report, frozen=True, tag="end"):
     error: str | None = None
 
 
-ExternalReport = StepUpdate | PartUpdate | AskReport | HeartbeatReport | EndReport
+ExternalReport = StepUpdate | PartUpdate | AskReport | RetryUpdate | HeartbeatReport | EndReport
 
 
 # --- What the host tells the client (events on the stream; ``seq`` is the supervisor event they follow)
@@ -420,6 +433,9 @@ class ExternalRuns:
                 return self._ask(run, ctx, report)
             elif isinstance(report, HeartbeatReport):
                 ctx.heartbeat()
+            elif isinstance(report, RetryUpdate):
+                next_at = None if report.next_at_ms is None else report.next_at_ms / 1000.0
+                ctx.retrying(report.attempt, report.message, next_at)
         except SupervisorError as exc:  # a malformed payload, an unknown call id...
             code = exc.code or RejectCode.INVALID_REQUEST
             return _rejected(code, str(exc))
