@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+from wire_support import Served, of_type, served, sse
 
 from run_supervisor.actors import (
     AsyncSupervisor,
@@ -72,6 +73,7 @@ def test_a_run_past_its_deadline_is_interrupted_with_reason_timeout_and_origin_d
         None,
     )
     assert finished.parts[0].reason is InterruptReason.TIMEOUT  # its tool card says so too
+    assert finished.parts[0].label == "Stopped: bash was interrupted by the run's deadline while it ran"
     assert shell.commands(DisarmDeadline) == [DisarmDeadline(run_id="r")]
     shell.shutdown()
     shell.checker.finish()
@@ -255,3 +257,26 @@ def test_the_async_facade_takes_a_deadline_too() -> None:
                 await supervisor.start_run(body, session="s", directory="/w/a", deadline_ms=0)
 
     asyncio.run(main())
+
+
+def test_a_deadline_given_over_http_interrupts_the_external_run_and_tells_its_client() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            answer = await client.post(
+                "/runs", json={"run_id": "r1", "session": "s1", "directory": "/w/a", "deadline_ms": 100}
+            )
+            assert answer.status_code == 200, answer.text
+            started = await events.until(of_type("run.started", run_id="r1"))
+            assert started.data["deadline_ms"] == 100
+            notice = await events.until(of_type("external.interrupt", run_id="r1"))
+            assert (notice.data["reason"], notice.data["origin"]) == ("timeout", "deadline")
+            assert (await client.post("/runs/r1/reports", json={"type": "end"})).status_code == 200
+            finished = await events.until(of_type("run.finished", run_id="r1"))
+            assert (finished.data["reason"], finished.data["origin"]) == ("timeout", "deadline")
+            bad = await client.post(
+                "/runs", json={"run_id": "r2", "session": "s2", "directory": "/w/a", "deadline_ms": 0}
+            )
+            assert bad.status_code == 422 and "deadline_ms" in bad.text
+
+    with served() as srv:
+        asyncio.run(asyncio.wait_for(scenario(srv), 45))

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from wire_support import Served, of_type, served, sse
 
 from run_supervisor.actors import (
     AsyncRunContext,
@@ -312,3 +313,28 @@ def test_a_session_recovered_after_a_crash_is_not_retrying(tmp_path: Path) -> No
         assert session is None or (session.status, session.attempt) == (SessionStatus.IDLE, None)
         follow_up = after.start_run(lambda ctx: None, session="s", directory="/w/a", resume_of="r1")
         assert follow_up.wait(timeout=BOUND_S).outcome is Outcome.COMPLETED
+
+
+def test_an_external_run_reports_a_retry_over_http_and_its_next_step_clears_it() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            answer = await client.post("/runs", json={"run_id": "r1", "session": "s1", "directory": "/w/a"})
+            assert answer.status_code == 200, answer.text
+            retry = {"type": "retry", "attempt": 2, "message": "overloaded", "next_at_ms": 1_767_225_600_000}
+            assert (await client.post("/runs/r1/reports", json=retry)).status_code == 200
+            shown = await events.until(of_type("session.status", session="s1", status="retry"))
+            assert (shown.data["attempt"], shown.data["message"], shown.data["next_at_ms"]) == (
+                2,
+                "overloaded",
+                1_767_225_600_000,
+            )
+            step = {"type": "step", "kind": "model"}
+            assert (await client.post("/runs/r1/reports", json=step)).status_code == 200
+            busy = await events.until(of_type("session.status", session="s1", status="busy"))
+            assert busy.data["attempt"] is None and busy.data["seq"] > shown.data["seq"]
+            bad = await client.post("/runs/r1/reports", json={"type": "retry", "attempt": 0, "message": "x"})
+            assert bad.status_code == 422 and "attempt" in bad.text
+            assert (await client.post("/runs/r1/reports", json={"type": "end"})).status_code == 200
+
+    with served() as srv:
+        asyncio.run(asyncio.wait_for(scenario(srv), 45))
