@@ -207,6 +207,7 @@ _FIELDS_SHOWN = (
     "tool",
     "state",
     "status",
+    "attempt",
     "outcome",
     "reason",
     "origin",

@@ -95,6 +95,11 @@ def make_body(
                     call.running()
             elif ask_at_once:  # opened before the step event: an action fired on it finds the ask
                 ask = _open_ask(ctx, call, step, spec.id, ask_ids)
+            if step.retry:  # the provider call failed: retried, the step's gate is the backoff
+                for attempt, message in enumerate(step.retry, 1):
+                    ctx.retrying(attempt, message)
+                if step.gate is not None:
+                    gates[step.gate].wait(ctx.token, interruptible=not step.ignores_cancel)
             in_part = call is not None and step.part is not None
             tool, call_id = (call.tool, call.call_id) if in_part and call is not None else (None, None)
             ctx.step_started(step.id, kind, tool=tool, call_id=call_id)

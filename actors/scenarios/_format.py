@@ -170,6 +170,10 @@ class StepSpec:
     """An extension (stalls): while the step waits at its gate or for its ``ms``, the body calls
     ``ctx.heartbeat()`` this often -- a stream that is alive; without it a waiting step makes no
     progress, like a hung one."""
+    retry: tuple[str, ...] = ()
+    """An extension (retries), ``model`` steps: the body reports a retry with each message (attempts 1,
+    2...) before the step starts; the step's ``gate`` then holds between the retries and the step's
+    start (the provider's backoff), so the session shows ``retry`` until it opens."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +191,8 @@ class RunSpec:
     """An extension (child runs): the run of this file it is a child of."""
     queue_policy: QueuePolicy | None = None
     """An extension (queue policies): the policy its start names; None: its session's default."""
+    deadline_ms: int | None = None
+    """An extension (deadlines): the run's deadline, counted from its start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,10 +362,8 @@ class WhenKind(StrEnum):
     """``<action>.<result>``."""
     ACTION_COMPLETED = "action_completed"
     """``<action>.completed``: a lifecycle action's ``lifecycle.completed`` event."""
-    RUN_STALLED = "run_stalled"
-    """An extension: ``<run>.stalled``, the run's first ``run.stalled`` event."""
-    RUN_UNSTALLED = "run_unstalled"
-    """An extension: ``<run>.unstalled``, the run's first ``run.unstalled`` event."""
+    "begin, <run>.started, <run>.finished, <run>.stalled, <run>.unstalled, <run>.<step>.started, "
+    "<run>.<step>.finished, <action>.<result>, <action>.completed or <session>.retry"
 
 
 class ExpectationTarget(StrEnum):
@@ -406,7 +410,7 @@ def _values(enum: type[StrEnum]) -> frozenset[str]:
 _STEP_COMMON_KEYS = ("kind", "id", "gate", "ms", "fail", "ignores_cancel", "heartbeat_ms")
 _ASK_KEYS = ("ask", "wait", "timeout_ms", "title")  # this project: asks with names and payloads
 _STEP_KEYS: Mapping[StepKind, frozenset[str]] = {
-    StepKind.MODEL: frozenset(_STEP_COMMON_KEYS),
+    StepKind.MODEL: frozenset((*_STEP_COMMON_KEYS, "retry")),
     StepKind.TOOL_INPUT: frozenset((*_STEP_COMMON_KEYS, "tool")),
     StepKind.TOOL_EXEC: frozenset((*_STEP_COMMON_KEYS, "tool", "at", "error")),
     StepKind.PERMISSION: frozenset((*_STEP_COMMON_KEYS, *_ASK_KEYS, "command", "options")),
@@ -420,6 +424,7 @@ _STEP_KEY_HOME: Mapping[str, str] = {
     "command": "permission steps",
     "options": "permission steps",
     "questions": "form steps",
+    "retry": "model steps",
 }
 
 # Keys each `do` takes besides id, when and do (in the contract's order), and the ones it requires.
@@ -579,6 +584,7 @@ class _StepModel(_Model):
     options: list[_Text] | None = None
     questions: list[_Text | _QuestionModel] | None = None
     heartbeat_ms: Annotated[StrictInt, Field(ge=1, le=MAX_MS)] | None = None
+    retry: list[_Text] | None = None
 
 
 class _RunModel(_Model):
@@ -589,6 +595,7 @@ class _RunModel(_Model):
     steps: Annotated[list[_StepModel], Field(min_length=1)]
     parent: _Id | None = None
     queue_policy: Annotated[StrictStr, _one_of_values(QueuePolicy)] | None = None
+    deadline_ms: Annotated[_Ms, Field(ge=1)] | None = None
 
 
 class _ActionModel(_Model):
@@ -663,6 +670,7 @@ class _ActionExpectModel(_Model):
 
 class _SessionExpectModel(_Model):
     status: Annotated[StrictStr, _one_of_values(SessionStatus)] | None = None
+    retries: Annotated[StrictInt, Field(ge=0)] | None = None
 
 
 _WHAT: Mapping[type[BaseModel], str] = {
@@ -1159,6 +1167,7 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
             options=tuple(step.options or ()),
             questions=tuple(_question(q) for q in step.questions or ()),
             heartbeat_ms=step.heartbeat_ms,
+            retry=tuple(step.retry or ()),
         )
         for step, step_id, part in zip(run.steps, ids, parts, strict=True)
     )
@@ -1171,6 +1180,7 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
         tools=tools,
         parent=run.parent,
         queue_policy=None if run.queue_policy is None else QueuePolicy(run.queue_policy),
+        deadline_ms=run.deadline_ms,
     )
 
 
@@ -1467,7 +1477,7 @@ def _check_when_cycles(actions: Sequence[ActionSpec]) -> None:
 
 _EVENT_FORMS = (
     "begin, <run>.started, <run>.finished, <run>.stalled, <run>.unstalled, <run>.<step>.started, "
-    "<run>.<step>.finished, <action>.<result> or <action>.completed"
+    "<run>.<step>.finished, <action>.<result>, <action>.completed or <session>.retry"
 )
 _RUN_EVENTS = {
     "started": WhenKind.RUN_STARTED,
@@ -1508,9 +1518,13 @@ def _parse_event(raw: str, names: _Names, key: str) -> When:
             )
         return When(raw=raw, kind=_RUN_EVENTS[what], run=head)
     action = names.actions.get(head)
+    if action is None and head in names.sessions and what == "retry":
+        return When(raw=raw, kind=WhenKind.SESSION_RETRY)
     if action is None:
         if head in names.sessions:
-            raise _InvalidError(key, f"{raw!r} names a session; an event names a run, a step or an action")
+            raise _InvalidError(
+                key, f"{raw!r} names a session; a session's only event is .retry (<session>.retry)"
+            )
         raise _InvalidError(key, f"{raw!r} names no run or action of this file")
     do = action_do(action.do)
     lifecycle = isinstance(do, CloseAction)
@@ -1594,7 +1608,10 @@ def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> 
         )
     if target in names.sessions:
         session = _validate(_SessionExpectModel, entry, prefix)
-        fields.update((name, SessionStatus(getattr(session, name))) for name in entry)
+        fields.update(
+            (name, SessionStatus(getattr(session, name)) if name == "status" else getattr(session, name))
+            for name in entry
+        )
         return Expectation(
             target=target, target_kind=ExpectationTarget.SESSION, fields=MappingProxyType(fields)
         )

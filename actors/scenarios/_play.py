@@ -530,7 +530,7 @@ class _Player:
             return [f"{event.run_id}.{event.step}.finished"]
         if isinstance(event, SessionStatusChanged):
             self.sessions[event.session] = event.status
-            return []
+            return [f"{event.session}.retry"] if event.status is SessionStatus.RETRY else []
         if isinstance(event, RunStalled):
             if event.run_id in self.runs:
                 self.runs[event.run_id].stalled = True
@@ -686,6 +686,7 @@ def _start(spec: RunSpec, tag: str | None = None) -> StartRun:
         parent_run_id=spec.parent,
         queue_policy=spec.queue_policy,
         tag=tag,
+        deadline_ms=spec.deadline_ms,
     )
 
 

@@ -181,6 +181,16 @@ def check_expectations(
             want = expectation.fields.get("status")
             if want is not None and got != want:
                 failures.append(f"{expectation.target}: expected status {_shown(want)}, got {_shown(got)}")
+            retries = expectation.fields.get("retries")  # an extension: the retry statuses it announced
+            seen = sum(
+                1
+                for e in report.events
+                if e["type"] == "session.status"
+                and e["session"] == expectation.target
+                and e["status"] == SessionStatus.RETRY
+            )
+            if retries is not None and seen != retries:
+                failures.append(f"{expectation.target}: expected {retries} retry statuses, got {seen}")
     return failures
 
 
