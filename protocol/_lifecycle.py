@@ -295,13 +295,19 @@ class LifecycleMixin:
                 other.superseded_by = action.id
         self._shutdown = action
         action.result = CloseResult.FORCED
-        # Queued runs end without starting; then every active run is interrupted.
+        # Queued runs end without starting; then every active run is interrupted. Every queue is
+        # emptied first, and queued children end last: a child that ends may finish its parent
+        # (whose body had ended), whose session then goes idle -- it must neither start its next
+        # queued run in the middle of the shutdown nor say idle before that run is reported ended.
+        queued = []
         for session in self._sessions.values():
             while session.queue:
-                run = self._runs[self._journal.popleft(session.queue)]
-                self._decide_interrupt(run, reason, origin, action.id)
-                self._move_run(run, RunTrigger.CANCEL_QUEUED)
-                self._finish(run)
+                queued.append(self._runs[self._journal.popleft(session.queue)])
+        queued.sort(key=lambda run: run.parent is not None)  # stable: otherwise in queue order
+        for run in queued:
+            self._decide_interrupt(run, reason, origin, action.id)
+            self._move_run(run, RunTrigger.CANCEL_QUEUED)
+            self._finish(run)
         self._out.append(StartGraceTimer(action_id=action.id, grace_ms=req.grace_ms))
         self._cover(action, names, reason)
         self._answer_or_hold(action)

@@ -15,6 +15,7 @@ import pytest
 from run_supervisor.actors import Gate, RunContext, Supervisor, SupervisorConfig, SupervisorError
 from run_supervisor.protocol import (
     AnswerForm,
+    ArmDeadline,
     AskKind,
     AskPayload,
     AskRaised,
@@ -25,6 +26,7 @@ from run_supervisor.protocol import (
     CloseRequest,
     Command,
     ConfirmClose,
+    DeadlineExpired,
     DismissForm,
     DisposeDone,
     DisposeInstance,
@@ -38,6 +40,7 @@ from run_supervisor.protocol import (
     ReloadPolicy,
     ReplyPermission,
     Request,
+    RetryReport,
     RunState,
     SetQueuePolicy,
     Shutdown,
@@ -82,6 +85,7 @@ class _Driver:
         self.steps = 0
         self.asked = 0
         self.asks: dict[str, list[str]] = {}
+        self.deadlines: list[str] = []  # armed (issue 12); kept after the run ends: late expiries too
 
     def carry_out(self, commands: list[Command]) -> None:
         for command in commands:
@@ -91,6 +95,8 @@ class _Driver:
                 self.disposing.append((command.directory, command.generation))
             elif isinstance(command, StartGraceTimer):
                 self.timers.append(command.action_id)
+            elif isinstance(command, ArmDeadline):
+                self.deadlines.append(command.run_id)
 
     def next_input(self) -> tuple[str, Any]:
         self.steps += 1
@@ -100,11 +106,14 @@ class _Driver:
         roll = rng.random()
         if self.live and roll < 0.35:
             run = rng.choice(self.live)
-            kind = rng.randrange(7)
+            kind = rng.randrange(8)
             if kind == 5:  # the shell measured no progress (issue 12: stalls)
                 return "report", NoProgress(run_id=run, idle_ms=1000)
             if kind == 6:  # a heartbeat of a run flagged stalled
                 return "report", Heartbeat(run_id=run)
+            if kind == 7:  # a provider retry (issue 12): the session shows retry until progress
+                attempt = rng.choice([1, 2, 0])
+                return "report", RetryReport(run_id=run, attempt=attempt, message="529", next_at_ms=None)
             if kind == 0:
                 self.live.remove(run)
                 return "report", BodyEnded(run_id=run, error=rng.choice([None, "boom"]))
@@ -132,6 +141,8 @@ class _Driver:
             return "report", DisposeDone(directory=directory_name, generation=generation, error=error)
         if self.timers and roll < 0.55:
             return "report", GraceExpired(action_id=self.timers.pop())
+        if self.deadlines and roll < 0.57:  # a run's deadline passes (issue 12), maybe after its end
+            return "report", DeadlineExpired(run_id=self.deadlines.pop(rng.randrange(len(self.deadlines))))
         if roll < 0.58:
             return "preload", directory
         request: Request
@@ -149,6 +160,7 @@ class _Driver:
                 directory=directory,
                 parent_run_id=parent,
                 queue_policy=policy,
+                deadline_ms=rng.choice([None, None, 100]),
             )
         elif roll < 0.78:  # a session's default queue policy (issue 12)
             request = SetQueuePolicy(

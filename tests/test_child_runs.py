@@ -255,3 +255,18 @@ def test_the_facade_checks_the_parent_run_id() -> None:
             sup.start_run(lambda ctx: None, session="s", directory="/w/a", parent_run_id="")
         with pytest.raises(UnknownRun):
             sup.start_run(lambda ctx: None, session="s", directory="/w/a", parent_run_id="nobody")
+
+
+def test_a_shutdown_that_ends_a_queued_child_never_starts_the_next_run_of_its_parents_session() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("busy", session="child-session")
+    shell.start("parent", session="s1")
+    shell.start("child", session="child-session", parent="parent")  # queued behind "busy"
+    shell.start("follow-up", session="s1")  # queued behind the parent
+    shell.finish("parent")  # its body ended; it is finished once its child is
+
+    shell.shutdown()  # the checker raises at once if anything starts after the shutdown
+
+    assert shell.of(RunStarted, run_id="follow-up") == []
+    assert shell.finished("follow-up").generation is None
+    assert _finished_order(shell).index("child") < _finished_order(shell).index("parent")
