@@ -16,12 +16,15 @@ from run_supervisor.protocol import (
     ACTION_TRANSITIONS,
     ASK_TRANSITIONS,
     CLOSE_RULES,
+    DEADLINE_EXPIRY,
+    DEADLINE_ORIGIN,
     INSTANCE_TRANSITIONS,
     PART_PHASE,
     PART_TRANSITIONS,
     QUEUE_RULES,
     RELOAD_RULES,
     RUN_TRANSITIONS,
+    SESSION_TRANSITIONS,
 )
 from run_supervisor.protocol._rules import CONFIRM_RULES, STALL_TRANSITIONS, STALLABLE_RUN_STATES
 
@@ -103,6 +106,28 @@ def _reload_rows() -> list[str]:
     return rows
 
 
+def _deadline_and_session_tables() -> list[str]:
+    lines = [
+        "",
+        "**Deadlines** (`DEADLINE_EXPIRY`): what `DeadlineExpired` does, by the run's state "
+        f"(reason `timeout`, origin `{DEADLINE_ORIGIN}`)",
+        "",
+        "| run state | expiry |",
+        "| --- | --- |",
+    ]
+    for state, trigger in DEADLINE_EXPIRY.items():
+        lines.append(f"| `{state.value}` | {trigger.value if trigger else 'ignored'} |")
+    lines += [
+        "",
+        "**Sessions** (`SESSION_TRANSITIONS`): `busy`, `idle` and a run's retries",
+        "",
+        "| state | trigger | next state |",
+        "| --- | --- | --- |",
+    ]
+    lines += _transition_rows(SESSION_TRANSITIONS)
+    return lines
+
+
 def tables() -> str:
     lines = [
         BEGIN,
@@ -167,6 +192,7 @@ def tables() -> str:
     lines += _queue_rows()
     lines += _stall_rows()
     lines += _reload_rows()
+    lines += _deadline_and_session_tables()
     lines += ["", END]
     return "\n".join(lines)
 

@@ -670,7 +670,8 @@ def test_an_unknown_key_is_reported_with_the_keys_that_are_allowed_there() -> No
     error = assert_refused(doc(run(extra='colour = "red"')), "runs[0].colour")
 
     assert error.message == (
-        "not a key of a run (its keys: id, session, directory, start, steps, parent, queue_policy)"
+        "not a key of a run (its keys: id, session, directory, start, steps, parent, queue_policy, "
+        "deadline_ms)"
     )
 
 

@@ -1518,7 +1518,7 @@ def _parse_event(raw: str, names: _Names, key: str) -> When:
             )
         return When(raw=raw, kind=_RUN_EVENTS[what], run=head)
     action = names.actions.get(head)
-    if action is None and head in names.sessions and what == "retry":
+    if action is None and head in names.sessions and what == SessionStatus.RETRY:
         return When(raw=raw, kind=WhenKind.SESSION_RETRY)
     if action is None:
         if head in names.sessions:
