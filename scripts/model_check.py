@@ -15,6 +15,9 @@ interleaving of host requests and internal reports, breadth-first, merging state
   every order; shutdown's grace deadline passes;
 * scope ``stalls`` (issue 12): the shell's ``NoProgress`` and a body's ``Heartbeat`` at any moment,
   and ``confirm_close`` of any action id at any point (pending, completed, unknown, of any mode).
+* the ``deadlines`` scope (issue 12): runs start with or without a deadline; an armed deadline
+  expires at any moment, also after its run ended or while it is being interrupted; a running body
+  reports retries (twice at most) at any moment, before or after its steps.
 
 After every step the one ``InvariantChecker`` (``run_supervisor.protocol.testing``) checks the new
 command batch; with ``--drain`` (the default) every new state is also driven to its end (a test
@@ -52,6 +55,7 @@ from typing import Any
 from run_supervisor.protocol import (
     AbandonRun,
     AnswerForm,
+    ArmDeadline,
     AskKind,
     AskPayload,
     AskRaised,
@@ -62,6 +66,7 @@ from run_supervisor.protocol import (
     CloseRequest,
     Command,
     ConfirmClose,
+    DeadlineExpired,
     DeliverAnswer,
     DismissForm,
     DisposeDone,
@@ -75,6 +80,7 @@ from run_supervisor.protocol import (
     ReloadPolicy,
     ReplyPermission,
     Request,
+    RetryReport,
     SetQueuePolicy,
     Shutdown,
     ShutdownComplete,
@@ -82,6 +88,8 @@ from run_supervisor.protocol import (
     SpawnRun,
     StartGraceTimer,
     StartRun,
+    StepKind,
+    StepReport,
     SupervisorCore,
     WithdrawAsk,
     WithdrawReason,
@@ -112,6 +120,8 @@ class Body:
 
     waiting: str | None = None  # "permission" | "form": it raised an ask and waits
     asked: bool = False  # it raises at most one ask (bounds the alphabet)
+    retried: int = 0  # retries it reported (at most two: bounds the alphabet)
+    stepped: bool = False  # it reported a step (at most one: progress that clears a retry)
 
 
 @dataclass(slots=True)
@@ -128,6 +138,7 @@ class World:
     confirms: int = 0
     tokens: dict[Request, int] = field(default_factory=dict)
     closed: bool = False
+    deadlines: tuple[str, ...] = ()  # armed and not expired yet (kept after the run ends)
 
     # carrying out a batch
 
@@ -144,6 +155,8 @@ class World:
                 self.held.append((command.directory, command.generation))
             elif isinstance(command, StartGraceTimer):
                 self.timer = command.action_id
+            elif isinstance(command, ArmDeadline):
+                self.deadlines = (*self.deadlines, command.run_id)
             elif isinstance(command, ShutdownComplete):
                 self.closed = True
             # SignalInterrupt, AbandonRun, ReleaseRun: the body goes on until it reports its end.
@@ -161,6 +174,8 @@ class World:
     def report(self, report: Report) -> None:
         if isinstance(report, GraceExpired):
             self.checker.grace_passed()
+        if isinstance(report, DeadlineExpired):
+            self.checker.deadline_passed(report.run_id)
         self.carry_out(self.core.report(report))
 
 
@@ -177,13 +192,23 @@ Move = tuple[str, Callable[[World], None]]
 
 
 def _start(
-    run_id: str, session: str, directory: str, parent: str | None = None, policy: QueuePolicy | None = None
+    run_id: str,
+    session: str,
+    directory: str,
+    parent: str | None = None,
+    policy: QueuePolicy | None = None,
+    deadline_ms: int | None = None,
 ) -> Callable[[World], None]:
     def move(world: World) -> None:
         world.started += 1
         world.request(
             StartRun(
-                run_id=run_id, session=session, directory=directory, parent_run_id=parent, queue_policy=policy
+                run_id=run_id,
+                session=session,
+                directory=directory,
+                parent_run_id=parent,
+                queue_policy=policy,
+                deadline_ms=deadline_ms,
             )
         )
 
@@ -194,6 +219,31 @@ def _set_policy(session: str, policy: QueuePolicy) -> Callable[[World], None]:
     def move(world: World) -> None:
         world.policy_sets += 1
         world.request(SetQueuePolicy(session=session, queue_policy=policy))
+
+    return move
+
+
+def _deadline_passes(run_id: str) -> Callable[[World], None]:
+    def move(world: World) -> None:
+        world.deadlines = tuple(r for r in world.deadlines if r != run_id)
+        world.report(DeadlineExpired(run_id=run_id))
+
+    return move
+
+
+def _body_retries(run_id: str) -> Callable[[World], None]:
+    def move(world: World) -> None:
+        body = world.bodies[run_id]
+        body.retried += 1
+        world.report(RetryReport(run_id=run_id, attempt=body.retried, message="529 overloaded"))
+
+    return move
+
+
+def _body_steps(run_id: str) -> Callable[[World], None]:
+    def move(world: World) -> None:
+        world.bodies[run_id].stepped = True
+        world.report(StepReport(run_id=run_id, step="model", kind=StepKind.MODEL, finished=False))
 
     return move
 
@@ -286,6 +336,9 @@ class Scope:
     any mode) one path may make."""
     reload_policies: tuple[ReloadPolicy | None, ...] = (None,)
     """The policy each reload names (issue 12; None: the core's own, eager)."""
+    deadlines: bool = False
+    """Runs may start with a deadline, which expires at any moment; bodies report retries and a
+    step (issue 12)."""
 
 
 FULL = Scope(
@@ -385,6 +438,22 @@ SCOPES = {
             fingerprints=(None, "f0"),
             reload_policies=(ReloadPolicy.LAZY, ReloadPolicy.EAGER),
         ),
+        Scope(
+            "deadlines",
+            "3 runs in /w/a (s1, s2; queued behind each other), each with or without a deadline that "
+            "expires at any moment (also after the run ended or while it is interrupted); bodies report "
+            "retries (twice) and a step at any moment, return or raise; cancel; a confirmed reload; "
+            "shutdown and the grace deadline",
+            runs=3,
+            places=(("s1", A), ("s2", A)),
+            closes=((CloseAction.RELOAD, (A,)),),
+            modes=(CloseMode.USER_CONFIRMED_INTERRUPT,),
+            max_closes=1,
+            reasons=(InterruptReason.SHUTDOWN,),
+            max_shutdowns=1,
+            asks=False,
+            deadlines=True,
+        ),
     )
 }
 
@@ -429,6 +498,11 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
             for policy in scope.policies:
                 label = f"start {run_id} {session} {directory}" + (f" {policy.value}" if policy else "")
                 yield label, _start(run_id, session, directory, policy=policy)
+            if scope.deadlines:
+                yield (
+                    f"start {run_id} {session} {directory} with a deadline",
+                    _start(run_id, session, directory, deadline_ms=100),
+                )
         for parent in RUNS[: world.started] if scope.children else ():
             known = world.core.run_snapshot(parent)
             where = known.directory if known is not None else A
@@ -477,6 +551,12 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
         if scope.asks and not body.asked:
             yield f"{run_id} asks permission", _body_asks(run_id, form=False)
             yield f"{run_id} asks a form", _body_asks(run_id, form=True)
+        if scope.deadlines and body.retried < 2:
+            yield f"{run_id} retries", _body_retries(run_id)
+        if scope.deadlines and not body.stepped:
+            yield f"{run_id} starts a step", _body_steps(run_id)
+    for run_id in world.deadlines:
+        yield f"the deadline of {run_id} passes", _deadline_passes(run_id)
     for run_id in sorted(world.bodies) if scope.stalls else ():
         yield f"{run_id} makes no progress", _report(NoProgress(run_id=run_id, idle_ms=1000))
         yield f"{run_id} heartbeats", _report(Heartbeat(run_id=run_id))
@@ -583,6 +663,7 @@ def state_key(world: World) -> int:
         _canon(world.bodies, ids),
         tuple(world.held),
         world.timer,
+        world.deadlines,
         (world.started, world.closes, world.shutdowns, world.policy_sets, world.confirms),
         world.closed,
     )

@@ -42,6 +42,7 @@ BOUNDED = [
     ("children", 4, 500),
     ("stalls", 4, 500),
     ("reloads", 4, 500),
+    ("deadlines", 4, 500),
 ]
 
 pytestmark = pytest.mark.timeout(240)
