@@ -196,3 +196,27 @@ def test_a_line_over_the_limit_is_refused_as_it_arrives_and_the_next_line_is_rea
             pass
 
     assert session(scenario, "--no-events") == 0
+
+
+def test_a_stdio_start_takes_a_deadline_and_a_report_takes_a_retry() -> None:
+    async def scenario(car: Sidecar) -> None:
+        await car.event("instance.started", directory="/p/a")
+        start = {"id": 1, "type": "start_run", "run_id": "r1", "session": "s1", "directory": "/p/a"}
+        await car.send({**start, "deadline_ms": 150})
+        assert (await car.answer(1))["answer"]["result"] == "ok"
+        retry = {"type": "retry", "attempt": 1, "message": "529 overloaded"}
+        await car.send({"id": 2, "type": "report", "run_id": "r1", "report": retry})
+        assert (await car.answer(2))["status"] == 200
+        shown = await car.event("session.status", session="s1", status="retry")
+        assert (shown["attempt"], shown["message"], shown["next_at_ms"]) == (1, "529 overloaded", None)
+        notice = await car.until(lambda m: m.get("event", {}).get("type") == "external.interrupt")
+        assert (notice["event"]["reason"], notice["event"]["origin"]) == ("timeout", "deadline")
+        await car.send({"id": 3, "type": "report", "run_id": "r1", "report": {"type": "end"}})
+        finished = await car.event("run.finished", run_id="r1")
+        assert (finished["reason"], finished["origin"]) == ("timeout", "deadline")
+        assert car.proc.stdin is not None
+        car.proc.stdin.close()
+        while await car.read() is not None:
+            pass
+
+    assert session(scenario, "--directory", "/p/a") == 0
