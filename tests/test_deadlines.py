@@ -15,6 +15,7 @@ from run_supervisor.actors import (
     InvalidRequest,
     RunContext,
     Supervisor,
+    UnknownRun,
 )
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import (
@@ -150,6 +151,14 @@ def test_the_checker_refuses_a_deadline_interrupt_nobody_reported() -> None:
 # --- the supervisor: the shared timer fires ------------------------------------------------------
 
 
+def _barrier(supervisor: Supervisor) -> None:
+    """Return once the supervisor has carried out every command it decided so far: a run's waiter
+    wakes at its run.finished, before the rest of that batch (its DisarmDeadline) is carried out; a
+    request answered afterwards went through the mailbox behind it."""
+    with pytest.raises(UnknownRun):
+        supervisor.cancel("no-such-run", timeout=BOUND_S)
+
+
 def _held(gate: Gate) -> Callable[[RunContext], None]:
     def body(ctx: RunContext) -> None:
         with ctx.step("model"):
@@ -187,6 +196,7 @@ def test_a_run_that_ends_before_its_deadline_completes_and_its_timer_is_cancelle
     snapshot = handle.wait(timeout=BOUND_S)
 
     assert snapshot is not None and snapshot.outcome is Outcome.COMPLETED
+    _barrier(supervisor)
     assert supervisor.timers.pending() == 0  # disarmed: no ten-minute entry left behind
 
 
@@ -209,6 +219,7 @@ def test_a_hundred_runs_with_deadlines_share_one_timer_thread(
     for handle in handles:
         snapshot = handle.wait(timeout=BOUND_S)
         assert snapshot is not None and snapshot.outcome is Outcome.COMPLETED
+    _barrier(supervisor)
     assert supervisor.timers.pending() == 0
 
 
