@@ -202,7 +202,7 @@ def test_a_stdio_start_takes_a_deadline_and_a_report_takes_a_retry() -> None:
     async def scenario(car: Sidecar) -> None:
         await car.event("instance.started", directory="/p/a")
         start = {"id": 1, "type": "start_run", "run_id": "r1", "session": "s1", "directory": "/p/a"}
-        await car.send({**start, "deadline_ms": 150})
+        await car.send({**start, "deadline_ms": 1500})  # long enough for the retry to come first
         assert (await car.answer(1))["answer"]["result"] == "ok"
         retry = {"type": "retry", "attempt": 1, "message": "529 overloaded"}
         await car.send({"id": 2, "type": "report", "run_id": "r1", "report": retry})
