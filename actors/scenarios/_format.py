@@ -362,8 +362,12 @@ class WhenKind(StrEnum):
     """``<action>.<result>``."""
     ACTION_COMPLETED = "action_completed"
     """``<action>.completed``: a lifecycle action's ``lifecycle.completed`` event."""
-    "begin, <run>.started, <run>.finished, <run>.stalled, <run>.unstalled, <run>.<step>.started, "
-    "<run>.<step>.finished, <action>.<result>, <action>.completed or <session>.retry"
+    RUN_STALLED = "run_stalled"
+    """An extension: ``<run>.stalled``, the run's first ``run.stalled`` event."""
+    RUN_UNSTALLED = "run_unstalled"
+    """An extension: ``<run>.unstalled``, the run's first ``run.unstalled`` event."""
+    SESSION_RETRY = "session_retry"
+    """``<session>.retry`` (an extension): the session's status became ``retry`` (each attempt)."""
 
 
 class ExpectationTarget(StrEnum):
