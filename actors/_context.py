@@ -658,13 +658,15 @@ class _Loading:
     """An InstanceActor's answer while its load hook runs: the body waits for it on its own thread
     (until the load's deadline, waking on cancellation), so the actor never waits on host code."""
 
-    def __init__(self, ready: threading.Event, deadline: float, result: Callable[[], Any]) -> None:
-        self._ready = ready
+    def __init__(self, done: Gate, deadline: float, result: Callable[[], Any]) -> None:
+        self._done = done
         self._deadline = deadline
         self._result = result
 
     def wait(self, token: CancelToken) -> Any:
-        token.wait_until(self._ready.is_set, max(0.0, self._deadline - time.monotonic()))
+        # The gate wakes this token when the load ends (an Event would not: the token sleeps on
+        # its own condition, so only the deadline or a cancel would wake it).
+        self._done.wait(token, max(0.0, self._deadline - time.monotonic()))
         return self._result()
 
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Protocol
 import pykka
 from loguru import logger
 
-from run_supervisor.actors._context import _GetCache, _LoadFailed, _Loading
+from run_supervisor.actors._context import Gate, _GetCache, _LoadFailed, _Loading
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.protocol import DisposeDone, DisposeInstance
 
@@ -92,6 +92,7 @@ class InstanceActor(pykka.ThreadingActor):
         self._cache: Any = None
         self.load_error: str | None = None
         self._loaded = threading.Event()
+        self._load_done = Gate("load")  # wakes the bodies waiting for this load the moment it ends
         self._order = threading.Event()  # dispose (or quit without disposing) was decided
         self._dispose_wanted = False
         self._disposed = threading.Event()
@@ -133,6 +134,7 @@ class InstanceActor(pykka.ThreadingActor):
             error = self._overran()  # too late: whoever waited has counted it failed already
         self.load_error = error
         self._loaded.set()
+        self._load_done.open()
         if self._loaded_future is not None:
             try:
                 self._loaded_future.set_result(error)
@@ -168,7 +170,7 @@ class InstanceActor(pykka.ThreadingActor):
             if self._loaded.is_set() or time.monotonic() > self.load_deadline:
                 return self._load_result()
             # Still loading: the run waits for it on its own thread (interruptibly), not here.
-            return _Loading(self._loaded, self.load_deadline, self._load_result)
+            return _Loading(self._load_done, self.load_deadline, self._load_result)
         if isinstance(message, Dispose):
             self._dispose(message)
         elif isinstance(message, DisposeInstance):

@@ -25,6 +25,7 @@ import pydantic
 import pytest
 
 from run_supervisor.actors import (
+    AsyncRunContext,
     Gate,
     InvalidRequest,
     LoadFailed,
@@ -267,6 +268,47 @@ def test_a_run_reading_an_instance_whose_load_hangs_fails_at_the_load_budget(
             finished.error == "loading /w/slow (generation 1) failed: the load hook overran its 200 ms budget"
         )
         sup.shutdown(grace_ms=100)
+
+
+class _SlowLoad:
+    """A load hook that takes ``seconds`` (a slow language server, say) and returns its cache."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.entered = threading.Event()
+
+    def load(self, directory: str, generation: int) -> Any:
+        self.entered.set()
+        threading.Event().wait(self.seconds)  # the hook's own work, not a test's synchronisation
+        return {"directory": directory}
+
+    def dispose(self, directory: str, generation: int, cache: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("body_kind", ["sync", "async"])
+def test_a_run_reading_an_instance_while_it_loads_gets_it_when_the_load_ends_not_at_the_budget(
+    body_kind: str,
+) -> None:
+    # The budget is a minute: before the fix a body waiting for the load woke only at the budget.
+    hooks = _SlowLoad(0.3)
+    config = SupervisorConfig(shutdown_at_exit=False, load_budget_ms=60_000)
+
+    seen: list[Any] = []
+
+    def read(ctx: RunContext) -> None:
+        seen.append(ctx.instance())
+
+    async def read_async(ctx: AsyncRunContext) -> None:
+        seen.append(await ctx.instance())
+
+    with Supervisor.start(config, hooks=hooks) as sup:
+        run = sup.start_run(read if body_kind == "sync" else read_async, session="s", directory="/w/lsp")
+        finished = run.wait(timeout=30)
+        assert finished.outcome is Outcome.COMPLETED, finished.error
+        assert seen == [{"directory": "/w/lsp"}]
+        assert hooks.entered.is_set()
+        sup.shutdown(grace_ms=200)
 
 
 # --- 3. shutdown returns within its grace whatever host code does --------------------------------
