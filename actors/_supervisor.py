@@ -452,16 +452,22 @@ class SessionSupervisor(pykka.ThreadingActor):
         if not flagged:
             self._arm_stall_check(run_id, slot, seconds)
             return
-        report = NoProgress(run_id=run_id, idle_ms=int(seconds * 1000))
+        now_ms = int(time.time() * 1000)  # an announced retry's next_at_ms is wall-clock time
+        report = NoProgress(run_id=run_id, idle_ms=int(seconds * 1000), now_ms=now_ms)
         commands = self.core.report(report)
         self._view.refresh(self.core, report, commands)
         self._execute(commands)
         if not any(isinstance(c, Emit) and isinstance(c.event, RunStalled) for c in commands):
-            # Not flagged: it waits for the user's answer (measure again), or it is no longer active.
+            # Not flagged: it waits for the user, its children or its retry's next attempt (measure
+            # again), or it is no longer active.
             slot.token.progress.stalled = False
             snapshot = self._view.runs.get(run_id)
             if snapshot is not None and snapshot.state is RunState.ACTIVE and run_id in self._runs:
-                self._arm_stall_check(run_id, slot)
+                session = self._view.sessions.get(snapshot.session)
+                next_at = session.next_at_ms if session is not None and session.active == run_id else None
+                # Waiting out a retry's backoff: the stall setting counts from the next attempt.
+                backoff_s = max(0, next_at - now_ms) / 1000.0 if next_at is not None else 0.0
+                self._arm_stall_check(run_id, slot, backoff_s + limit / 1000.0)
 
     def _unstalled(self, event: RunUnstalled) -> None:
         slot = self._runs.get(event.run_id)

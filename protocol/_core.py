@@ -665,6 +665,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             self._emit(
                 SessionStatusChanged(seq=self._next_seq(), session=session.id, status=SessionStatus.BUSY)
             )
+        if parent is not None:
+            self._stall_progress(parent.id)  # a child starting is its parents' progress
         self._emit(
             RunStarted(
                 seq=self._next_seq(),

@@ -256,6 +256,9 @@ class NoProgress(msgspec.Struct, frozen=True):
 
     run_id: str
     idle_ms: int
+    now_ms: int | None = None
+    """When the shell measured, Unix epoch milliseconds (None: not said). The core compares it with
+    an announced retry's ``next_at_ms``: a run waiting out its backoff is not stalled."""
 
 
 class BodyEnded(msgspec.Struct, frozen=True):

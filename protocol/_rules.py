@@ -66,6 +66,7 @@ __all__ = [
     "next_session_status",
     "next_stall_state",
     "reload_loads",
+    "retry_waiting",
     "session_status_announced",
     "stall_applies",
 ]
@@ -509,11 +510,35 @@ STALLABLE_RUN_STATES = frozenset({RunState.ACTIVE})
 """Only an active run may be flagged stalled (an interrupting one is already being stopped)."""
 
 
-def stall_applies(state: RunState, open_asks: int, body_ended: bool = False) -> bool:
+def stall_applies(
+    state: RunState,
+    open_asks: int,
+    body_ended: bool = False,
+    working_children: int = 0,
+    retry_waiting: bool = False,
+) -> bool:
     """A ``NoProgress`` report flags a run only while it is active and waits for nobody: a run with
     an open ask waits for the user, who is slow, not the run; a parent whose body has ended waits for
-    its children, which are measured themselves (the shell measures again later)."""
-    return state in STALLABLE_RUN_STATES and open_asks == 0 and not body_ended
+    its children, which are measured themselves; so does a parent with a working child (an active
+    child not flagged stalled -- one that waits for the user is never flagged, so a subagent's open
+    ask counts for its whole tree); a run that announced a retry whose next attempt is still to come
+    (``retry_waiting``: session status ``retry``, ``next_at_ms`` not yet passed) waits out its
+    backoff. In each case the shell measures again later."""
+    return (
+        state in STALLABLE_RUN_STATES
+        and open_asks == 0
+        and not body_ended
+        and working_children == 0
+        and not retry_waiting
+    )
+
+
+def retry_waiting(next_at_ms: int | None, now_ms: int | None) -> bool:
+    """A run whose session says ``retry`` waits (is not stuck) while its announced next attempt is
+    still to come: ``next_at_ms`` is set and not yet passed at ``now_ms`` (the shell's wall clock
+    when it measured; None: unknown, so the announced wait is believed). A retry with no next
+    attempt time is not a wait: normal stall timing."""
+    return next_at_ms is not None and (now_ms is None or now_ms < next_at_ms)
 
 
 def next_stall_state(stalled: bool, trigger: StallTrigger) -> bool:

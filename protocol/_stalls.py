@@ -2,10 +2,13 @@
 
 The core never reads a clock. The shell records when each run last made progress and, when a run
 has made none for its stall setting, reports ``NoProgress``; the core flags the run stalled
-(``run.stalled``) if it is active and waits for nobody's answer. Any progress -- a step, a tool-part
-change, an ask raised or withdrawn, a heartbeat (``Heartbeat``) -- clears the flag
-(``run.unstalled``), and so does the run's leaving ``active``. The flag's moves are the table
-``protocol._rules.STALL_TRANSITIONS``.
+(``run.stalled``) if it is active and waits for nobody (``protocol._rules.stall_applies``): not for
+the user (an open ask), not for its children (its body ended, or a child is active and not flagged
+stalled), not for an announced retry's next attempt (``retry_waiting``). Any progress -- a step, a
+tool-part change, an ask raised or withdrawn, a heartbeat (``Heartbeat``), a retry -- clears the
+flag (``run.unstalled``), of the run and of its stalled ancestors (a child's progress, or a child
+starting, is progress of its parents too); so does the run's leaving ``active``. The flag's moves
+are the table ``protocol._rules.STALL_TRANSITIONS``.
 
 ``confirm_close`` (``ConfirmClose``) turns a pending maintenance close into a confirmed one: the
 runs it waits for are interrupted with ``lifecycle_interrupt`` and the action's id, by the rule a
@@ -41,15 +44,18 @@ from run_supervisor.protocol._rules import (
     STALLABLE_RUN_STATES,
     StallTrigger,
     next_stall_state,
+    retry_waiting,
     stall_applies,
 )
 
 if TYPE_CHECKING:
     from run_supervisor.protocol._asks import AskBook
     from run_supervisor.protocol._lifecycle import _Action
-    from run_supervisor.protocol._records import _Directory
+    from run_supervisor.protocol._records import _Directory, _Session
 
 __all__ = ["PROGRESS_REPORTS", "StallsMixin"]
+
+_RUNNING = frozenset({RunState.ACTIVE, RunState.INTERRUPTING})
 
 PROGRESS_REPORTS = (StepReport, PartReport, AskRaised, WithdrawAsk, Heartbeat, RetryReport)
 """The body reports that are progress: each clears its run's stalled flag (before it is handled). A
@@ -61,6 +67,7 @@ class StallsMixin:
 
     if TYPE_CHECKING:  # what this part uses of the rest of the core (``protocol._core``)
         _runs: dict[str, _Run]
+        _sessions: dict[str, _Session]
         _dirs: dict[str, _Directory]
         _actions: dict[str, _Action]
         _action_count: int
@@ -83,8 +90,16 @@ class StallsMixin:
         if run is None or run.state not in STALLABLE_RUN_STATES:
             self._ignore()  # it stopped being active while the shell measured
             return
-        if not stall_applies(run.state, len(self._asks.open_of(run.id)), run.ended is not None):
-            return  # it waits for the user, or for its children: not its own stall (measured again)
+        session = self._sessions.get(run.session)
+        retry = session.retry if session is not None and session.active == run.id else None
+        if not stall_applies(
+            run.state,
+            len(self._asks.open_of(run.id)),
+            run.ended is not None,
+            self._working_children(run),
+            retry is not None and retry_waiting(retry[2], report.now_ms),
+        ):
+            return  # it waits for the user, its children or its backoff: not stuck (measured again)
         if self._move_stall(run, StallTrigger.NO_PROGRESS):
             self._emit(
                 RunStalled(
@@ -96,12 +111,29 @@ class StallsMixin:
                 )
             )
 
+    def _working_children(self, run: _Run) -> int:
+        """The children of ``run`` that are running (active or being interrupted) and not flagged
+        stalled: each is measured itself (one waiting for the user is never flagged; one being
+        interrupted is ending), so their parent waits for them."""
+        return sum(
+            1
+            for child_id in run.children
+            if (child := self._runs.get(child_id)) is not None
+            and child.state in _RUNNING
+            and not child.stalled
+        )
+
     def _stall_progress(self, run_id: str) -> None:
-        """A progress report of ``run_id`` arrived (before it is handled): a stalled flag clears."""
+        """A progress report of ``run_id`` arrived (before it is handled): a stalled flag clears --
+        its own and its ancestors' (a child's progress is its parents' progress too)."""
         run = self._runs.get(run_id)
-        if run is not None and run.stalled and run.state in STALLABLE_RUN_STATES:
-            self._move_stall(run, StallTrigger.PROGRESS)
-            self._emit(RunUnstalled(seq=self._next_seq(), run_id=run.id, progress=True))
+        seen: set[str] = set()
+        while run is not None and run.id not in seen:
+            seen.add(run.id)
+            if run.stalled and run.state in STALLABLE_RUN_STATES:
+                self._move_stall(run, StallTrigger.PROGRESS)
+                self._emit(RunUnstalled(seq=self._next_seq(), run_id=run.id, progress=True))
+            run = self._runs.get(run.parent) if run.parent is not None else None
 
     def _heartbeat(self, report: Heartbeat) -> None:
         run = self._runs.get(report.run_id)

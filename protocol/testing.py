@@ -45,7 +45,10 @@ checker. It never predicts a particular outcome; it checks what must hold of any
 * stalls (``run.stalled``/``run.unstalled``): only an active run is flagged, never twice in a row;
   only a stalled run is cleared; a step or an ask of a stalled run comes after its ``run.unstalled``
   (progress clears the flag), and so does its interrupt signal or its ``run.finished`` (a run leaving
-  ``active`` is not stalled); the actions it holds are pending ones. A ``lifecycle.confirmed`` is for
+  ``active`` is not stalled); a run is not flagged while it has an open ask or an active child
+  not flagged stalled (it waits for the user or its children), and a step or an ask of a child
+  comes after its stalled ancestors' ``run.unstalled`` (a child's progress is theirs); the actions
+  it holds are pending ones. A ``lifecycle.confirmed`` is for
   a pending maintenance close, and the runs its ``confirm_close`` interrupted end
   ``lifecycle_interrupt`` naming that action and the confirm's origin;
 * with command batches: a reply comes after its ``action.result`` (and after its
@@ -1185,6 +1188,15 @@ class InvariantChecker:
         run = self.runs.get(run_id)
         if run is not None and run.stalled:
             self.violation(f"{what} of {run_id} while it is still flagged stalled: progress clears the flag")
+        seen = {run_id}
+        while run is not None and run.parent is not None and run.parent not in seen:
+            seen.add(run.parent)
+            run = self.runs.get(run.parent)
+            if run is not None and run.stalled and run.state == "active" and run.signalled is None:
+                self.violation(
+                    f"{what} of {run_id} while its ancestor {run.id} is still flagged stalled: "
+                    "a child's progress is its parents'"
+                )
 
     def _run_stalled(self, event: RunStalled) -> None:
         run = self.runs.get(event.run_id)
@@ -1193,6 +1205,16 @@ class InvariantChecker:
             return
         if run.stalled:
             self.violation(f"{event.run_id} flagged stalled twice in a row")
+        asking = [a for a, r in self.ask_runs.items() if r == run.id and a not in self.asks_ended]
+        if asking:
+            self.violation(f"{event.run_id} flagged stalled while it waits for the user ({asking[0]})")
+        working = [
+            c
+            for c in run.children
+            if (child := self.runs.get(c)) is not None and child.state == "active" and not child.stalled
+        ]
+        if working:
+            self.violation(f"{event.run_id} flagged stalled while its child {working[0]} works")
         run.stalled = True
         for action_id in event.holding:
             action = self.actions.get(action_id)

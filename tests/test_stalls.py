@@ -43,9 +43,11 @@ from run_supervisor.protocol import (
     Heartbeat,
     InterruptReason,
     LifecycleConfirmed,
+    NoProgress,
     PartReport,
     PartState,
     RejectCode,
+    RetryReport,
     RunStalled,
     RunState,
     RunUnstalled,
@@ -56,6 +58,7 @@ from run_supervisor.protocol import (
     WithdrawReason,
 )
 from run_supervisor.protocol._payloads import make_payload
+from run_supervisor.protocol._rules import retry_waiting, stall_applies
 from run_supervisor.protocol.testing import CoreShell, InvariantChecker, InvariantViolation
 
 MAINTENANCE = CloseMode.MAINTENANCE
@@ -647,3 +650,113 @@ def test_a_parent_whose_body_ended_waits_for_its_children_and_is_not_flagged() -
     shell.stall("c")
 
     assert [e.run_id for e in shell.of(RunStalled)] == ["c"]
+
+
+# --- a child's progress and user-waits count for its ancestors; a retry's backoff is a wait ----------
+
+
+def test_a_parent_whose_child_waits_for_the_user_is_not_flagged_stalled() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("p")
+    shell.start("c", parent="p")
+    shell.ask("c")  # the subagent's tool waits for the user's permission; the parent waits for it
+
+    shell.stall("p")
+    shell.stall("c")
+
+    assert shell.of(RunStalled) == []
+
+
+def test_a_parent_is_flagged_only_once_none_of_its_children_works() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("p")
+    shell.start("c", parent="p")
+
+    shell.stall("p")  # blocked in the child's wait while the child works: not stuck itself
+    assert shell.of(RunStalled) == []
+    shell.stall("c")
+    shell.stall("p")  # its only child is stuck: so is the tree
+
+    assert [e.run_id for e in shell.of(RunStalled)] == ["c", "p"]
+
+
+def test_a_childs_progress_clears_its_stalled_ancestors_before_it_is_announced() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("p")
+    shell.start("c", parent="p")
+    shell.start("g", parent="c")
+    for run in ("g", "c", "p"):
+        shell.stall(run)
+    assert [e.run_id for e in shell.of(RunStalled)] == ["g", "c", "p"]
+
+    batch = shell.report(StepReport("g", "model-1", StepKind.MODEL, finished=False))
+
+    unstalled = [e for e in shell.events_in(batch) if isinstance(e, RunUnstalled)]
+    assert [(e.run_id, e.progress) for e in unstalled] == [("g", True), ("c", True), ("p", True)]
+    assert not any(shell.core.run_snapshot(r).stalled for r in ("g", "c", "p"))  # type: ignore[union-attr]
+
+
+def test_a_child_starting_is_progress_of_its_stalled_parent() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("p")
+    shell.stall("p")
+
+    shell.start("c", parent="p")
+
+    assert [e.run_id for e in shell.of(RunUnstalled)] == ["p"]
+
+
+def test_the_checker_catches_a_parent_flagged_while_its_child_waits_for_the_user() -> None:
+    checker = InvariantChecker(raise_at_once=True)
+    shell = CoreShell("/w/a", checker=checker)
+    shell.start("p")
+    shell.start("c", parent="p")
+    shell.ask("c")
+    with pytest.raises(InvariantViolation, match="flagged stalled while its child c works"):
+        checker._run_stalled(RunStalled(seq=999, run_id="p", session="s-p", idle_ms=1, holding=()))
+
+
+def test_the_checker_catches_a_childs_step_while_its_parent_is_still_flagged() -> None:
+    checker = InvariantChecker(raise_at_once=True)
+    shell = CoreShell("/w/a", checker=checker)
+    shell.start("p")
+    shell.start("c", parent="p")
+    checker.runs["p"].stalled = True
+    with pytest.raises(InvariantViolation, match="ancestor p is still flagged stalled"):
+        checker._progress("c", "a step")
+
+
+def test_a_run_waiting_out_its_announced_retry_is_not_flagged_until_the_next_attempt_is_due() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1")
+    shell.report(RetryReport(run_id="r1", attempt=1, message="529 overloaded", next_at_ms=10_000))
+
+    shell.report(NoProgress(run_id="r1", idle_ms=5_000, now_ms=9_999))  # backing off: waiting, not stuck
+    assert shell.of(RunStalled) == []
+    shell.report(NoProgress(run_id="r1", idle_ms=5_000, now_ms=10_000))  # the attempt is due: normal timing
+
+    assert [e.run_id for e in shell.of(RunStalled)] == ["r1"]
+
+
+def test_a_retry_without_a_next_attempt_time_does_not_hold_off_a_stall() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1")
+    shell.report(RetryReport(run_id="r1", attempt=1, message="stream reset"))
+
+    shell.report(NoProgress(run_id="r1", idle_ms=5_000, now_ms=1))
+
+    assert [e.run_id for e in shell.of(RunStalled)] == ["r1"]
+
+
+def test_the_stall_rule_is_a_table_of_what_a_run_waits_for() -> None:
+    assert stall_applies(RunState.ACTIVE, 0)
+    assert not stall_applies(RunState.ACTIVE, 1)
+    assert not stall_applies(RunState.ACTIVE, 0, body_ended=True)
+    assert not stall_applies(RunState.ACTIVE, 0, working_children=1)
+    assert not stall_applies(RunState.ACTIVE, 0, retry_waiting=True)
+    assert (retry_waiting(10, 9), retry_waiting(10, 10), retry_waiting(None, 1), retry_waiting(10, None)) == (
+        True,
+        False,
+        False,
+        True,
+    )
