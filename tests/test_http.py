@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 
 import httpx
 import jsonschema
+import msgspec
 import pytest
 from wire_support import Served, of_type, served, sse
 
@@ -22,7 +24,7 @@ from run_supervisor.actors import SupervisorConfig
 from run_supervisor.actors._cli import main
 from run_supervisor.actors.hosts import STATUS_BY_CODE
 from run_supervisor.actors.hosts._schema import with_hosts
-from run_supervisor.protocol import RejectCode, wire_schema
+from run_supervisor.protocol import RejectCode, StartRun, wire_schema
 
 
 def run(scenario: Callable[[Served], Awaitable[None]], **kwargs: Any) -> None:
@@ -489,3 +491,48 @@ def test_run_supervisor_schema_hosts_adds_the_hosts_messages_to_the_protocols_sc
     report = hosts_validator("ExternalReport")
     report.validate({"type": "part", "tool": "bash", "state": "prepared"})
     assert not report.is_valid({"type": "part", "tool": "bash", "state": "exploded"})
+
+
+# --- the docs agree with the hosts ---------------------------------------------------------------------
+
+WIRE_MD = Path(__file__).resolve().parent.parent / "docs" / "wire.md"
+
+
+def test_the_wire_docs_status_table_lists_every_code_with_its_status() -> None:
+    text = WIRE_MD.read_text(encoding="utf-8")
+    table = text.split("### Statuses: one table", 1)[1].split("###", 1)[0]
+    documented: dict[str, int] = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].isdigit() and cells[0] != "200":
+            for code in re.findall(r"`([a-z_]+)`", cells[1]):
+                documented[code] = int(cells[0])
+    expected = {str(code): status for code, status in STATUS_BY_CODE.items() if code is not None}
+    assert documented == expected
+    assert {code.value for code in RejectCode} <= set(documented)
+
+
+def test_the_wire_docs_list_every_field_post_runs_takes() -> None:
+    row = next(line for line in WIRE_MD.read_text(encoding="utf-8").splitlines() if "| `/runs` |" in line)
+    body = row.split("|")[3].split(":", 1)[0]
+    listed = set(re.findall(r'"([a-z_]+)"', body))
+    assert listed == {f.name for f in msgspec.structs.fields(StartRun)} | {"lease_ms"}
+
+
+def test_a_rejected_start_answers_no_run_id_or_lease_of_a_run_that_never_was() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client:
+            await start(client, "a", session="s")
+            fields = {"run_id": "d", "session": "s", "directory": "/w/a", "queue_policy": "reject_if_busy"}
+            busy = await client.post("/runs", json=fields)
+            assert busy.status_code == 409 and busy.json()["code"] == "session_busy"
+            assert (busy.json()["run_id"], busy.json()["lease_ms"]) == (None, None)
+            assert (await client.get("/runs/d")).status_code == 404
+            bad = await client.post("/runs", json={"session": "s2", "directory": "/w/a", "deadline_ms": -1})
+            assert bad.status_code == 422 and bad.json()["code"] == "invalid_request"
+            assert (bad.json()["run_id"], bad.json()["lease_ms"]) == (None, None)
+            fine = await client.post("/runs", json={"session": "s3", "directory": "/w/a", "lease_ms": 4000})
+            assert fine.status_code == 200 and fine.json()["run_id"].startswith("run-")
+            assert fine.json()["lease_ms"] == 4000
+
+    run(scenario)

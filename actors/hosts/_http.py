@@ -267,6 +267,8 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
         parsed = _request({**fields, "type": "start_run"})
         assert isinstance(parsed, StartRun)
         outcome = await host.submit(parsed, lease_ms=lease)
+        if outcome.code is not None:  # no run was started: no id or lease a client could report to
+            return _outcome(outcome, {"run_id": None, "lease_ms": None})
         return _outcome(outcome, {"run_id": parsed.run_id, "lease_ms": lease})
 
     def on_run(kind: str) -> Callable[[HttpRequest], Awaitable[Response]]:
