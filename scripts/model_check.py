@@ -73,7 +73,6 @@ from run_supervisor.protocol import (
     DisposeInstance,
     GraceExpired,
     Heartbeat,
-    InterruptReason,
     NoProgress,
     QueuePolicy,
     ReleaseRun,
@@ -84,6 +83,7 @@ from run_supervisor.protocol import (
     SetQueuePolicy,
     Shutdown,
     ShutdownComplete,
+    ShutdownReason,
     SignalInterrupt,
     SpawnRun,
     StartGraceTimer,
@@ -108,7 +108,7 @@ CLOSES = (
     (CloseAction.INVALIDATE_CONFIG, ()),
 )
 MODES = (CloseMode.MAINTENANCE, CloseMode.USER_CONFIRMED_INTERRUPT)
-REASONS = (InterruptReason.SHUTDOWN, InterruptReason.TEST_TEARDOWN)
+REASONS = (ShutdownReason.SHUTDOWN, ShutdownReason.TEST_TEARDOWN)
 
 
 # --- one state: the core, its checker and the world around it ---------------------------------------
@@ -313,7 +313,7 @@ class Scope:
     closes: tuple[tuple[CloseAction, tuple[str, ...]], ...] = CLOSES
     modes: tuple[CloseMode, ...] = MODES
     max_closes: int = 2
-    reasons: tuple[InterruptReason, ...] = REASONS
+    reasons: tuple[ShutdownReason, ...] = REASONS
     max_shutdowns: int = 2
     cancel: bool = True
     asks: bool = True
@@ -371,7 +371,7 @@ SCOPES = {
             closes=((CloseAction.RELOAD, (A,)),),
             modes=(CloseMode.USER_CONFIRMED_INTERRUPT,),
             max_closes=1,
-            reasons=(InterruptReason.SHUTDOWN,),
+            reasons=(ShutdownReason.SHUTDOWN,),
         ),
         Scope(
             "queues",
@@ -384,7 +384,7 @@ SCOPES = {
             closes=((CloseAction.DISPOSE_ALL, ()), (CloseAction.INVALIDATE_CONFIG, ())),
             modes=MODES,
             max_closes=1,
-            reasons=(InterruptReason.TEST_TEARDOWN,),
+            reasons=(ShutdownReason.TEST_TEARDOWN,),
             max_shutdowns=1,
             asks=False,
             policies=(None, *QueuePolicy),
@@ -399,7 +399,7 @@ SCOPES = {
             places=(("s1", A), ("s2", A)),
             closes=((CloseAction.DISPOSE, (A,)), (CloseAction.INVALIDATE_CONFIG, ())),
             max_closes=1,
-            reasons=(InterruptReason.SHUTDOWN,),
+            reasons=(ShutdownReason.SHUTDOWN,),
             max_shutdowns=1,
             asks=False,
             children=True,
@@ -416,7 +416,7 @@ SCOPES = {
             places=(("s1", A), ("s2", A)),
             closes=((CloseAction.RELOAD, (A,)), (CloseAction.DISPOSE_ALL, ())),
             max_closes=1,
-            reasons=(InterruptReason.SHUTDOWN,),
+            reasons=(ShutdownReason.SHUTDOWN,),
             max_shutdowns=1,
             stalls=True,
             confirms=2,
@@ -431,7 +431,7 @@ SCOPES = {
             places=(("s1", A), ("s2", A), ("s2", B)),
             closes=((CloseAction.RELOAD, (A,)), (CloseAction.DISPOSE, (A,))),
             max_closes=2,
-            reasons=(InterruptReason.SHUTDOWN,),
+            reasons=(ShutdownReason.SHUTDOWN,),
             max_shutdowns=1,
             cancel=False,
             asks=False,
@@ -449,7 +449,7 @@ SCOPES = {
             closes=((CloseAction.RELOAD, (A,)),),
             modes=(CloseMode.USER_CONFIRMED_INTERRUPT,),
             max_closes=1,
-            reasons=(InterruptReason.SHUTDOWN,),
+            reasons=(ShutdownReason.SHUTDOWN,),
             max_shutdowns=1,
             asks=False,
             deadlines=True,
@@ -508,24 +508,24 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
             where = known.directory if known is not None else A
             yield f"start {run_id} as a child of {parent}", _start(run_id, f"c-{run_id}", where, parent)
     for session in sorted({s for s, _ in scope.places}) if world.policy_sets < scope.policy_sets else ():
-        for policy in QueuePolicy:
-            yield f"set {session} queue_policy {policy.value}", _set_policy(session, policy)
+        for queue_policy in QueuePolicy:
+            yield f"set {session} queue_policy {queue_policy.value}", _set_policy(session, queue_policy)
     for run_id in RUNS[: world.started] if scope.cancel else ():
         yield f"cancel {run_id}", _request(CancelRun(run_id=run_id))
     for do, directories in scope.closes if world.closes < scope.max_closes else ():
         for mode in scope.modes:
             for fingerprint in scope.fingerprints:
-                for policy in scope.reload_policies if do is CloseAction.RELOAD else (None,):
+                for reload_policy in scope.reload_policies if do is CloseAction.RELOAD else (None,):
                     label = f"{do.value} {' '.join(directories)} {mode.value}".replace("  ", " ")
                     label += f" fingerprint {fingerprint}" if fingerprint else ""
-                    label += f" {policy.value}" if policy else ""
+                    label += f" {reload_policy.value}" if reload_policy else ""
                     request = CloseRequest(
                         do=do,
                         mode=mode,
                         origin="mc",
                         directories=directories,
                         fingerprint=fingerprint,
-                        reload_policy=policy,
+                        reload_policy=reload_policy,
                     )
                     yield label, _close(request)
     for reason in scope.reasons if world.shutdowns < scope.max_shutdowns else ():
@@ -573,7 +573,7 @@ def drain_world(world: World) -> None:
     every dispose completes, the grace deadline passes if anything still holds; then the checker
     checks that everything ended and every request was answered once."""
     if not world.core.shutting_down:
-        world.request(Shutdown(reason=InterruptReason.TEST_TEARDOWN, origin="drain", grace_ms=100))
+        world.request(Shutdown(reason=ShutdownReason.TEST_TEARDOWN, origin="drain", grace_ms=100))
     for _ in range(64):
         if world.bodies:
             run_id = min(world.bodies)
