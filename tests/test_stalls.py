@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -760,3 +761,27 @@ def test_the_stall_rule_is_a_table_of_what_a_run_waits_for() -> None:
         False,
         True,
     )
+
+
+def test_a_body_backing_off_its_announced_retry_is_flagged_only_after_the_next_attempt_is_due() -> None:
+    config = SupervisorConfig(shutdown_at_exit=False, stall_after_ms=50)
+    with Supervisor.start(config, directories=["/w/a"]) as sup:
+        log = EventLog(sup)
+        gate, announced = Gate("backoff"), threading.Event()
+        next_at: list[float] = []
+
+        def body(ctx: RunContext) -> None:
+            with ctx.step("model"):
+                next_at.append(time.time() + 0.6)
+                ctx.retrying(1, "529 overloaded", next_at[0])
+                announced.set()
+                ctx.wait(gate)  # the backoff, then an attempt that hangs
+
+        handle = sup.start_run(body, session="s1", directory="/w/a")
+        assert announced.wait(10)
+
+        log.wait_for("run.stalled", run_id=handle.run_id, timeout=10)
+
+        assert time.time() >= next_at[0]  # never while it waited out the backoff it announced
+        gate.open()
+        handle.wait(10)
