@@ -142,6 +142,11 @@ class CoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     loads_deferred: int = 0
     """Directories whose next generation a lazy reload deferred: it loads when a run needs it or the
     old generation has closed (``ReloadPolicy.LAZY``). Not counted in ``instances_open``."""
+    reload_policy: ReloadPolicy = ReloadPolicy.EAGER
+    """The reload policy in force: what a reload that names none does (``SupervisorCore``'s
+    ``reload_policy``; ``SupervisorConfig.reload_policy`` for a supervisor, lazy by default)."""
+    queue_policy: QueuePolicy = QueuePolicy.QUEUE
+    """Every session's default queue policy until it is given its own (``SupervisorConfig.queue_policy``)."""
 
 
 class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
@@ -497,6 +502,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             sessions_known=len(self._sessions),
             directories_known=len(self._dirs),
             loads_deferred=len(self._deferred_loads),
+            reload_policy=self.reload_policy,
+            queue_policy=self.queue_policy,
         )
 
     def live_instances(self) -> tuple[tuple[str, int], ...]:

@@ -536,3 +536,18 @@ def test_a_rejected_start_answers_no_run_id_or_lease_of_a_run_that_never_was() -
             assert fine.json()["lease_ms"] == 4000
 
     run(scenario)
+
+
+def test_the_statistics_say_which_reload_queue_and_stall_settings_are_in_force() -> None:
+    config = SupervisorConfig(shutdown_at_exit=False, reload_policy="eager", queue_policy="coalesce")  # type: ignore[arg-type]
+
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client:
+            stats = (await client.get("/statistics")).json()
+            assert (stats["reload_policy"], stats["queue_policy"], stats["stall_after_ms"]) == (
+                "eager",
+                "coalesce",
+                None,
+            )
+
+    run(scenario, config=config)

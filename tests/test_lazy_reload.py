@@ -693,3 +693,10 @@ def test_a_stdio_sidecar_started_with_eager_reloads_loads_at_once_and_says_why()
     assert started[:2] == [(1, "load"), (2, "reload")]  # the eager one loaded generation 2 at once
     policies = [e["reload_policy"] for e in events if e["type"] == "lifecycle.requested"]
     assert policies == ["eager", "lazy"]
+
+
+def test_the_statistics_name_the_reload_policy_in_force() -> None:
+    assert SupervisorCore().statistics().reload_policy is EAGER  # the contract's reading
+    assert SupervisorCore(reload_policy=LAZY).statistics().reload_policy is LAZY
+    with Supervisor.start(SupervisorConfig(shutdown_at_exit=False)) as sup:
+        assert sup.statistics().reload_policy is LAZY  # the facade's default

@@ -220,3 +220,20 @@ def test_a_stdio_start_takes_a_deadline_and_a_report_takes_a_retry() -> None:
             pass
 
     assert session(scenario, "--directory", "/p/a") == 0
+
+
+def test_a_stdio_statistics_answer_says_which_reload_queue_and_stall_settings_are_in_force() -> None:
+    async def scenario(car: Sidecar) -> None:
+        await car.send({"id": 1, "type": "query", "what": "statistics"})
+        stats = (await car.answer(1))["answer"]
+        assert (stats["reload_policy"], stats["queue_policy"], stats["stall_after_ms"]) == (
+            "eager",
+            "queue",
+            250,
+        )
+        assert car.proc.stdin is not None
+        car.proc.stdin.close()
+        while await car.read() is not None:
+            pass
+
+    assert session(scenario, "--no-events", "--reload-policy", "eager", "--stall-after-ms", "250") == 0

@@ -361,6 +361,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> ASGIApp:
         stats = host.read(lambda sup: sup.statistics())
         body = {
             **msgspec.to_builtins(stats),
+            "stall_after_ms": host.supervisor.config.stall_after_ms,
             "external_runs": host.external.live,
             "sse_listeners": host.hub.listeners,
             "events_buffered": host.hub.buffered,

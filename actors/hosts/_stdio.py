@@ -80,7 +80,8 @@ async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
                 raise HostError(_INVALID, "run_id must be a string")
             return 200, msgspec.to_builtins(host.read(lambda sup: sup.pending_asks(run_id=of_run)))
         if what == "statistics":
-            return 200, msgspec.to_builtins(host.read(lambda sup: sup.statistics()))
+            stats = msgspec.to_builtins(host.read(lambda sup: sup.statistics()))
+            return 200, {**stats, "stall_after_ms": host.supervisor.config.stall_after_ms}
         raise HostError(_INVALID, f"what must be one of {', '.join(_QUERIES)}, got {what!r}")
     if kind == "directories":
         names = fields.get("directories")
