@@ -71,6 +71,15 @@ def test_a_crash_scenario_draws_the_lost_generation_and_the_restarted_one_on_the
 
 
 @needs_chromium
+def test_a_run_that_ended_while_queued_says_how_on_its_queued_bar(tmp_path: Path) -> None:
+    scenario = ROOT / "docs/scenarios/35-follow-up-coalesces-into-the-queued-one.toml"
+    assert main(["scenario", str(scenario), "--html", str(tmp_path)]) == 0
+    dom = chromium((tmp_path / f"{scenario.stem}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
+    assert "interrupted while queued (coalesced, r3)" in dom  # replaced by the newer follow-up
+    assert "interrupted while queued (dropped, r3)" in dom  # its run was stopped
+
+
+@needs_chromium
 def test_the_live_page_shows_a_waiting_deferred_close_and_a_tool_card_from_the_event_stream(
     tmp_path: Path,
 ) -> None:
