@@ -43,3 +43,12 @@ def test_the_readme_links_only_to_files_inside_the_repository() -> None:
         assert "://" not in target and not target.startswith(("/", "..")), target
         assert (ROOT / target).exists(), f"README links to {target}, which is not in the repository"
     assert "../shared" not in readme
+
+
+def test_every_library_scenario_has_its_timeline_picture_linked_from_the_scenario_readme() -> None:
+    scenarios = ROOT / "docs" / "scenarios"
+    readme = (scenarios / "README.md").read_text()
+    for scenario in sorted(scenarios.glob("*.toml")):
+        picture = f"timelines/{scenario.stem}.png"
+        assert (scenarios / picture).exists(), f"no picture of {scenario.name}: scripts/timeline_pictures.py"
+        assert f"]({picture})" in readme, f"docs/scenarios/README.md does not link {picture}"
