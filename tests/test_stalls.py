@@ -496,18 +496,66 @@ def test_a_scenario_sets_the_stall_setting_heartbeats_and_confirms_on_a_stall() 
 
 
 @pytest.mark.parametrize(
-    ("do", "mode", "problem"),
+    ("change", "problem"),
     [
-        ("reload", "user_confirmed_interrupt", "is not a maintenance close"),
-        ("cancel", "maintenance", "does not take this key"),
+        (
+            ('directory = "/p"\nmode = "maintenance"', 'run = "r1"\nmode = "maintenance"'),
+            "does not take this key",
+        ),
+        (
+            ('do = "reload"\ndirectory = "/p"\nmode = "maintenance"', 'do = "cancel"\nrun = "r1"'),
+            "is not a close",
+        ),
+        (('action = "a1"', 'action = "a9"'), "names no other action"),
     ],
+    ids=["a cancel with a close's keys", "a cancel", "no such action"],
 )
-def test_a_scenario_confirm_names_a_maintenance_close(do: str, mode: str, problem: str) -> None:
-    text = _STALL_DOC.format(do=do, mode=mode)
-    if do == "cancel":
-        text = text.replace('directory = "/p"\nmode = "maintenance"', 'run = "r1"\nmode = "maintenance"')
+def test_a_scenario_confirm_names_a_close_of_the_file(change: tuple[str, str], problem: str) -> None:
+    text = _STALL_DOC.format(do="reload", mode="maintenance").replace(*change)
     with pytest.raises(ScenarioFileError, match=problem):
         parse_scenario(text, file="t.toml", fmt="toml")
+
+
+_CONFIRM_A_CONFIRMED_CLOSE = """
+name = "a confirm of a close that is not a maintenance one"
+directories = ["/p"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/p"
+steps = [{ kind = "model", id = "w", gate = "g", ignores_cancel = true }]
+
+[[actions]]
+id = "u"
+when = "r1.w.started"
+do = "dispose"
+directory = "/p"
+mode = "user_confirmed_interrupt"
+
+[[actions]]
+id = "cu"
+when = "u.interrupted"
+do = "confirm"
+action = "u"
+
+[[actions]]
+when = "cu.rejected"
+do = "open_gate"
+gate = "g"
+
+[expect.cu]
+result = "rejected"
+code = "not_confirmable"
+"""
+
+
+def test_a_scenario_confirm_of_a_close_in_another_mode_plays_and_is_rejected_not_confirmable() -> None:
+    report = play(parse_scenario(_CONFIRM_A_CONFIRMED_CLOSE, file="t.toml", fmt="toml"), timeout=20)
+
+    assert report.passed, report.failures
+    r1 = report.runs["r1"]
+    assert (r1.reason, r1.action) == (InterruptReason.LIFECYCLE_INTERRUPT, "u")
 
 
 def test_a_played_scenario_reports_the_stall_and_the_confirmed_interrupt() -> None:

@@ -1391,15 +1391,14 @@ def _check_action(
 
 
 def _check_confirmed(index: int, action: _ActionModel, names: _Names) -> None:
-    """A ``confirm`` names a close of this file in mode maintenance (only those are confirmable)."""
+    """A ``confirm`` names a close of this file. Only a maintenance close is confirmable; a confirm of
+    one in another mode is played too, and answered ``not_confirmable`` (as a host's would be)."""
     target = names.actions.get(action.action or "")
     key = _key("actions", index, "action")
     if target is None or target is action:
         raise _InvalidError(key, f"{action.action!r} names no other action of this file")
-    if action_do(target.do) not in CLOSES or target.mode != CloseMode.MAINTENANCE.value:
-        raise _InvalidError(
-            key, f"{action.action!r} is not a maintenance close: only a maintenance close is confirmed"
-        )
+    if action_do(target.do) not in CLOSES:
+        raise _InvalidError(key, f"{action.action!r} is not a close: only a close is confirmed")
 
 
 def _check_ask_reference(index: int, action: _ActionModel, do: ActionDo, names: _Names) -> None:

@@ -390,6 +390,8 @@ class _Player:
         assert spec.action is not None
         close = self.actions[spec.action].outcome
         known = close.action_id if isinstance(close, CloseOutcome) else None
+        if known is None:  # its answer may come after its events: its lifecycle.requested names it
+            known = next((own for own, file in self.lifecycle_ids.items() if file == spec.action), None)
         action_id = known or f"{spec.action} (not asked yet)"
         return ConfirmClose(action_id=action_id, origin=spec.origin, tag=spec.id)
 
