@@ -14,7 +14,9 @@ interleaving of host requests and internal reports, breadth-first, merging state
   at any moment -- also after it was told to stop; every dispose the core asked for completes, in
   every order; shutdown's grace deadline passes;
 * scope ``stalls`` (issue 12): the shell's ``NoProgress`` and a body's ``Heartbeat`` at any moment,
-  and ``confirm_close`` of any action id at any point (pending, completed, unknown, of any mode).
+  and ``confirm_close`` of any action id at any point (pending, completed, unknown, of any mode);
+  scope ``stalled-trees``: the same with child runs, whose asks and progress count for their
+  ancestors.
 * the ``deadlines`` scope (issue 12): runs start with or without a deadline; an armed deadline
   expires at any moment, also after its run ended or while it is being interrupted; a running body
   reports retries (twice at most) at any moment, before or after its steps.
@@ -420,6 +422,25 @@ SCOPES = {
             max_shutdowns=1,
             stalls=True,
             confirms=2,
+        ),
+        Scope(
+            "stalled-trees",
+            "3 runs in /w/a, each new one top-level (s1, s2) or a child of any started run; each running "
+            "body makes no progress or heartbeats at any moment, raises a permission ask or a form with "
+            "every reply (a child's ask and progress count for its ancestors); a maintenance reload of "
+            "/w/a; confirm_close of lc-1..lc-3 once a path; cancel; shutdown and the grace deadline; "
+            "bodies return",
+            runs=3,
+            places=(("s1", A), ("s2", A)),
+            closes=((CloseAction.RELOAD, (A,)),),
+            modes=(CloseMode.MAINTENANCE,),
+            max_closes=1,
+            reasons=(ShutdownReason.SHUTDOWN,),
+            max_shutdowns=1,
+            raises=False,
+            children=True,
+            stalls=True,
+            confirms=1,
         ),
         Scope(
             "reloads",

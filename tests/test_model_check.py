@@ -41,6 +41,7 @@ BOUNDED = [
     ("queues", 4, 500),
     ("children", 4, 500),
     ("stalls", 4, 500),
+    ("stalled-trees", 4, 500),
     ("reloads", 4, 500),
     ("deadlines", 4, 500),
 ]
