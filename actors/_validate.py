@@ -180,31 +180,27 @@ def timeout(name: str, value: object) -> float | None:
     return seconds
 
 
-def milliseconds(name: str, value: object) -> int:
-    """An ``int`` number of milliseconds in ``[0, MAX_MS]``."""
+def milliseconds(name: str, value: object, *, least: int = 0, none: str = "") -> int:
+    """An ``int`` number of milliseconds in ``[least, MAX_MS]``; one message names the whole range
+    (and, with ``none``, what None means instead) whichever end was missed."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidRequest(f"{name} must be an int number of milliseconds, not {_kind(value)}")
-    if not 0 <= value <= MAX_MS:
+    if not least <= value <= MAX_MS:
         shown = str(value) if abs(value) < 10**30 else ("a huge negative number" if value < 0 else "huge")
-        raise InvalidRequest(f"{name} must be between 0 and {MAX_MS} ms, not {shown}")
+        instead = f" ({none})" if none else ""
+        raise InvalidRequest(f"{name} must be between {least} and {MAX_MS} ms{instead}, not {shown}")
     return int(value)
 
 
 def deadline(name: str, value: object) -> int:
     """A run's deadline: an ``int`` number of milliseconds in ``[1, MAX_MS]`` (0 would interrupt a
     run the moment it starts: not a deadline)."""
-    ms = milliseconds(name, value)
-    if ms == 0:
-        raise InvalidRequest(f"{name} must be at least 1 ms (None: no deadline)")
-    return ms
+    return milliseconds(name, value, least=1, none="None: no deadline")
 
 
 def stall_after_ms(name: str, value: object) -> int:
     """A stall setting: ``int`` milliseconds in ``[1, MAX_MS]`` (0 would flag every run at once)."""
-    checked = milliseconds(name, value)
-    if checked == 0:
-        raise InvalidRequest(f"{name} must be at least 1 ms (None turns stall detection off)")
-    return checked
+    return milliseconds(name, value, least=1, none="None: stalls are not measured")
 
 
 def size(name: str, value: object) -> int:

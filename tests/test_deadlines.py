@@ -227,6 +227,11 @@ def test_a_deadline_that_is_not_a_positive_int_is_refused_naming_the_argument(su
     for bad in (0, -1, 1.5, "10", True, 10**12):
         with pytest.raises(InvalidRequest, match="deadline_ms"):
             supervisor.start_run(lambda ctx: None, session="s", directory="/w/a", deadline_ms=bad)  # type: ignore[arg-type]
+    for bad in (0, -1, 86_400_001):  # one range in one message, whichever end is missed (as api.md says)
+        with pytest.raises(InvalidRequest, match=r"must be between 1 and 86400000 ms \(None: no deadline\)"):
+            supervisor.start_run(lambda ctx: None, session="s", directory="/w/a", deadline_ms=bad)
+        with pytest.raises(InvalidRequest, match=r"stall_after_ms must be between 1 and 86400000 ms"):
+            supervisor.start_run(lambda ctx: None, session="s", directory="/w/a", stall_after_ms=bad)
 
 
 def test_a_deadline_interrupt_is_not_a_lifecycle_close_nor_a_lease_timeout(
