@@ -484,8 +484,9 @@ class RunContext:
         """Say the body is making progress (e.g. on each chunk of a provider stream), so the run is
         not flagged stalled (``stall_after_ms``). Cheap enough to call on every chunk: it records the
         time, and tells the supervisor only while the run is flagged (``run.unstalled`` follows).
-        Steps, tool-part changes and asks count as progress already. Like ``check()``, it raises
-        ``RunInterrupted`` if the run has been interrupted."""
+        Steps, tool-part changes and asks count as progress already. After ``retrying()`` the first
+        heartbeat is the attempt going on: it tells the supervisor too, and the session's ``retry``
+        status ends. Like ``check()``, it raises ``RunInterrupted`` if the run has been interrupted."""
         self.check()
         if self.token.progress.beat():
             self._tell(Heartbeat(run_id=self.run_id))
@@ -592,8 +593,8 @@ class RunContext:
         session's status becomes ``retry`` with ``attempt`` (1 for the first retry), ``message``
         (why, for the user) and ``next_at`` (when the next attempt is due: an aware ``datetime``,
         or Unix epoch seconds as ``time.time()`` gives them; None: unknown). It goes back to
-        ``busy`` at the run's next step, tool-part change or ask (the attempt goes on), and ends
-        with the run. Never blocks; ``RunInterrupted`` if the run was interrupted meanwhile."""
+        ``busy`` at the run's next step, tool-part change, ask or heartbeat (the attempt goes on),
+        and ends with the run. Never blocks; ``RunInterrupted`` if the run was interrupted meanwhile."""
         self.check()
         self._tell(
             RetryReport(
@@ -603,6 +604,7 @@ class RunContext:
                 next_at_ms=_epoch_ms(next_at),
             )
         )
+        self.token.progress.retrying = True  # the next heartbeat is the attempt going on: say so once
 
     # --- the instance ----------------------------------------------------------------------------
 

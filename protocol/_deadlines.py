@@ -9,7 +9,8 @@ The run's end sends ``DisarmDeadline``.
 
 **Retries.** A body reports that it is retrying (``RetryReport``: attempt, message, next attempt
 time); its session's status becomes ``retry`` with those (``session.status``), and goes back to
-``busy`` at the run's next progress (a step, a tool-part change, an ask) or its interrupt, and
+``busy`` at the run's next progress (a step, a tool-part change, an ask, a heartbeat) or its
+interrupt, and
 to ``idle`` (or ``busy`` for the next queued run) at its end. The moves are
 ``protocol._rules.SESSION_TRANSITIONS``.
 
@@ -98,8 +99,8 @@ class DeadlinesMixin:
         self._move_session(session, SessionTrigger.RETRY, (report.attempt, report.message, report.next_at_ms))
 
     def _progressed(self, run: _Run) -> None:
-        """The run went on (a step, a tool-part change, an ask) or was interrupted: a retry it
-        reported is over."""
+        """The run went on (a step, a tool-part change, an ask, a heartbeat) or was interrupted: a
+        retry it reported is over."""
         session = self._sessions.get(run.session)
         if session is not None and session.active == run.id and session.retry is not None:
             self._move_session(session, SessionTrigger.PROGRESS, None)

@@ -335,7 +335,7 @@ class SessionTrigger(StrEnum):
     """Its active run reports that it is retrying (``RetryReport``): a new attempt is announced
     each time, with its attempt, message and next time."""
     PROGRESS = "progress"
-    """Its active run goes on: a step, a tool-part change or an ask; or it is interrupted (no
+    """Its active run goes on: a step, a tool-part change, an ask or a heartbeat; or it is interrupted (no
     attempt will come)."""
     HAND_OVER = "hand_over"
     """Its active run finished and the next queued run starts."""

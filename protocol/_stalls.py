@@ -80,6 +80,7 @@ class StallsMixin:
         def _reply(self, reply_to: Any, answer: CloseOutcome) -> None: ...
         def _reject(self, reply_to: Any, code: RejectCode, error: str, *, close: bool = False) -> None: ...
         def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
+        def _progressed(self, run: _Run) -> None: ...
         @staticmethod
         def _close_outcome(action: _Action) -> CloseOutcome: ...
 
@@ -139,6 +140,8 @@ class StallsMixin:
         run = self._runs.get(report.run_id)
         if run is None or run.state not in STALLABLE_RUN_STATES:
             self._ignore()  # late: the run was interrupted or ended (``_stall_progress`` did the rest)
+            return
+        self._progressed(run)  # the attempt goes on (a retried stream's chunks): a retry status is over
 
     def _left_active(self, run: _Run) -> None:
         """``run`` just left ``active`` (``_move_run``): a stalled flag goes with it, announced."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -89,7 +90,7 @@ def test_every_new_attempt_is_announced() -> None:
     ]
 
 
-@pytest.mark.parametrize("progress", ["step", "tool part", "ask"])
+@pytest.mark.parametrize("progress", ["step", "tool part", "ask", "heartbeat"])
 def test_the_runs_next_progress_clears_the_retry_back_to_busy_before_its_own_event(progress: str) -> None:
     shell = CoreShell("/w/a")
     shell.start("r", session="s")
@@ -99,6 +100,8 @@ def test_the_runs_next_progress_clears_the_retry_back_to_busy_before_its_own_eve
         batch = shell.report(StepReport(run_id="r", step="model-2", kind=StepKind.MODEL, finished=False))
     elif progress == "tool part":
         batch = shell.report(PartReport(run_id="r", tool="bash", state=PartState.PENDING))
+    elif progress == "heartbeat":  # the retried stream's first chunk
+        batch = shell.heartbeat("r")
     else:
         batch = shell.report(
             AskRaised(run_id="r", ask_id="a1", kind=AskKind.PERMISSION, payload=AskPayload())
@@ -112,7 +115,7 @@ def test_the_runs_next_progress_clears_the_retry_back_to_busy_before_its_own_eve
         None,
         None,
     )
-    assert len(events) > 1  # and then the progress itself
+    assert len(events) > 1 or progress == "heartbeat"  # then the progress's own event (a heartbeat has none)
     snapshot = shell.core.session_snapshot("s")
     assert snapshot is not None and (snapshot.status, snapshot.attempt) == (SessionStatus.BUSY, None)
 
@@ -338,3 +341,30 @@ def test_an_external_run_reports_a_retry_over_http_and_its_next_step_clears_it()
 
     with served() as srv:
         asyncio.run(asyncio.wait_for(scenario(srv), 45))
+
+
+def test_a_heartbeat_after_retrying_is_the_attempt_going_on_and_clears_the_retry(
+    supervisor: Supervisor, events: EventLog
+) -> None:
+    stream, beaten = Gate("stream"), threading.Event()
+
+    def body(ctx: RunContext) -> None:
+        with ctx.step("model"):  # one step around the retries and the stream, as hosts write it
+            ctx.retrying(1, "529 overloaded", time.time() + 0.05)
+            ctx.heartbeat()  # the retried stream's first chunk
+            beaten.set()
+            ctx.wait(stream)
+
+    handle = supervisor.start_run(body, session="s", directory="/w/a")
+    retry = events.wait_for("session.status", session="s", status="retry", timeout=BOUND_S)
+    assert beaten.wait(timeout=BOUND_S)
+    supervisor.set_queue_policy("another", "queue")  # answered after the body's heartbeat was handled
+
+    snapshot = supervisor.session("s")
+
+    assert snapshot is not None and (snapshot.status, snapshot.attempt) == (SessionStatus.BUSY, None)
+    stream.open()
+    assert handle.wait(timeout=BOUND_S).outcome is Outcome.COMPLETED
+    events.wait_for("run.finished", run_id=handle.run_id, timeout=BOUND_S)
+    after = [e.status for e in events.events if isinstance(e, SessionStatusChanged) and e.seq > retry.seq]
+    assert after[:1] == [SessionStatus.BUSY]
