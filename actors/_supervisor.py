@@ -77,8 +77,8 @@ _REPORTS = (
     GraceExpired,
     DeadlineExpired,
     RetryReport,
+    Heartbeat,
 )
-_PROGRESS_REPORTS = (Heartbeat,)  # a heartbeat of a run flagged stalled (``ctx.heartbeat()``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +207,6 @@ class SessionSupervisor(pykka.ThreadingActor):
         self.timers = Timers(threads) if timers is None else timers
         """The one timer thread of this supervisor (grace, deadlines, stall checks): callbacks only
         ``tell`` this actor. Closed when it stops."""
-        self._grace: TimerHandle | None = None
         self._run_deadlines: dict[str, TimerHandle] = {}  # run -> its armed deadline
         self._deadline: float | None = None
 
@@ -241,7 +240,7 @@ class SessionSupervisor(pykka.ThreadingActor):
                 _fail(reply, SupervisorError(f"the supervisor failed on {type(message).__name__}"))
 
     def _receive(self, message: Any) -> None:
-        if isinstance(message, (_REPORTS, _PROGRESS_REPORTS)):
+        if isinstance(message, _REPORTS):
             commands = self.core.report(message)
             self._view.refresh(self.core, message, commands)
             self._execute(commands)
@@ -479,7 +478,8 @@ class SessionSupervisor(pykka.ThreadingActor):
 
     def _start_timer(self, command: StartGraceTimer) -> None:
         self._deadline = time.monotonic() + command.grace_ms / 1000.0
-        self._grace = self.tell_later(command.grace_ms / 1000.0, GraceExpired(action_id=command.action_id))
+        # Not kept: closing the timers at the end cancels it.
+        self.tell_later(command.grace_ms / 1000.0, GraceExpired(action_id=command.action_id))
 
     def _deadline_timer(self, command: ArmDeadline | DisarmDeadline) -> None:
         """A run's deadline on the shared timer: armed when it becomes active, cancelled at its
