@@ -612,6 +612,10 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
 
     def _end_queued(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None:
         self._unqueue(run)
+        self._end_unstarted(run, reason, origin, action)
+
+    def _end_unstarted(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None:
+        """A run already out of its session's queue ends without having started."""
         self._decide_interrupt(run, reason, origin, action)
         self._move_run(run, RunTrigger.CANCEL_QUEUED)
         self._finish(run)
@@ -705,10 +709,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         if run is None:
             return
         if run.state is RunState.QUEUED:
-            self._unqueue(run)
-            self._decide_interrupt(run, req.reason, req.origin, req.tag)
-            self._move_run(run, RunTrigger.CANCEL_QUEUED)
-            self._finish(run)
+            self._end_queued(run, req.reason, req.origin, req.tag)
         elif run.state is RunState.INTERRUPTING:
             assert run.interrupt is not None
             self._reject(
@@ -762,10 +763,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             if child is None or child.state in FINISHED_RUN_STATES:
                 continue
             if child.state is RunState.QUEUED:
-                self._unqueue(child)
-                self._decide_interrupt(child, reason, origin, action)
-                self._move_run(child, RunTrigger.CANCEL_QUEUED)
-                self._finish(child)
+                self._end_queued(child, reason, origin, action)
             elif child.state is RunState.ACTIVE:
                 self._interrupt(child, reason, origin, action)
 

@@ -151,6 +151,9 @@ class LifecycleMixin:
             self, run: _Run, reason: InterruptReason, origin: str, action: str | None
         ) -> None: ...
         def _finish(self, run: _Run) -> None: ...
+        def _end_unstarted(
+            self, run: _Run, reason: InterruptReason, origin: str, action: str | None
+        ) -> None: ...
         def _load(self, name: str, cause: LoadCause) -> _Instance: ...
         def _retire(self, instance: _Instance) -> None: ...
         def _dispose(self, instance: _Instance) -> None: ...
@@ -305,9 +308,7 @@ class LifecycleMixin:
                 queued.append(self._runs[self._journal.popleft(session.queue)])
         queued.sort(key=lambda run: run.parent is not None)  # stable: otherwise in queue order
         for run in queued:
-            self._decide_interrupt(run, reason, origin, action.id)
-            self._move_run(run, RunTrigger.CANCEL_QUEUED)
-            self._finish(run)
+            self._end_unstarted(run, reason, origin, action.id)
         self._out.append(StartGraceTimer(action_id=action.id, grace_ms=req.grace_ms))
         self._cover(action, names, reason)
         self._answer_or_hold(action)
