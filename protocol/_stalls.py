@@ -128,9 +128,7 @@ class StallsMixin:
         """A progress report of ``run_id`` arrived (before it is handled): a stalled flag clears --
         its own and its ancestors' (a child's progress is its parents' progress too)."""
         run = self._runs.get(run_id)
-        seen: set[str] = set()
-        while run is not None and run.id not in seen:
-            seen.add(run.id)
+        while run is not None:  # parent chains end: a child needs an active parent, which outlives it
             if run.stalled and run.state in STALLABLE_RUN_STATES:
                 self._move_stall(run, StallTrigger.PROGRESS)
                 self._emit(RunUnstalled(seq=self._next_seq(), run_id=run.id, progress=True))
