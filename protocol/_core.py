@@ -54,7 +54,6 @@ from run_supervisor.protocol._events import (
     RunQueued,
     RunRecovered,
     RunStarted,
-    SessionStatusChanged,
     StepFinished,
     StepStarted,
 )
@@ -97,6 +96,7 @@ from run_supervisor.protocol._rules import (
     InstanceTrigger,
     QueuedFate,
     RunTrigger,
+    SessionTrigger,
     WhenBusy,
     next_instance_state,
     next_run_state,
@@ -669,13 +669,10 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         self._touch(session)
         run.generation = instance.generation
         self._journal.add(instance.runs, run.id)
-        was_idle = session.active is None
-        session.active = run.id
-        if was_idle:
+        if session.active is None:
+            self._move_session(session, SessionTrigger.START, None)  # announced busy
             self._journal.drop(self._idle_sessions, session.id)
-            self._emit(
-                SessionStatusChanged(seq=self._next_seq(), session=session.id, status=SessionStatus.BUSY)
-            )
+        session.active = run.id
         if parent is not None:
             self._stall_progress(parent.id)  # a child starting is its parents' progress
         self._emit(
@@ -919,16 +916,13 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             if instance.state is InstanceState.RETIRING and not instance.runs and not self._deadline_passed:
                 self._dispose(instance)
         self._touch(session)
-        if session.queue:
-            self._hand_over_retry(session)
+        if session.queue:  # busy through the hand-over (a retry of the finished run is over)
+            self._move_session(session, SessionTrigger.HAND_OVER, None)
             self._activate(self._runs[self._journal.popleft(session.queue)], session)
         else:
-            self._end_retry(session)
+            self._move_session(session, SessionTrigger.END, None)  # announced idle, retry cleared
             session.active = None
             self._remember(self._idle_sessions, session.id, self._sessions)
-            self._emit(
-                SessionStatusChanged(seq=self._next_seq(), session=session.id, status=SessionStatus.IDLE)
-            )
         self._child_finished(run)
 
     def _child_finished(self, run: _Run) -> None:

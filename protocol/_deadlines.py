@@ -105,19 +105,6 @@ class DeadlinesMixin:
         if session is not None and session.active == run.id and session.retry is not None:
             self._move_session(session, SessionTrigger.PROGRESS, None)
 
-    def _hand_over_retry(self, session: _Session) -> None:
-        """The session's active run finished and its next queued run starts: a retry of the
-        finished one is over (announced ``busy`` before the next ``run.started``)."""
-        if session.retry is not None:
-            self._move_session(session, SessionTrigger.HAND_OVER, None)
-
-    def _end_retry(self, session: _Session) -> None:
-        """The session's active run finished and nothing is queued: the ``idle`` the core announces
-        next clears a retry (no event of its own)."""
-        if session.retry is not None:
-            self._touch(session)
-            session.retry = None
-
     def _move_session(
         self, session: _Session, trigger: SessionTrigger, retry: tuple[int, str, int | None] | None
     ) -> None:
