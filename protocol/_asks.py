@@ -275,21 +275,8 @@ class AsksMixin:
         ask = self._addressed_ask(req.ask_id, req.run_id, AskKind.PERMISSION, "reply_permission", reply_to)
         if ask is None:
             return
-        run = self._runs[ask.run_id]
-        part = self._ask_part(run, ask)
-        self._asks.close(ask, AskTrigger.REPLY)
-        self._emit(
-            AskReplied(
-                seq=self._next_seq(),
-                ask_id=ask.ask_id,
-                run_id=run.id,
-                kind=ask.kind,
-                approved=req.approve,
-                message=None if req.approve else req.message,
-                answer=None,
-                tag=req.tag,
-            )
-        )
+        message = None if req.approve else req.message
+        run, part = self._replied(ask, approved=req.approve, message=message, answer=None, tag=req.tag)
         if req.approve:
             if part is not None:
                 part.approved, part.gated = True, False
@@ -312,6 +299,17 @@ class AsksMixin:
         ask = self._addressed_ask(req.ask_id, req.run_id, AskKind.FORM, "answer_form", reply_to)
         if ask is None:
             return
+        run, part = self._replied(ask, approved=True, message=None, answer=req.answer, tag=req.tag)
+        self._out.append(DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, approved=True, answer=req.answer))
+        if part is not None:
+            self._part_changed(run, part)
+        self._reply(reply_to, _OK)
+
+    def _replied(
+        self, ask: Ask, *, approved: bool, message: str | None, answer: str | None, tag: str | None
+    ) -> tuple[_Run, _Part | None]:
+        """Close ``ask`` as replied and announce it (``ask.replied``): a permission reply and a form
+        answer alike. Returns its run and the tool part it gated, for the caller's own effects."""
         run = self._runs[ask.run_id]
         part = self._ask_part(run, ask)
         self._asks.close(ask, AskTrigger.REPLY)
@@ -321,16 +319,13 @@ class AsksMixin:
                 ask_id=ask.ask_id,
                 run_id=run.id,
                 kind=ask.kind,
-                approved=True,
-                message=None,
-                answer=req.answer,
-                tag=req.tag,
+                approved=approved,
+                message=message,
+                answer=answer,
+                tag=tag,
             )
         )
-        self._out.append(DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, approved=True, answer=req.answer))
-        if part is not None:
-            self._part_changed(run, part)
-        self._reply(reply_to, _OK)
+        return run, part
 
     def _dismiss_form(self, req: DismissForm, reply_to: Any) -> None:
         ask = self._addressed_ask(req.ask_id, req.run_id, AskKind.FORM, "dismiss_form", reply_to)
