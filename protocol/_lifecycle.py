@@ -446,6 +446,20 @@ class LifecycleMixin:
         self._touch(action)
         action.state = next_action_state(action.state, trigger)
 
+    def _active_runs(self, instance: _Instance) -> list[str]:
+        """The instance's active runs, in order; taken before interrupting any of them, since a
+        parent's interrupt also interrupts its children (pinned to the same instance)."""
+        return [run_id for run_id in sorted(instance.runs) if self._runs[run_id].state is RunState.ACTIVE]
+
+    def _interrupt_each(
+        self, run_ids: Iterable[str], reason: InterruptReason, origin: str, action_id: str
+    ) -> None:
+        """Interrupt each run still active (a parent's interrupt may have reached a child already)."""
+        for run_id in run_ids:
+            run = self._runs[run_id]
+            if run.state is RunState.ACTIVE:
+                self._interrupt(run, reason, origin, action_id)
+
     def _cover(self, action: _Action, names: Iterable[str], interrupt: InterruptReason | None) -> None:
         """Retire every open instance of these directories for ``action``; interrupt their active
         runs when the mode says so; dispose at once the instances no run holds."""
@@ -461,13 +475,9 @@ class LifecycleMixin:
             instances = sorted(directory.open.values(), key=lambda i: i.generation)
             if interrupt is not None:
                 for instance in instances:
-                    # Taken before interrupting: a parent's interrupt also interrupts its children.
-                    active = [r for r in sorted(instance.runs) if self._runs[r].state is RunState.ACTIVE]
-                    for run_id in active:
-                        run = self._runs[run_id]
-                        if run.state is RunState.ACTIVE:
-                            self._interrupt(run, interrupt, action.origin, action.id)
-                        interrupted.add(run_id)
+                    active = self._active_runs(instance)
+                    self._interrupt_each(active, interrupt, action.origin, action.id)
+                    interrupted.update(active)
             waits = False
             for instance in instances:
                 if instance.state is InstanceState.LIVE:

@@ -19,7 +19,7 @@ runs it waits for are interrupted with ``lifecycle_interrupt`` and the action's 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -51,7 +51,7 @@ from run_supervisor.protocol._rules import (
 if TYPE_CHECKING:
     from run_supervisor.protocol._asks import AskBook
     from run_supervisor.protocol._lifecycle import _Action
-    from run_supervisor.protocol._records import _Directory, _Session
+    from run_supervisor.protocol._records import _Directory, _Instance, _Session
 
 __all__ = ["PROGRESS_REPORTS", "StallsMixin"]
 
@@ -80,6 +80,10 @@ class StallsMixin:
         def _reply(self, reply_to: Any, answer: CloseOutcome) -> None: ...
         def _reject(self, reply_to: Any, code: RejectCode, error: str, *, close: bool = False) -> None: ...
         def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
+        def _active_runs(self, instance: _Instance) -> list[str]: ...
+        def _interrupt_each(
+            self, run_ids: Iterable[str], reason: InterruptReason, origin: str, action_id: str
+        ) -> None: ...
         def _progressed(self, run: _Run) -> None: ...
         @staticmethod
         def _close_outcome(action: _Action) -> CloseOutcome: ...
@@ -204,14 +208,11 @@ class StallsMixin:
             return
         # A second confirm changes nothing of the first (its runs are interrupting already).
         origin = action.confirmed_by or req.origin or action.origin
-        # Taken before interrupting (as ``_cover`` does): a parent's interrupt also interrupts its
-        # children, which are pinned to the same instance.
         targets = [
             run_id
             for key in sorted(action.awaiting)
             if (instance := self._dirs[key[0]].open.get(key[1])) is not None
-            for run_id in sorted(instance.runs)
-            if self._runs[run_id].state is RunState.ACTIVE
+            for run_id in self._active_runs(instance)
         ]
         self._touch(action)
         action.confirmed_by = origin
@@ -224,10 +225,7 @@ class StallsMixin:
                 tag=req.tag,
             )
         )
-        for run_id in targets:
-            run = self._runs[run_id]
-            if run.state is RunState.ACTIVE:
-                self._interrupt(run, reason, origin, action.id)
+        self._interrupt_each(targets, reason, origin, action.id)
         self._reply(
             reply_to,
             msgspec.structs.replace(self._close_outcome(action), interrupted_runs=tuple(targets)),
