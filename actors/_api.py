@@ -470,21 +470,41 @@ class Supervisor:
     # --- requests as values: both facades (this one and AsyncSupervisor) build them here ------
     # Each checks its arguments (InvalidRequest naming the argument) before anything is sent.
 
-    def _start_run_request(self, *, session: object, directory: object, run_id: object) -> StartRun:
-        """Checked; without ``run_id``, a fresh ``run-N`` that no host id has taken."""
-        if run_id is None:
-            return check.start_run(
-                _no_body, session=session, directory=directory, run_id=f"run-{_next_run_number()}"
-            )
-        request = check.start_run(_no_body, session=session, directory=directory, run_id=run_id)
-        _saw_run_id(request.run_id)
-        return request
-
-    def _with_queue_policy(self, request: StartRun, queue_policy: object) -> StartRun:
-        """``request`` with its checked ``queue_policy`` (None: the session's default)."""
-        if queue_policy is None:
-            return request
-        return msgspec.structs.replace(request, queue_policy=check.queue_policy("queue_policy", queue_policy))
+    def _start_run_request(
+        self,
+        *,
+        session: object,
+        directory: object,
+        run_id: object,
+        queue_policy: object = None,
+        resume_of: object = None,
+        parent_run_id: object = None,
+        deadline_ms: object = None,
+        stall_after_ms: object = None,
+    ) -> StartRun:
+        """Checked, every option in the order the facades document them (None: not given); without
+        ``run_id``, a fresh ``run-N`` that no host id has taken."""
+        fresh = run_id is None
+        request = check.start_run(
+            _no_body,
+            session=session,
+            directory=directory,
+            run_id=f"run-{_next_run_number()}" if fresh else run_id,
+        )
+        if not fresh:
+            _saw_run_id(request.run_id)
+        options: dict[str, object] = {}
+        if queue_policy is not None:  # None: the session's default
+            options["queue_policy"] = check.queue_policy("queue_policy", queue_policy)
+        if resume_of is not None:
+            options["resume_of"] = check.identifier("resume_of", resume_of)
+        if parent_run_id is not None:
+            options["parent_run_id"] = check.identifier("parent_run_id", parent_run_id)
+        if deadline_ms is not None:
+            options["deadline_ms"] = check.deadline("deadline_ms", deadline_ms)
+        if stall_after_ms is not None:
+            options["stall_after_ms"] = check.stall_after_ms("stall_after_ms", stall_after_ms)
+        return msgspec.structs.replace(request, **options) if options else request
 
     def _set_queue_policy_request(self, session: object, queue_policy: object) -> SetQueuePolicy:
         return check.set_queue_policy(session, queue_policy)
@@ -537,12 +557,6 @@ class Supervisor:
         self, ask_id: object = None, *, run_id: object = None, message: object = None
     ) -> DismissForm:
         return check.dismiss_form(ask_id, run_id=run_id, message=message)
-
-    def _with_stall_setting(self, request: StartRun, stall_after_ms: object) -> StartRun:
-        if stall_after_ms is None:
-            return request
-        checked = check.stall_after_ms("stall_after_ms", stall_after_ms)
-        return msgspec.structs.replace(request, stall_after_ms=checked)
 
     def _confirm_close_request(self, action_id: object, *, origin: object, tag: object) -> ConfirmClose:
         return check.confirm_close(action_id, origin=origin, tag=tag)
@@ -673,17 +687,16 @@ class Supervisor:
         (``run.stalled``) after this long without progress."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
-        request = self._start_run_request(session=session, directory=directory, run_id=run_id)
-        request = self._with_queue_policy(request, queue_policy)
-        if resume_of is not None:
-            check.identifier("resume_of", resume_of)
-            request = msgspec.structs.replace(request, resume_of=resume_of)
-        if parent_run_id is not None:
-            check.identifier("parent_run_id", parent_run_id)
-            request = msgspec.structs.replace(request, parent_run_id=parent_run_id)
-        if deadline_ms is not None:
-            request = msgspec.structs.replace(request, deadline_ms=check.deadline("deadline_ms", deadline_ms))
-        request = self._with_stall_setting(request, stall_after_ms)
+        request = self._start_run_request(
+            session=session,
+            directory=directory,
+            run_id=run_id,
+            queue_policy=queue_policy,
+            resume_of=resume_of,
+            parent_run_id=parent_run_id,
+            deadline_ms=deadline_ms,
+            stall_after_ms=stall_after_ms,
+        )
         while True:
             finished: Future[RunSnapshot] = Future()
             outcome = self._get(self._call(request, body, finished), limit)

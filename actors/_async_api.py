@@ -355,14 +355,15 @@ class AsyncSupervisor:
         ``Supervisor.start_run``."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
-        request = self.sync._start_run_request(session=session, directory=directory, run_id=run_id)
-        request = self.sync._with_queue_policy(request, queue_policy)
-        if parent_run_id is not None:
-            check.identifier("parent_run_id", parent_run_id)
-            request = msgspec.structs.replace(request, parent_run_id=parent_run_id)
-        if deadline_ms is not None:
-            request = msgspec.structs.replace(request, deadline_ms=check.deadline("deadline_ms", deadline_ms))
-        request = self.sync._with_stall_setting(request, stall_after_ms)
+        request = self.sync._start_run_request(
+            session=session,
+            directory=directory,
+            run_id=run_id,
+            queue_policy=queue_policy,
+            parent_run_id=parent_run_id,
+            deadline_ms=deadline_ms,
+            stall_after_ms=stall_after_ms,
+        )
         while True:
             finished: Future[RunSnapshot] = Future()
             try:
