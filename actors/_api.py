@@ -39,7 +39,7 @@ from run_supervisor.actors._errors import (
 from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
 from run_supervisor.actors._journal import Journal, JournaledPublisher, JournalSync, start_journal
 from run_supervisor.actors._relay import Relay, complete
-from run_supervisor.actors._run_actor import RunActor
+from run_supervisor.actors._run_actor import RunActor, RunSlot
 from run_supervisor.actors._subscription import Publisher, Subscription
 from run_supervisor.actors._supervisor import Loading, Preload, Query, SessionSupervisor, Submit, WaitRun
 from run_supervisor.actors._threads import ThreadBook
@@ -416,8 +416,10 @@ class Supervisor:
         body: RunBody | None = None,
         finished: Future[RunSnapshot] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        launched: list[Any] | None = None,
     ) -> Future[CloseOutcome | RequestOutcome]:
-        """Send a checked request; the internal future resolves to its outcome (rejections included)."""
+        """Send a checked request; the internal future resolves to its outcome (rejections included).
+        A run actor started for a ``StartRun`` is appended to ``launched``, if given."""
         answer: Future[CloseOutcome | RequestOutcome] = Future()
         if self._closed:
             answer.set_result(self._closed_outcome(request))
@@ -432,6 +434,8 @@ class Supervisor:
                 run = RunActor.launch(
                     request.run_id, body, self._ref, self.config.request_timeout_s, self.threads
                 )
+            if launched is not None:
+                launched.append(run)
         inner = self._post(lambda reply: Submit(request, reply, run, finished))
 
         def relay(done: Future[Any]) -> None:
@@ -699,11 +703,18 @@ class Supervisor:
         )
         while True:
             finished: Future[RunSnapshot] = Future()
-            outcome = self._get(self._call(request, body, finished), limit)
+            launched: list[Any] = []
+            outcome = self._get(self._call(request, body, finished, launched=launched), limit)
             try:
                 raise_for_rejection(outcome)
-            except RunAlreadyExists:
-                if run_id is None:  # a host took this name meanwhile (a raw submit?): the next one
+            except SupervisorError as rejected:
+                # Not taken on: the supervisor stops the actor launched for it; it is gone before
+                # this call returns (a start that lost a race with shutdown leaves no thread).
+                for run in launched:
+                    if isinstance(run, RunSlot):
+                        run.wait_thread_end(self.config.stop_timeout_s)
+                if isinstance(rejected, RunAlreadyExists) and run_id is None:
+                    # A host took this name meanwhile (a raw submit?): the next one.
                     request = msgspec.structs.replace(request, run_id=f"run-{_next_run_number()}")
                     continue
                 raise

@@ -59,6 +59,14 @@ class RunSlot:
     """This run's own stall setting (``start_run(..., stall_after_ms=...)``); None: the config's."""
     stall_check: TimerHandle | None = None
     """Its pending stall check on the supervisor's timer, while it is active and not flagged."""
+    thread: threading.Thread | None = None
+    """The actor's thread (booked in the supervisor's ``ThreadBook`` from its start)."""
+
+    def wait_thread_end(self, timeout: float) -> None:
+        """Wait (bounded) until the actor's thread has ended: a start the supervisor never took on
+        returns to its caller only once the thread launched for it is gone."""
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout=timeout)
 
 
 class RunActor(pykka.ThreadingActor):
@@ -72,8 +80,10 @@ class RunActor(pykka.ThreadingActor):
         ask_timeout: float,
         threads: ThreadBook,
         token: CancelToken,
+        started: list[threading.Thread] | None = None,
     ) -> None:
         super().__init__()
+        self._started = started  # where _start_actor_loop leaves the thread for launch()
         self.run_id = run_id
         self.token = token
         self._body = body
@@ -93,13 +103,20 @@ class RunActor(pykka.ThreadingActor):
     ) -> RunSlot:
         """Start the actor (idle until ``Go``) and return what the supervisor keeps of it."""
         token = CancelToken()
-        ref = cls.start(run_id, body, supervisor, ask_timeout, threads, token)
-        return RunSlot(ref=ref, token=token)
+        started: list[threading.Thread] = []
+        ref = cls.start(run_id, body, supervisor, ask_timeout, threads, token, started)
+        return RunSlot(ref=ref, token=token, thread=started[0] if started else None)
 
-    def on_start(self) -> None:
-        thread = threading.current_thread()
-        thread.name = f"run-supervisor-run-{self.run_id}"  # leak reports and py-spy name the run
+    def _start_actor_loop(self) -> None:
+        # pykka's own, except that the thread is booked here, on the launching (supervisor) thread,
+        # not in on_start: a shutdown that completes after this launch then always joins it (from
+        # on_start, a thread slow to be scheduled could book itself after shutdown's join began).
+        thread = threading.Thread(target=self._actor_loop, name=f"run-supervisor-run-{self.run_id}")
+        thread.daemon = self.use_daemon_thread
+        thread.start()
         self._threads.add(thread, token=self.token)  # joined at shutdown unless abandoned
+        if self._started is not None:
+            self._started.append(thread)
 
     def on_receive(self, message: Any) -> None:
         if isinstance(message, Go) and self.context is None:
