@@ -141,6 +141,7 @@ def test_a_form_with_questions_is_answered_by_its_ask_id() -> None:
                 client, "r1", type="ask", form=True, title="Which branch?", questions=["name?"]
             )
             ask_id = asked.json()["ask_id"]
+            assert ask_id, asked.text  # a rejected report names its code here, not as a silent wait below
             await events.until(of_type("ask.requested", ask_id=ask_id))
             assert (await client.post(f"/asks/{ask_id}/form", json={"answer": "main"})).status_code == 200
             relayed = await events.until(of_type("external.answer", run_id="r1"))
