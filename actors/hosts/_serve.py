@@ -52,6 +52,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace-ms", type=int, default=1000, help="shutdown grace on a signal (ms)")
     _add_stall_argument(parser)
     _add_reload_policy(parser)
+    _add_journal_arguments(parser)
+
+
+def _add_journal_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--journal",
         type=Path,
@@ -215,17 +219,7 @@ def add_stdio_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="default lease of an external run (ms)"
     )
-    parser.add_argument(
-        "--journal",
-        type=Path,
-        help="keep a run journal in this SQLite file; what a dead process left unfinished is recovered",
-    )
-    parser.add_argument(
-        "--journal-sync",
-        choices=("normal", "full"),
-        default="normal",
-        help="normal: a commit survives a process crash; full: a power loss too (default normal)",
-    )
+    _add_journal_arguments(parser)
 
 
 def stdio_command(args: argparse.Namespace) -> int:
