@@ -96,9 +96,11 @@ def test_the_live_page_shows_a_waiting_deferred_close_and_a_tool_card_from_the_e
         )
         assert deferred.json()["status"] == "deferred"
         url = f"{srv.url}/#token={srv.server.token}"
-        for attempt in range(3):  # the browser renders on its own clock: a bounded retry, not a sleep
+        # The browser renders the stream as it arrives, on its own clock: a bounded retry until the
+        # deferred close (the last event sent) is drawn, not a sleep.
+        for attempt in range(6):
             dom = chromium(url, str(tmp_path / f"profile{attempt}"), "--dump-dom")
-            if 'data-last-seq="' in dom:
+            if 'data-last-seq="' in dom and 'data-action="lc-1"' in dom and 'data-blocking-run="r2"' in dom:
                 break
         shot = tmp_path / "timeline-live.png"
         chromium(url, str(tmp_path / "profile-shot"), f"--screenshot={shot}", "--window-size=1100,620")
