@@ -278,6 +278,7 @@ class Supervisor:
         # The run.recovered events are the stream's first (seq 1..k), decided before any request and
         # before any subscription can exist: hosts read them from recovered(), deterministically.
         self._recovery_events: tuple[Event, ...] = tuple(recovered)
+        self._epoch: int | None = None if journal is None else journal.boot
         self._recovered = tuple(e for e in recovered if isinstance(e, RunRecovered))
         self._view = View(core, recovered)
         self._ref = SessionSupervisor.start(
@@ -1027,6 +1028,13 @@ class Supervisor:
         host that replays the whole stream (an event log, a UI timeline); ``recovered()`` is the
         ``run.recovered`` events alone."""
         return self._recovery_events
+
+    @property
+    def epoch(self) -> int | None:
+        """Which life of its journal this supervisor is: the journal's boot number (1 on a new file,
+        one more at each start on it), or None without a journal. A host names the life its event ids
+        belong to with it, since ``seq`` counts again from 1 after a restart."""
+        return self._epoch
 
     @property
     def closed(self) -> bool:
