@@ -3,6 +3,8 @@ Chromium (Debian's package; the browser tests are skipped where it is not instal
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import shutil
 from pathlib import Path
@@ -134,3 +136,35 @@ def test_a_stalled_run_is_drawn_stalled_until_the_confirm_that_interrupts_it(tmp
     assert len(stalls) == 1
     assert 'data-confirmed="true"' in dom  # the refresh's lane marks the confirm
     assert re.search(r'class="lane run" data-run="r1" data-outcome="interrupted"', dom)
+
+
+def test_the_page_words_no_card_sentence_of_its_own() -> None:
+    # One source for card sentences: part_label, sent in every part; the page draws what it gets.
+    page = live_page()
+    for sentence in ("Did not run", "Stopped:", " failed", " ran`", "call being generated", "waiting for"):
+        assert sentence not in page
+
+
+@needs_chromium
+@pytest.mark.parametrize(
+    "scenario",
+    [
+        "01-provider-connect-during-tool-input-generation",
+        "17-permission-rejected-without-message",
+        "21-tool-fails",
+    ],
+)
+def test_every_card_on_a_scenario_timeline_shows_the_label_the_events_carry(
+    tmp_path: Path, scenario: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = ROOT / "docs/scenarios" / f"{scenario}.toml"
+    assert main(["scenario", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    labels = {
+        part["label"] for run in report["runs"].values() for part in run["tool_parts"]
+    }
+    assert labels, "the scenario reaches a tool part"
+    assert main(["scenario", str(path), "--html", str(tmp_path)]) == 0
+    dom = chromium((tmp_path / f"{scenario}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
+    cards = re.findall(r'<div class="card"[^>]*><b>[^<]*</b> · [a-z]+ — ([^<]*)</div>', dom)
+    assert labels <= {html.unescape(card) for card in cards}
