@@ -274,6 +274,7 @@ class AsyncSupervisor:
 
     @property
     def config(self) -> SupervisorConfig:
+        """The settings in force."""
         return self.sync.config
 
     @property

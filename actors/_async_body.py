@@ -225,6 +225,7 @@ class AsyncToolCall:
         self.sync.running()
 
     def completed(self) -> None:
+        """The tool ran and succeeded: the card settles ``completed``."""
         self.sync.completed()
 
     def failed(self, message: str) -> None:
@@ -296,6 +297,7 @@ class AsyncRunContext:
 
     @property
     def cancelled(self) -> bool:
+        """Whether the run was interrupted (the body should stop; ``check()`` raises then)."""
         return self.sync.cancelled
 
     def check(self) -> None:
@@ -326,16 +328,19 @@ class AsyncRunContext:
         self.sync.heartbeat()
 
     def next_step_id(self, kind: StepKind | str) -> str:
+        """A fresh step id for a step of ``kind`` (``step_started`` / ``step_finished`` take it)."""
         return self.sync.next_step_id(kind)
 
     def step_started(
         self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
     ) -> None:
+        """The first half of ``step()``, for a step that does not fit a block: announce it started."""
         self.sync.step_started(step_id, kind, tool=tool, call_id=call_id)
 
     def step_finished(
         self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
     ) -> None:
+        """The second half of ``step()``: announce the step ``step_started`` began has ended."""
         self.sync.step_finished(step_id, kind, tool=tool, call_id=call_id)
 
     def step(

@@ -84,33 +84,40 @@ class CancelToken:
 
     @property
     def cancelled(self) -> bool:
+        """Whether the run was interrupted or abandoned: its body should stop."""
         return self._reason is not None or self._abandoned
 
     @property
     def reason(self) -> InterruptReason | None:
+        """Why the run was interrupted (None while it was not)."""
         return self._reason
 
     @property
     def abandoned(self) -> bool:
+        """Whether a deadline gave up on the body: its run has ended without it."""
         return self._abandoned
 
     def cancel(self, reason: InterruptReason) -> None:
+        """The supervisor's side: interrupt the run with ``reason`` (the first reason wins)."""
         with self._cond:
             if self._reason is None:
                 self._reason = reason
             self._cond.notify_all()
 
     def abandon(self) -> None:
+        """The supervisor's side: give up on the body; every wait raises ``RunInterrupted``."""
         with self._cond:
             self._abandoned = True
             self._cond.notify_all()
 
     def deliver(self, answer: DeliverAnswer) -> None:
+        """The supervisor's side: hand the user's answer to an ask to the body, waking its waits."""
         with self._cond:
             self._answers[answer.ask_id] = answer
             self._cond.notify_all()
 
     def wake(self) -> None:
+        """Wake every wait so it re-checks its condition (nothing else changes)."""
         with self._cond:
             self._cond.notify_all()
 
@@ -146,9 +153,11 @@ class Gate:
 
     @property
     def is_open(self) -> bool:
+        """Whether ``open()`` was called."""
         return self._open
 
     def open(self) -> None:
+        """Open the gate for good, waking every wait on it."""
         with self._lock:
             self._open = True
             waiters = list(self._waiters)
@@ -156,6 +165,8 @@ class Gate:
             token.wake()
 
     def wait(self, token: CancelToken, timeout: float | None = None, *, interruptible: bool = True) -> bool:
+        """Wait until the gate opens (True) or ``timeout`` s pass (False); raises ``RunInterrupted``
+        when ``token``'s run is interrupted first (unless ``interruptible=False``) or abandoned."""
         with self._lock:
             if self._open:
                 return True
@@ -305,6 +316,7 @@ class ToolCall:
         self._report(PartState.RUNNING)
 
     def completed(self) -> None:
+        """The tool ran and succeeded: the card settles ``completed``."""
         self._report(PartState.COMPLETED)
 
     def failed(self, message: str) -> None:
@@ -398,6 +410,7 @@ class RunContext:
 
     @property
     def cancelled(self) -> bool:
+        """Whether the run was interrupted (the body should stop; ``check()`` raises then)."""
         return self.token.cancelled
 
     def check(self) -> None:
@@ -424,6 +437,7 @@ class RunContext:
             raise RunInterrupted._for(self.token.reason, self.token) from None
 
     def next_step_id(self, kind: StepKind | str) -> str:
+        """A fresh step id for a step of ``kind`` (``step_started`` / ``step_finished`` take it)."""
         kind = StepKind(kind)
         count = self._step_counts.get(kind, 0) + 1
         self._step_counts[kind] = count
@@ -432,6 +446,7 @@ class RunContext:
     def step_started(
         self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
     ) -> None:
+        """The first half of ``step()``, for a step that does not fit a block: announce it started."""
         self.check()
         self._tell(
             StepReport(
@@ -442,6 +457,7 @@ class RunContext:
     def step_finished(
         self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
     ) -> None:
+        """The second half of ``step()``: announce the step ``step_started`` began has ended."""
         self._tell(
             StepReport(run_id=self.run_id, step=step_id, kind=kind, finished=True, tool=tool, call_id=call_id)
         )

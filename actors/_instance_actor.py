@@ -44,9 +44,11 @@ class NoInstanceHooks:
     """The default: no caches, nothing to dispose."""
 
     def load(self, directory: str, generation: int) -> Any:
+        """Keep nothing for this generation."""
         return None
 
     def dispose(self, directory: str, generation: int, cache: Any) -> None:
+        """Nothing to tear down."""
         return None
 
 

@@ -101,6 +101,7 @@ class Subscription:
 
     @property
     def closed(self) -> bool:
+        """Whether the stream has ended (closed by the host, or the supervisor has shut down)."""
         return self._closed
 
     def close(self, timeout: float = 5.0) -> bool:

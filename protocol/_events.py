@@ -335,3 +335,5 @@ Event = (
     | RunUnstalled
     | LifecycleConfirmed
 )
+"""Every event the supervisor publishes, tagged by ``type`` on the wire (``run_supervisor.protocol``
+has each struct)."""
