@@ -7,11 +7,15 @@ value) echoed on its answer. Out: one JSON object per line --
 - ``{"type": "answer", "id": ..., "status": 200, "answer": {...}}`` for every line that was
   understood (``status`` from the same table as HTTP; a rejection is an answer with its code);
 - ``{"type": "error", "id": ..., "status": 422, "code": "invalid_request", "error": "line 3: ..."}``
-  for a line that was not (the host keeps reading);
+  for a line that was not (not JSON, not an object, nested too deeply, a field the operation does not
+  take, over the length limit...; the host keeps reading), and ``500 internal_error`` for a line the
+  sidecar itself failed on;
 - ``{"type": "event", "id": "17", "event": {...}}`` for every event (``id`` as on SSE).
 
-Closing stdin is a shutdown (``shutdown``, grace ``--grace-ms``): the last events are written, then
-the process exits 0. See docs/wire.md.
+Every non-blank line gets exactly one answer or error line. Closing stdin is a shutdown (``shutdown``,
+grace ``--grace-ms``): the last events are written, then the process exits 0. So is closing stdout
+(origin ``stdout.closed``), noticed at the first line the sidecar cannot write: nothing more is queued
+for a parent that stopped listening, and the process exits 0 within its grace. See docs/wire.md.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import queue
 import sys
 import threading
+from collections.abc import Callable
 from typing import IO, Any
 
 import msgspec
@@ -43,7 +48,7 @@ from run_supervisor.protocol import (
 __all__ = ["serve_stdio"]
 
 _INVALID = RejectCode.INVALID_REQUEST.value
-_QUERIES = ("run", "session", "actions", "asks", "statistics")
+_MISSING = object()
 
 
 def _needs(fields: dict[str, Any], key: str) -> str:
@@ -53,19 +58,54 @@ def _needs(fields: dict[str, Any], key: str) -> str:
     return value
 
 
+def _only(fields: dict[str, Any], what: str, allowed: tuple[str, ...]) -> None:
+    """Refuse a field this operation does not take, by name (a typo must not be ignored)."""
+    for key in fields:
+        if key != "type" and key not in allowed:
+            raise HostError(_INVALID, f"{what}: unknown field `{key}`")
+
+
+def _json_kind(value: Any) -> str:
+    if value is _MISSING:
+        return "nothing (the field is required)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else "an array"
+
+
+_QUERY_FIELDS: dict[str, tuple[str, ...]] = {  # what -> the fields that query takes
+    "run": ("what", "run_id"),
+    "session": ("what", "session"),
+    "actions": ("what",),
+    "asks": ("what", "run_id"),
+    "statistics": ("what",),
+}
+
+
 async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
     """One understood line -> (status, answer)."""
     kind = fields.get("type")
     if kind == "report":
+        _only(fields, "report", ("run_id", "report"))
         run_id = _needs(fields, "run_id")
+        data = fields.get("report", _MISSING)
+        if not isinstance(data, dict):
+            raise HostError(_INVALID, f"report must be a JSON object, got {_json_kind(data)}")
         try:
-            report = decode_report(fields.get("report") or {})
+            report = decode_report(data)
         except ValueError as exc:
             raise HostError(_INVALID, str(exc)) from None
         outcome = await host.report(run_id, report)
         return http_status(outcome.code.value if outcome.code else None), msgspec.to_builtins(outcome)
     if kind == "query":
         what = fields.get("what")
+        if not isinstance(what, str) or what not in _QUERY_FIELDS:
+            raise HostError(_INVALID, f"what must be one of {', '.join(_QUERY_FIELDS)}, got {what!r}")
+        _only(fields, f"query {what}", _QUERY_FIELDS[what])
         if what == "run":
             run_id = _needs(fields, "run_id")
             return 200, msgspec.to_builtins(host.read(lambda sup: sup.run(run_id)))
@@ -79,11 +119,10 @@ async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
             if of_run is not None and not isinstance(of_run, str):
                 raise HostError(_INVALID, "run_id must be a string")
             return 200, msgspec.to_builtins(host.read(lambda sup: sup.pending_asks(run_id=of_run)))
-        if what == "statistics":
-            stats = msgspec.to_builtins(host.read(lambda sup: sup.statistics()))
-            return 200, {**stats, "stall_after_ms": host.supervisor.config.stall_after_ms}
-        raise HostError(_INVALID, f"what must be one of {', '.join(_QUERIES)}, got {what!r}")
+        stats = msgspec.to_builtins(host.read(lambda sup: sup.statistics()))
+        return 200, {**stats, "stall_after_ms": host.supervisor.config.stall_after_ms}
     if kind == "directories":
+        _only(fields, "directories", ("directories", "load"))
         names = fields.get("directories")
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise HostError(_INVALID, "directories must be a list of strings")
@@ -92,27 +131,49 @@ async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
             raise HostError(_INVALID, f"load must be true or false, got {load!r}")
         await host.directories(tuple(names), load=load)
         return 200, {"result": "ok"}
-    lease = fields.pop("lease_ms", None)
+    lease = fields.pop("lease_ms", None) if kind == "start_run" else None  # elsewhere: an unknown field
     if lease is not None and (not isinstance(lease, int) or isinstance(lease, bool)):
         raise HostError(_INVALID, f"lease_ms must be an integer, got {lease!r}")
     try:
         request = decode_request(msgspec.json.encode(fields))
     except ProtocolDecodeError as exc:
         raise HostError(_INVALID, str(exc)) from None
-    answer = await host.submit(request, lease_ms=lease)
+    # An explicit lease is checked as given (0 is refused, not read as "the default").
+    answer = await host.submit(request, lease_ms=host.default_lease_ms if lease is None else lease)
     return http_status(answer.code.value if answer.code else None), msgspec.to_builtins(answer)
 
 
 class _Writer:
-    """Every output line goes through one thread, so the loop never blocks on a full pipe."""
+    """Every output line goes through one thread, so the loop never blocks on a full pipe.
+
+    When a write fails (the parent closed stdout), the writer stops for good: it drops what is queued
+    and every later line, and calls the ``when_broken`` callback once, so the session can end."""
 
     def __init__(self, out: IO[bytes]) -> None:
         self._out = out
         self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._broken = False
+        self._on_broken: Callable[[], None] | None = None
         self._thread = threading.Thread(target=self._run, name="run-supervisor-stdio-out", daemon=True)
         self._thread.start()
 
+    @property
+    def broken(self) -> bool:
+        """A write failed: nothing more reaches the parent."""
+        return self._broken
+
+    def when_broken(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once when a write fails (at once if one has failed already)."""
+        with self._lock:
+            self._on_broken = callback
+            broken = self._broken
+        if broken:
+            callback()
+
     def put(self, message: dict[str, Any] | bytes) -> None:
+        if self._broken:
+            return  # the reader is gone: queueing for it would only grow
         line = message if isinstance(message, bytes) else msgspec.json.encode(message)
         self._lines.put(line + b"\n")
 
@@ -122,7 +183,20 @@ class _Writer:
                 self._out.write(line)
                 self._out.flush()
             except (BrokenPipeError, ValueError, OSError):
+                self._break()
                 return  # the reader is gone; nothing more to say
+
+    def _break(self) -> None:
+        with self._lock:
+            self._broken = True
+            callback = self._on_broken
+        while True:  # let go of what was queued for the reader that left
+            try:
+                self._lines.get_nowait()
+            except queue.Empty:
+                break
+        if callback is not None:
+            callback()
 
     def close(self, timeout: float = 5.0) -> None:
         self._lines.put(None)
@@ -130,6 +204,8 @@ class _Writer:
 
 
 _OVERLONG = b"\x00overlong"
+_STDOUT_CLOSED = b"\x00stdout-closed"
+_SESSION_ENDED = b"\x00session-ended"
 
 
 def _reader(
@@ -169,9 +245,39 @@ def _reader(
     except (OSError, ValueError):
         pass
     finally:
-        if partial.strip() and not overlong:
+        if overlong:  # the last line, over the limit and never ended, still gets its answer
+            put(_OVERLONG)
+        elif partial.strip():
             put(partial)
         put(None)
+
+
+def _error(corr: Any, code: str, error: str) -> dict[str, Any]:
+    return {"type": "error", "id": corr, "status": http_status(code), "code": code, "error": error}
+
+
+async def _answer(host: WireHost, number: int, raw: bytes, max_line: int) -> dict[str, Any]:
+    """The one output line for input line ``number``, whatever the line holds."""
+    corr: Any = None
+    try:
+        if raw is _OVERLONG or len(raw) > max_line:
+            raise HostError("too_large", f"lines are limited to {max_line} bytes")
+        try:
+            fields = msgspec.json.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise HostError(_INVALID, f"not valid JSON: {exc}") from None
+        if not isinstance(fields, dict):
+            raise HostError(_INVALID, "a line must be a JSON object")
+        corr = fields.pop("id", None)
+        status, answer = await _dispatch(host, fields)
+        return {"type": "answer", "id": corr, "status": status, "answer": answer}
+    except HostError as exc:
+        error = exc.error if exc.error.startswith("line ") else f"line {number}: {exc.error}"
+        return _error(corr, exc.code, error)
+    except RecursionError:
+        return _error(corr, _INVALID, f"line {number}: nested too deeply to read")
+    except Exception as exc:  # a fault of ours: the line still gets its one answer, and it says so
+        return _error(corr, RejectCode.INTERNAL_ERROR.value, f"line {number}: {type(exc).__name__}: {exc}")
 
 
 async def _serve(
@@ -179,12 +285,21 @@ async def _serve(
 ) -> None:
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    def post(item: bytes | None) -> None:
+        try:
+            loop.call_soon_threadsafe(lines.put_nowait, item)
+        except RuntimeError:
+            pass  # the loop has ended already
+
     # Events from the first one the hub holds (the directories loaded at start included).
     replay, _, listener = host.hub.listen("0", loop=loop, bound=1_000_000)
     if not events:
         host.hub.unlisten(listener)
     # A shutdown requested by a line also ends the session: nothing more can be done.
-    host.hub.on_close(lambda: loop.call_soon_threadsafe(lines.put_nowait, None))
+    host.hub.on_close(lambda: post(_SESSION_ENDED))
+    # So does a parent that closed stdout: no answer can reach it any more.
+    writer.when_broken(lambda: post(_STDOUT_CLOSED))
 
     def write_event(item: WireItem) -> None:
         writer.put(b'{"type":"event","id":"' + item.id.encode() + b'","event":' + item.data + b"}")
@@ -206,44 +321,44 @@ async def _serve(
     number = 0
 
     async def handle(number: int, raw: bytes) -> None:
-        corr: Any = None
+        reply = await _answer(host, number, raw, max_line)
         try:
-            if raw == _OVERLONG or len(raw) > max_line:
-                raise HostError("too_large", f"line {number}: lines are limited to {max_line} bytes")
-            try:
-                fields = msgspec.json.decode(raw)
-            except msgspec.DecodeError as exc:
-                raise HostError(_INVALID, f"line {number}: not valid JSON: {exc}") from None
-            if not isinstance(fields, dict):
-                raise HostError(_INVALID, f"line {number}: a line must be a JSON object")
-            corr = fields.pop("id", None)
-            status, answer = await _dispatch(host, fields)
-            writer.put({"type": "answer", "id": corr, "status": status, "answer": answer})
-        except HostError as exc:
-            error = exc.error if exc.error.startswith("line ") else f"line {number}: {exc.error}"
+            writer.put(reply)
+        except (msgspec.EncodeError, RecursionError, TypeError, ValueError) as exc:  # its id cannot go out
             writer.put(
-                {
-                    "type": "error",
-                    "id": corr,
-                    "status": http_status(exc.code),
-                    "code": exc.code,
-                    "error": error,
-                }
+                _error(None, RejectCode.INTERNAL_ERROR.value, f"line {number}: answer not sent: {exc}")
             )
 
-    while (raw := await lines.get()) is not None:
+    def take(raw: bytes) -> None:
+        nonlocal number
         number += 1
         if not raw.strip():
-            continue
-        task = asyncio.create_task(handle(number, raw.strip()))
+            return
+        task = asyncio.create_task(handle(number, raw if raw is _OVERLONG else raw.strip()))
         pending.add(task)
         task.add_done_callback(pending.discard)
-    # stdin closed: a shutdown, then the last events.
+
+    while (raw := await lines.get()) is not None and raw is not _SESSION_ENDED and raw is not _STDOUT_CLOSED:
+        take(raw)
+    if raw is _STDOUT_CLOSED:  # shut down at once: no answer in flight can reach the parent
+        await _shutdown(host, "stdout.closed", grace_ms)
+    elif raw is _SESSION_ENDED:  # the lines read before the session ended still get their answers
+        while not lines.empty():
+            if (more := lines.get_nowait()) is not None and more is not _STDOUT_CLOSED:
+                take(more)
+    # stdin closed (or the session ended): a shutdown, then the last events.
     if pending:
-        await asyncio.gather(*pending)
+        await asyncio.gather(*pending, return_exceptions=True)
     if not host.hub.closed:
-        await host.submit(Shutdown(reason=ShutdownReason.SHUTDOWN, origin="stdin.closed", grace_ms=grace_ms))
+        await _shutdown(host, "stdin.closed", grace_ms)
     await events_task
+
+
+async def _shutdown(host: WireHost, origin: str, grace_ms: int) -> None:
+    try:
+        await host.submit(Shutdown(reason=ShutdownReason.SHUTDOWN, origin=origin, grace_ms=grace_ms))
+    except HostError:
+        pass  # no answer within its limit: serve_stdio's own shutdown below ends it
 
 
 def serve_stdio(
@@ -264,6 +379,7 @@ def serve_stdio(
     journal cannot be used). With ``journal``, the recovery's events are the first events written.
     ``reload_policy``: when a reload loads the next generation (``--reload-policy``; lazy by default)."""
     source = source if source is not None else sys.stdin.buffer
+    own_stdout = out is None
     out = out if out is not None else sys.stdout.buffer
     try:
         supervisor = Supervisor.start(
@@ -290,4 +406,23 @@ def serve_stdio(
             supervisor.shutdown(grace_ms=grace_ms)
         host.hub.join(5.0)
         writer.close()
+        if writer.broken:
+            _after_stdout_closed(own_stdout)
     return 0
+
+
+def _after_stdout_closed(own_stdout: bool) -> None:
+    """Say why on stderr, and (for the process's own stdout) point fd 1 at the null device, so the
+    interpreter's last flush of a dead pipe neither prints a traceback nor changes the exit status."""
+    try:
+        sys.stderr.write("run-supervisor stdio: stdout was closed; shut down (origin stdout.closed)\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    if own_stdout:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        except (OSError, ValueError):
+            pass
