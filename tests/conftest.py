@@ -8,15 +8,27 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from layers import DEEP
 
 from run_supervisor.actors import Gate, Supervisor
 from run_supervisor.actors.testing import EventLog
 
-# Hypothesis profiles: "ci" (the default, 1,000 derandomized sequences of the state machine) and
-# "soak" for a long local run: `python -m pytest tests/test_stateful.py --hypothesis-profile soak`.
+# Hypothesis profiles: "smoke" (the README's test command: 100 derandomized sequences of the state
+# machine), "deep" (the deep layer, RUN_SUPERVISOR_DEEP=1: 1,000; see tests/layers.py) and "soak" for a
+# long local run: `python -m pytest tests/test_stateful.py --hypothesis-profile soak`.
 _QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 settings.register_profile(
-    "ci",
+    "smoke",
+    max_examples=100,
+    stateful_step_count=15,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=False,
+    suppress_health_check=_QUIET,
+)
+settings.register_profile(
+    "deep",
     max_examples=1000,
     stateful_step_count=15,
     deadline=None,
@@ -35,7 +47,14 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=_QUIET,
 )
-settings.load_profile(os.environ.get("RUN_SUPERVISOR_HYPOTHESIS_PROFILE", "ci"))  # --hypothesis-profile wins
+settings.load_profile(os.environ.get("RUN_SUPERVISOR_HYPOTHESIS_PROFILE", "deep" if DEEP else "smoke"))
+# (--hypothesis-profile on the command line wins)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "deep: generative or repeated; shallow by default, full depth with RUN_SUPERVISOR_DEEP=1"
+    )
 
 
 # The supervisor fixtures are the pytest plugin's (run_supervisor.actors.pytest_plugin, which hosts

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from layers import pick
 
 from run_supervisor.actors import (
     AlreadyInterrupting,
@@ -27,7 +28,9 @@ from run_supervisor.actors import (
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import CloseResult, InterruptReason, Outcome, RunFinished
 
-REPEATS = 40
+REPEATS = pick(smoke=8, deep=40)
+
+pytestmark = pytest.mark.deep
 
 
 def together(*calls: Callable[[], Any]) -> list[Any]:

@@ -108,7 +108,7 @@ PROFILE = settings.default
 _TIMEOUT_S = 600 if PROFILE.max_examples <= 1000 else 6 * 3600
 """pytest-timeout's bound for the whole state machine test (pyproject's 60 s is per test function)."""
 
-pytestmark = pytest.mark.timeout(_TIMEOUT_S)
+pytestmark = [pytest.mark.timeout(_TIMEOUT_S), pytest.mark.deep]
 
 # --- the world --------------------------------------------------------------------------------------
 
