@@ -228,9 +228,11 @@ class RunHandle:
         return outer
 
     def cancel(self, *, origin: str = "user", timeout: float | None = None) -> None:
+        """Interrupt this run now (``user_cancel``), or end it unstarted if it is queued."""
         self._supervisor.cancel(self.run_id, origin=origin, timeout=timeout)
 
     def snapshot(self, timeout: float | None = None) -> RunSnapshot | None:
+        """This run as the supervisor sees it now (None once it was forgotten)."""
         return self._supervisor.run(self.run_id, timeout=timeout)
 
     def __repr__(self) -> str:

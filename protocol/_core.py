@@ -122,6 +122,9 @@ Report = (
 
 
 class CoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """Counters of the decision core (``Supervisor.statistics()``): runs, closes, asks and instances
+    by state, and the policies in force."""
+
     runs_active: int
     runs_queued: int
     runs_finished: int

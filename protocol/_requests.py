@@ -379,6 +379,8 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A session as ``Supervisor.session()`` reports it: its status, its active run, its queue."""
+
     session: str
     status: SessionStatus
     active: str | None
