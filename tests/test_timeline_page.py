@@ -160,9 +160,7 @@ def test_every_card_on_a_scenario_timeline_shows_the_label_the_events_carry(
     path = ROOT / "docs/scenarios" / f"{scenario}.toml"
     assert main(["scenario", str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    labels = {
-        part["label"] for run in report["runs"].values() for part in run["tool_parts"]
-    }
+    labels = {part["label"] for run in report["runs"].values() for part in run["tool_parts"]}
     assert labels, "the scenario reaches a tool part"
     assert main(["scenario", str(path), "--html", str(tmp_path)]) == 0
     dom = chromium((tmp_path / f"{scenario}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
