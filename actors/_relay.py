@@ -37,7 +37,12 @@ def complete(future: Future[Any], value: Any = None, error: BaseException | None
 
 
 class Relay:
-    """One lazily started thread per supervisor that completes host-facing futures in order."""
+    """One lazily started thread per supervisor that completes host-facing futures in order.
+
+    If that thread cannot be started (the process is out of threads), the future at hand is completed
+    at once on the calling thread rather than never (its holder gets its true answer, not a timeout),
+    and the next future tries to start the thread again: one failed start never silences the relay.
+    A relay thread that ended before ``close`` is replaced the same way."""
 
     def __init__(self, threads: ThreadBook) -> None:
         self._threads = threads
@@ -47,20 +52,33 @@ class Relay:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self.failed_starts = 0
+        """How many times the relay thread could not be started (each such future was completed inline)."""
 
     def settle(self, future: Future[Any], value: Any = None, error: BaseException | None = None) -> None:
         with self._lock:
-            if not self._closed:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._loop, name="run-supervisor-relay", daemon=True
-                    )
-                    self._threads.add(self._thread)
-                    self._thread.start()
+            if not self._closed and self._started():
                 self._queue.put((future, value, error))
                 return
-        # Closed: the supervisor's thread has ended, so this is a caller's thread.
+        # Closed (the supervisor's thread has ended, so this is a caller's thread), or no relay thread
+        # could start: the answer is given here, now, rather than lost.
         complete(future, value, error)
+
+    def _started(self) -> bool:
+        """The relay thread runs (started now if it was not); False if it cannot start. Under the lock."""
+        if self._thread is not None and self._thread.is_alive():
+            return True
+        thread = threading.Thread(target=self._loop, name="run-supervisor-relay", daemon=True)
+        self._threads.add(thread)
+        try:
+            thread.start()
+        except RuntimeError:  # "can't start new thread": try again with the next future
+            self._threads.discard(thread)
+            self._thread = None
+            self.failed_starts += 1
+            return False
+        self._thread = thread
+        return True
 
     def chain(
         self,

@@ -47,6 +47,13 @@ class ThreadBook:
             if host is not None:
                 self._labels[thread] = host
 
+    def discard(self, thread: threading.Thread) -> None:
+        """Forget a booked thread that never started (its ``start`` failed)."""
+        with self._lock:
+            self._threads.pop(thread, None)
+            self._labels.pop(thread, None)
+            self.abandoned.discard(thread)
+
     def label(self, thread: threading.Thread, host: str | None) -> None:
         """Say what host code the thread runs now (None: only ours, it will end when told)."""
         with self._lock:
