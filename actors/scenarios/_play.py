@@ -24,6 +24,7 @@ import itertools
 import os
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
@@ -100,6 +101,10 @@ __all__ = ["play"]
 _ANSWER_SLICE_S = 0.002
 """While an answer is awaited, events are waited for in slices this long (then the answers are looked at)."""
 _TEARDOWN_GRACE_MS = 500
+_CRASH_PROBE = CancelRun(run_id="crash.probe", origin="scenario.crash")
+"""Asked just before a crash, answered (``unknown_run``: no scenario id holds a '.') behind every answer
+the supervisor has already given; it changes nothing and publishes nothing."""
+_CRASH_PROBE_S = 2.0
 
 
 def _config(scenario: Scenario) -> SupervisorConfig:
@@ -224,6 +229,8 @@ class _Player:
         """(run, ask name) -> the supervisor's ask id, recorded by the run's body as it opens the ask."""
         self.checker = InvariantChecker()
         """The protocol's oracle: fed every event, request and answer, in order."""
+        self.delivered: deque[Event] = deque()
+        """Events the subscription has handed over and the play has not entered yet (see _enter_delivered)."""
         self.tokens = itertools.count(1)
         self.ended = False
         self.failures: list[str] = []
@@ -300,16 +307,27 @@ class _Player:
         done = [future for future in self.awaiting if future.done()]
         if not done:
             return
-        for event in self.inbox.drain():  # every event published before these answers comes first
-            self._on_event(event)
+        self._enter_delivered()  # every event published before these answers comes first
         for future in done:
-            entry = self.awaiting.pop(future, None)
-            if entry is None:
-                continue  # asked of a supervisor that crashed meanwhile: the answer died with it
-            asked, token = entry
-            outcome = future.result()
-            self.checker.answer(token, outcome)
-            self._on_answer(asked, outcome)
+            self._enter_answer(future)
+
+    def _enter_delivered(self) -> None:
+        """Enter every event the subscription has delivered, in its order. The batch is kept on the
+        player, not in a local: a crash fired by one of its events enters the rest first (they reached
+        the host before it killed the backend), so no event of the dead supervisor is read after the
+        new one has taken its place."""
+        self.delivered.extend(self.inbox.drain())
+        while self.delivered:
+            self._on_event(self.delivered.popleft())
+
+    def _enter_answer(self, future: Future[CloseOutcome | RequestOutcome]) -> None:
+        entry = self.awaiting.pop(future, None)
+        if entry is None:
+            return  # entered already, or asked of a supervisor that crashed: the answer died with it
+        asked, token = entry
+        outcome = future.result()
+        self.checker.answer(token, outcome)
+        self._on_answer(asked, outcome)
 
     # --- firing actions -------------------------------------------------------------------------
 
@@ -435,16 +453,21 @@ class _Player:
     def _crash(self) -> None:
         """The supervisor dies as a kill would; a new one starts on the same journal.
 
-        What a subscriber already received stays in the timeline (it was committed); what was not
-        delivered is lost with the process, as are the answers to requests in flight. The new
+        What a subscriber already received stays in the timeline (it was committed), and so does every
+        answer the supervisor had given (a request answered before the kill is not in flight); what was
+        not delivered is lost with the process, as are the answers to requests still in flight (a
+        shutdown's, given at its completion). The new
         supervisor's ``run.recovered`` events enter the timeline as its first events, each standing for
         its run's ``<run>.finished``; its later events follow (the report's ``seq`` keeps increasing).
         The oracle checks the new supervisor from its start: the old one never ended, by definition."""
-        for event in self.inbox.drain():
-            self._on_event(event)
+        self._enter_delivered()  # the rest of the batch whose event fired this crash, and what came since
+        self._answers_given()
+        answered = [future for future in self.awaiting if future.done()]  # held before the kill
+        self._enter_delivered()  # every event published before those answers
+        for future in answered:
+            self._enter_answer(future)
         simulate_crash(self.supervisor)
-        for event in self.inbox.drain():  # delivered before the kill: committed, so seen
-            self._on_event(event)
+        self._enter_delivered()  # delivered before the kill: committed, so seen
         self.inbox.close()
         lost = [asked for asked, _ in self.awaiting.values()]
         self.awaiting.clear()
@@ -462,6 +485,15 @@ class _Player:
         self.declare()
         for recovered in self.supervisor.recovery_events():
             self._on_event(recovered)
+
+    def _answers_given(self) -> None:
+        """Wait (bounded) until every answer the supervisor has given so far has reached the runner:
+        it answers in order and its answers reach a host in that order, so once a probe asked now is
+        answered, so is every request it answered before. Which answers a crash loses is then the
+        story's (those the supervisor had not given), not the machine's load (how late an answer's
+        thread ran)."""
+        probe = self.supervisor.submit(_CRASH_PROBE)
+        wait_futures([probe], timeout=max(0.0, min(_CRASH_PROBE_S, self.deadline - time.monotonic())))
 
     def _record_own(self, kind: str, fields: dict[str, Any]) -> int:
         return self.timeline.add(kind, fields)
