@@ -272,3 +272,18 @@ def test_the_sidecar_shuts_down_within_its_grace_once_the_parent_closes_stdout()
         errors.seek(0)
         said = errors.read().decode()
     assert said == "run-supervisor stdio: stdout was closed; shut down (origin stdout.closed)\n"
+
+
+def test_stdio_event_ids_say_which_life_of_the_journal_they_belong_to(tmp_path: Any) -> None:
+    journal = tmp_path / "runs.journal"
+    lives: list[list[str]] = []
+    for _ in range(2):  # two lives on one journal: the second one's ids must not repeat the first one's
+        out = io.BytesIO()
+        line = json.dumps({"id": 1, "type": "directories", "directories": ["/p/a"]}).encode()
+        assert serve_stdio(io.BytesIO(line + b"\n"), out, journal=journal, grace_ms=100) == 0
+        lives.append([m["id"] for m in map(json.loads, out.getvalue().splitlines()) if m["type"] == "event"])
+    first, second = lives
+    assert first and second
+    epochs = [{event_id.split(":")[0] for event_id in life} for life in lives]
+    assert all(len(epoch) == 1 for epoch in epochs) and epochs[0] != epochs[1], lives
+    assert not set(first) & set(second), lives
