@@ -125,6 +125,18 @@ class AskBook:
         else:
             journal.append(ids, ask.ask_id)
 
+    def restore(self, ask: Ask) -> None:
+        """Take on an ask that ended in a past life of the supervisor (recovered from its journal
+        with its run): known, never open."""
+        journal = self._journal
+        journal.fresh(ask)
+        journal.put(self._asks, ask.ask_id, ask)
+        ids = self._by_run.get(ask.run_id)
+        if ids is None:
+            journal.put(self._by_run, ask.run_id, [ask.ask_id])
+        else:
+            journal.append(ids, ask.ask_id)
+
     def close(self, ask: Ask, trigger: AskTrigger) -> None:
         """Move an open ask to its final state."""
         self._journal.touch(ask)

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from run_supervisor.protocol._asks import AskBook, AsksMixin, part_view
+from run_supervisor.protocol._asks import Ask, AskBook, AsksMixin, part_view
 from run_supervisor.protocol._commands import (
     Command,
     DisposeInstance,
@@ -280,6 +280,23 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             )
             run.calls = {part.call_id: part for part in run.parts}
             self._journal.put(self._runs, run.id, run)
+            for ask in recovered.asks:  # a late reply is told what became of it, as before the crash
+                self._asks.restore(
+                    Ask(
+                        ask_id=ask.ask_id,
+                        run_id=run.id,
+                        session=run.session,
+                        kind=ask.kind,
+                        tool=ask.tool,
+                        call_id=ask.call_id,
+                        payload=ask.payload,
+                        state=ask.state,
+                        withdraw_reason=ask.withdraw_reason,
+                        interrupt_reason=(
+                            InterruptReason.CRASH if ask.ask_id in recovered.withdrawn_asks else None
+                        ),
+                    )
+                )
             self._runs_in[run.state] += 1  # it enters the core already finished: no move to make
             self._remember_finished(run.id)
             for part in recovered.parts:  # a card the crash settled: the UI redraws it, as for any change

@@ -28,7 +28,7 @@ from run_supervisor.protocol._enums import (
     WithdrawReason,
 )
 from run_supervisor.protocol._parts import PartSnapshot
-from run_supervisor.protocol._payloads import AskPayload
+from run_supervisor.protocol._payloads import AskPayload, AskSnapshot
 
 __all__ = [
     "AnswerForm",
@@ -287,6 +287,11 @@ class RecoveredRun(msgspec.Struct, frozen=True, kw_only=True):
     phase: Phase | None = None
     parts: tuple[PartSnapshot, ...] = ()
     withdrawn_asks: tuple[str, ...] = ()
+    """The asks that were open at the crash: the crash withdraws them."""
+    asks: tuple[AskSnapshot, ...] = ()
+    """Every ask of the run the journal described, as it ended (those open at the crash
+    ``withdrawn``, reason ``interrupted``): a late reply after the restart is told what became of its
+    ask, as before the crash."""
 
 
 class GraceExpired(msgspec.Struct, frozen=True):
