@@ -28,6 +28,7 @@ from run_supervisor.actors._async_body import AsyncBodies, is_async_body
 from run_supervisor.actors._context import RunBody
 from run_supervisor.actors._errors import (
     InvalidRequest,
+    JournalFailed,
     LoadFailed,
     RunAlreadyExists,
     SupervisorClosed,
@@ -270,12 +271,13 @@ class Supervisor:
             queue_policy=config.queue_policy,
         )
         self._publisher: Publisher
+        self._journal_failure: JournalFailed | None = None
         recovered: list[Event] = []
         if journal is None:
             self._publisher = Publisher()
         else:
             recovered = start_journal(journal, core, retain_finished=config.retain_finished_runs)
-            self._publisher = JournaledPublisher(journal)
+            self._publisher = JournaledPublisher(journal, on_failure=self._on_journal_failure)
             self.threads.add(self._publisher.thread)
         # The run.recovered events are the stream's first (seq 1..k), decided before any request and
         # before any subscription can exist: hosts read them from recovered(), deterministically.
@@ -297,6 +299,18 @@ class Supervisor:
             stall_after_ms=config.stall_after_ms,
         )
         _live.add(self)
+
+    def _on_journal_failure(self, failure: JournalFailed) -> None:
+        """From the journal's writer: a batch did not commit. From now on every request is refused
+        with the failure, and the supervisor shuts down (its runs interrupted within the default
+        grace; nothing of it is delivered or journaled: the next start recovers them as crashes)."""
+        with self._lock:
+            self._journal_failure = failure
+        shutdown = Shutdown(origin="journal", grace_ms=self.config.default_grace_ms)
+        try:
+            self._ref.tell(Submit(shutdown, Future()))
+        except (AttributeError, pykka.ActorDeadError):  # not started yet / already stopped
+            pass
 
     def _on_shutdown_complete(self, command: ShutdownComplete, deadline: float | None) -> None:
         with self._lock:
@@ -335,11 +349,16 @@ class Supervisor:
                     f"journal must be a path (str or os.PathLike), not {type(journal).__name__}"
                 )
             opened = Journal.open(journal, synchronous=journal_sync)
-        supervisor = cls(
-            SupervisorConfig() if config is None else config,
-            NoInstanceHooks() if hooks is None else hooks,
-            opened,
-        )
+        try:
+            supervisor = cls(
+                SupervisorConfig() if config is None else config,
+                NoInstanceHooks() if hooks is None else hooks,
+                opened,
+            )
+        except BaseException:
+            if opened is not None:  # a bad config or hooks: the journal is not kept locked for nothing
+                opened.abandon()
+            raise
         if dirs:
             try:
                 supervisor.load(*dirs)
@@ -427,6 +446,15 @@ class Supervisor:
         if self._closed:
             answer.set_result(self._closed_outcome(request))
             return answer
+        failure = self._journal_failure
+        if failure is not None:  # it shuts itself down: a shutdown is answered with that one's outcome
+            if isinstance(request, Shutdown):
+                self._shutdown_complete.add_done_callback(
+                    lambda done: complete(answer, done.result().outcome)
+                )
+            else:
+                answer.set_result(_rejected(request, RejectCode.SUPERVISOR_CLOSED, str(failure)))
+            return answer
         run = None
         if isinstance(request, StartRun):  # its actor starts here, on the caller's thread, idle
             if is_async_body(body):  # a task on the host's loop (AsyncSupervisor) or on ours
@@ -464,14 +492,28 @@ class Supervisor:
 
     def _request(self, request: Request, timeout: float | None, body: RunBody | None = None) -> Any:
         outcome = self._get(self._call(request, body), timeout)
-        raise_for_rejection(outcome)
+        self._raise_for_rejection(outcome)
         return outcome
+
+    def _raise_for_rejection(self, outcome: CloseOutcome | RequestOutcome) -> None:
+        """``raise_for_rejection``, but a request refused because the journal failed raises that
+        failure (``JournalFailed``, a ``SupervisorClosed``) rather than a bare ``SupervisorClosed``."""
+        failure = self._journal_failure
+        if failure is not None and outcome.code is RejectCode.SUPERVISOR_CLOSED:
+            raise JournalFailed(failure.path, failure.error)
+        raise_for_rejection(outcome)
 
     def _async(self, request: Request) -> Future[Any]:
         """A host-facing future for a checked request: completed off the supervisor's thread,
         raising the rejection's exception."""
         outer: Future[Any] = Future()
-        self._relay.chain(self._call(request), outer, _raise_or_return)
+
+        def outcome_of(done: Future[Any]) -> Any:
+            outcome = done.result()
+            self._raise_for_rejection(outcome)
+            return outcome
+
+        self._relay.chain(self._call(request), outer, outcome_of)
         return outer
 
     # --- requests as values: both facades (this one and AsyncSupervisor) build them here ------
@@ -709,7 +751,7 @@ class Supervisor:
             launched: list[Any] = []
             outcome = self._get(self._call(request, body, finished, launched=launched), limit)
             try:
-                raise_for_rejection(outcome)
+                self._raise_for_rejection(outcome)
             except SupervisorError as rejected:
                 # Not taken on: the supervisor stops the actor launched for it; it is gone before
                 # this call returns (a start that lost a race with shutdown leaves no thread).
@@ -1007,6 +1049,7 @@ class Supervisor:
             # grace itself (a hook or callback still running then is left behind, and named).
             grace_end = max(self._deadline or 0.0, time.monotonic())
             self.threads.join(grace_end + self.config.stop_timeout_s, host_deadline=grace_end)
+            self._let_go_of_the_journal()
             overran = self.threads.overran()
             with self._lock:
                 if self in _live:
@@ -1015,6 +1058,21 @@ class Supervisor:
                     _live.discard(self)
         final = self._final
         return final if final is not None else done.outcome
+
+    def _let_go_of_the_journal(self) -> None:
+        """A shutdown (or ``simulate_crash``) returns only once the journal's writer has committed
+        its last batch and let go of the file, so a supervisor started next on it never finds it
+        locked; bounded by ``request_timeout_s`` (a disk that hangs longer is left behind)."""
+        if isinstance(self._publisher, JournaledPublisher):
+            self._publisher.thread.join(timeout=self.config.request_timeout_s)
+
+    @property
+    def journal_failure(self) -> JournalFailed | None:
+        """Why this supervisor stopped, if its journal failed: the first batch of events that did
+        not commit (a full disk, an I/O error), with the journal's path and what SQLite said. None
+        while the journal records, and without one. Once set, nothing more is delivered, every
+        request is refused with it and the supervisor shuts down (docs/api.md, "Crashes")."""
+        return self._journal_failure
 
     def recovered(self) -> tuple[RunRecovered, ...]:
         """The runs the previous process left unfinished in the journal, each ended ``interrupted``

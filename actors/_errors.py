@@ -11,6 +11,7 @@ __all__ = [
     "AskWithdrawn",
     "InvalidRequest",
     "JournalError",
+    "JournalFailed",
     "JournalLocked",
     "JournalUnreadable",
     "LoadFailed",
@@ -160,6 +161,33 @@ class JournalUnreadable(JournalError):
     left untouched: nothing is ever overwritten."""
 
 
+class JournalFailed(SupervisorClosed, JournalError):
+    """The journal could not record: SQLite could not write it (a full disk, an I/O error). ``path``
+    names the file and ``error`` what SQLite and the OS said.
+
+    At start, the supervisor does not start on it. While running, the supervisor stops at the first
+    batch that does not commit (see docs/api.md, "Crashes"): no event after the last commit is
+    delivered, every answer not yet given fails with this error, every request from then on is
+    refused (``supervisor_closed``, this message), and it shuts itself down. ``Supervisor.
+    journal_failure`` holds it. The next start on a writable disk recovers what was unfinished."""
+
+    def __init__(self, path: str, error: str, *, at_start: bool = False) -> None:
+        self.path = path
+        self.error = error
+        self.at_start = at_start
+        if at_start:
+            text = f"journal {path!r} cannot be written ({error}); the supervisor did not start"
+        else:
+            text = (
+                f"journal {path!r} could not record ({error}); the supervisor stopped: nothing after "
+                "its last commit was delivered, and no request is accepted any more"
+            )
+        super().__init__(text)
+
+    def __reduce__(self) -> tuple[object, ...]:  # copy/pickle: the keyword is not in args
+        return (_rebuild_failed, (self.path, self.error, self.at_start))
+
+
 class RunInterrupted(BaseException):  # a signal to unwind, like trio.Cancelled
     """Raised inside a run body when its run has been interrupted; let it propagate.
 
@@ -192,6 +220,10 @@ class RunInterrupted(BaseException):  # a signal to unwind, like trio.Cancelled
 
     def __reduce__(self) -> tuple[object, ...]:  # copy/pickle go around the closed constructor
         return (_rebuild_interrupted, (self.reason, self.args))
+
+
+def _rebuild_failed(path: str, error: str, at_start: bool) -> JournalFailed:
+    return JournalFailed(path, error, at_start=at_start)
 
 
 def _rebuild_interrupted(reason: InterruptReason | None, args: tuple[object, ...]) -> RunInterrupted:

@@ -15,16 +15,27 @@ The durability rule (documented in docs/api.md, "Crashes"):
   but the last batches before a power loss may be lost; with ``synchronous="full"`` every commit is
   fsynced and survives power loss too, at a higher cost per batch.
 
+When a batch does not commit (a full disk, an I/O error), the rule still holds, by stopping: the
+writer delivers nothing more (that batch's events and every later one are dropped, as at a kill),
+fails every answer not yet given with ``JournalFailed``, closes every subscription at once and tells
+the supervisor, which refuses every request from then on and shuts itself down. What the clients
+saw is what the journal holds, and the next start recovers the rest as ``interrupted``/``crash``.
+
+The journal is held by one live supervisor at a time: an exclusive SQLite lock on ``<journal>-lock``
+(SQLite's own locking, so it works wherever Python's ``sqlite3`` does: Linux, macOS, Windows), let
+go when the file is closed or the process dies.
+
 Nothing here runs on the supervisor's thread but an append to a queue.
 """
 
 from __future__ import annotations
 
-import fcntl
+import copy
 import json
 import os
 import queue
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,9 +45,13 @@ from typing import Any, Final, Literal
 import msgspec
 from loguru import logger
 
-from run_supervisor.actors._errors import JournalLocked, JournalUnreadable
+from run_supervisor.actors._errors import JournalFailed, JournalLocked, JournalUnreadable
 from run_supervisor.actors._subscription import Publisher
 from run_supervisor.protocol import (
+    AskKind,
+    AskPayload,
+    AskSnapshot,
+    AskState,
     Emit,
     Event,
     InterruptReason,
@@ -45,6 +60,7 @@ from run_supervisor.protocol import (
     Phase,
     RecoveredRun,
     SupervisorCore,
+    WithdrawReason,
 )
 from run_supervisor.protocol._parts import part_snapshot
 
@@ -86,11 +102,15 @@ CREATE TABLE parts (
     tool_started INTEGER NOT NULL,
     PRIMARY KEY (run_id, part_key)
 );
-CREATE TABLE asks (
+CREATE TABLE asks (                   -- every ask of an unfinished run, until the run finishes
     ask_id TEXT PRIMARY KEY,
     run_id TEXT NOT NULL,
-    state TEXT NOT NULL,              -- open | closed
-    payload TEXT
+    state TEXT NOT NULL,              -- open | replied | dismissed | withdrawn
+    payload TEXT,
+    kind TEXT,
+    tool TEXT,
+    call_id TEXT,
+    withdraw_reason TEXT
 );
 CREATE TABLE actions (
     boot INTEGER NOT NULL,
@@ -105,6 +125,7 @@ CREATE TABLE actions (
 );
 """
 
+_ASK_STATES: Final = frozenset(state.value for state in AskState)
 _UNFINISHED_PARTS = {PartState.PENDING.value, PartState.PREPARED.value, PartState.RUNNING.value}
 _PHASE_OF = {
     PartState.PENDING.value: Phase.GENERATING,
@@ -124,12 +145,12 @@ class RecoveryPlan:
 
 
 class Journal:
-    """One journal file, held by one live supervisor at a time (an advisory lock on the file)."""
+    """One journal file, held by one live supervisor at a time (see ``_JournalLock``)."""
 
-    def __init__(self, path: Path, connection: sqlite3.Connection, lock_fd: int, boot: int) -> None:
+    def __init__(self, path: Path, connection: sqlite3.Connection, lock: _JournalLock, boot: int) -> None:
         self.path = path
         self._db = connection
-        self._lock_fd = lock_fd
+        self._lock = lock
         self.boot = boot
         self._finished_order = self._scalar("SELECT COALESCE(MAX(finished_order), 0) FROM runs")
         self._since_compaction = 0
@@ -145,36 +166,32 @@ class Journal:
     def open(cls, path: str | os.PathLike[str], *, synchronous: JournalSync = "normal") -> Journal:
         """Open (or create) the journal at ``path``.
 
-        Raises :class:`JournalLocked` when a live process holds it and :class:`JournalUnreadable`
-        for a file that is not a run-supervisor journal (it is never overwritten)."""
+        Raises :class:`JournalLocked` when a live supervisor (of this process or another) holds it,
+        :class:`JournalUnreadable` for a path that is not a run-supervisor journal (another file, a
+        directory, a FIFO...: it is never touched) or cannot be opened, and :class:`JournalFailed`
+        when it cannot be written (a full disk), each naming the path and what the OS said."""
         target = Path(os.fspath(path))
-        _refuse_foreign(target)
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        _refuse_special(target)
+        lock = _JournalLock.take(target)
         try:
-            lock_fd = os.open(target, flags, 0o600)
-        except OSError as exc:
-            raise JournalUnreadable(f"journal {str(target)!r}: cannot open it ({exc.strerror})") from None
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(lock_fd)
-            raise JournalLocked(
-                f"journal {str(target)!r} is held by a live supervisor; a journal is never shared"
-            ) from None
-        try:
-            db = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
+            _create(target)
+            _refuse_foreign(target)
+            try:
+                db = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
+            except sqlite3.Error as exc:
+                raise _open_error(target, exc) from None
             try:
                 boot = _prepare(db, target, synchronous)
+            except sqlite3.Error as exc:
+                db.close()
+                raise _open_error(target, exc) from None
             except BaseException:
                 db.close()
                 raise
-        except sqlite3.DatabaseError as exc:
-            os.close(lock_fd)
-            raise JournalUnreadable(f"journal {str(target)!r} is not a readable journal: {exc}") from None
         except BaseException:
-            os.close(lock_fd)
+            lock.release()
             raise
-        return cls(target, db, lock_fd, boot)
+        return cls(target, db, lock, boot)
 
     def _scalar(self, sql: str, *args: Any) -> int:
         row = self._db.execute(sql, args).fetchone()
@@ -194,12 +211,7 @@ class Journal:
             open_phase = next(
                 (p.phase for p in parts if p.phase is not None and p.state is PartState.INTERRUPTED), None
             )
-            asks = tuple(
-                row[0]
-                for row in self._db.execute(
-                    "SELECT ask_id FROM asks WHERE run_id = ? AND state = 'open' ORDER BY rowid", (run_id,)
-                )
-            )
+            withdrawn, asks = self._settled_asks(run_id, session)
             plan.runs.append(
                 RecoveredRun(
                     run_id=run_id,
@@ -209,7 +221,8 @@ class Journal:
                     parent_run_id=parent,
                     phase=open_phase,
                     parts=parts,
-                    withdrawn_asks=asks,
+                    withdrawn_asks=withdrawn,
+                    asks=asks,
                 )
             )
         plan.pending_actions = [
@@ -249,9 +262,45 @@ class Journal:
                 )
         return tuple(parts)
 
+    def _settled_asks(self, run_id: str, session: str) -> tuple[tuple[str, ...], tuple[AskSnapshot, ...]]:
+        """The run's asks: the ids of those open at the crash (the crash withdraws them), and every
+        ask as it ended, so a late reply after the restart is told what became of its ask
+        (``ask_withdrawn``, ``ask_already_answered``) rather than that it never existed. An ask a
+        journal from before these columns recorded has only its id: it is withdrawn, not described."""
+        withdrawn: list[str] = []
+        asks: list[AskSnapshot] = []
+        rows = self._db.execute(
+            "SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM asks"
+            " WHERE run_id = ? ORDER BY rowid",
+            (run_id,),
+        ).fetchall()
+        for ask_id, recorded, payload, kind, tool, call_id, reason in rows:
+            state = AskState(recorded) if recorded in _ASK_STATES else AskState.WITHDRAWN
+            withdraw_reason = None if reason is None else WithdrawReason(reason)
+            if state is AskState.OPEN:
+                withdrawn.append(ask_id)
+                state, withdraw_reason = AskState.WITHDRAWN, WithdrawReason.INTERRUPTED
+            if kind is None:
+                continue
+            asks.append(
+                AskSnapshot(
+                    ask_id=ask_id,
+                    run_id=run_id,
+                    session=session,
+                    kind=AskKind(kind),
+                    state=state,
+                    tool=tool,
+                    call_id=call_id,
+                    payload=_ask_payload(payload),
+                    withdraw_reason=withdraw_reason,
+                )
+            )
+        return tuple(withdrawn), tuple(asks)
+
     def settle(self, plan: RecoveryPlan) -> None:
-        """Record the recovery: every unfinished run ends interrupted/crash, open asks are withdrawn,
-        pending closes count as completed by the restart. One transaction, before anything new."""
+        """Record the recovery: every unfinished run ends interrupted/crash, pending closes count as
+        completed by the restart. One transaction, before anything new. The recovered runs' asks go
+        with them: the core holds them from now on, as it holds any finished run's."""
         with self._transaction():
             for run in plan.runs:
                 self._finished_order += 1
@@ -261,8 +310,7 @@ class Journal:
                     (self._finished_order, run.run_id),
                 )
                 self._db.execute("DELETE FROM parts WHERE run_id = ?", (run.run_id,))
-            self._db.execute("UPDATE asks SET state = 'closed' WHERE state = 'open'")
-            self._db.execute("DELETE FROM asks WHERE state = 'closed'")
+                self._db.execute("DELETE FROM asks WHERE run_id = ?", (run.run_id,))
             self._db.execute("UPDATE actions SET completed = 1, result = COALESCE(result, 'completed')")
 
     # --- writing ---------------------------------------------------------------------------------
@@ -302,9 +350,11 @@ class Journal:
         try:
             if clean:
                 self._db.execute("UPDATE meta SET value = '1' WHERE key = 'clean'")
-            self._db.close()
         finally:
-            os.close(self._lock_fd)  # releases the lock
+            try:
+                self._db.close()
+            finally:
+                self._lock.release()
 
     def abandon(self) -> None:
         """Let go of the file as a killed process would: no clean mark, nothing more written."""
@@ -314,7 +364,11 @@ class Journal:
         try:
             self._db.close()
         finally:
-            os.close(self._lock_fd)
+            self._lock.release()
+
+    def failure(self, exc: BaseException, *, at_start: bool = False) -> JournalFailed:
+        """The error to raise (or to fail answers with) for a write of this journal that failed."""
+        return JournalFailed(str(self.path), _describe(exc), at_start=at_start)
 
     def statistics(self) -> dict[str, int]:
         return {
@@ -326,7 +380,128 @@ class Journal:
         }
 
 
+# --- holding the file: one live supervisor per journal, on every platform -------------------------
+
+_HOLDING: Final = threading.Lock()
+"""Serialises taking and letting go of journal locks in this process."""
+_HELD: set[tuple[int, int]] = set()
+"""The lock files this process holds, by (device, inode)."""
+
+
+class _JournalLock:
+    """An exclusive SQLite lock on ``<journal>-lock``, held until released or the process dies.
+
+    It is SQLite's own locking (POSIX advisory locks on Unix, ``LockFileEx`` on Windows), so it
+    holds wherever Python's ``sqlite3`` runs and needs no ``fcntl``. A second opener, in another
+    process or this one, gets ``SQLITE_BUSY`` at once (``timeout=0``): ``JournalLocked``. In this
+    process the held files are also booked by inode and a second opener is refused before it opens
+    the lock file at all: on POSIX, closing any descriptor of a file drops every lock the process
+    holds on it, so nothing here opens a lock file another of our connections holds."""
+
+    def __init__(self, path: Path, connection: sqlite3.Connection, key: tuple[int, int]) -> None:
+        self.path = path
+        self._db = connection
+        self._key = key
+        self._released = False
+
+    @classmethod
+    def take(cls, journal: Path) -> _JournalLock:
+        path = journal.with_name(journal.name + "-lock")
+        held = JournalLocked(
+            f"journal {str(journal)!r} is held by a live supervisor; a journal is never shared"
+        )
+        with _HOLDING:
+            if _file_key(path) in _HELD:
+                raise held
+            try:  # created here, so a missing directory or a permission is told as the OS says it
+                os.close(os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
+            except OSError as exc:
+                raise JournalUnreadable(
+                    f"journal {str(journal)!r}: cannot open its lock file {str(path)!r} ({exc.strerror})"
+                ) from None
+            key = _file_key(path)
+            if key is None or key in _HELD:  # replaced meanwhile by one we hold: refuse, touch nothing
+                raise held
+            try:
+                db = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False)
+            except sqlite3.Error as exc:
+                raise _lock_error(journal, path, exc) from None
+            try:
+                db.execute("PRAGMA locking_mode = EXCLUSIVE")  # kept after the transaction ends
+                db.execute("PRAGMA journal_mode = OFF")  # nothing is ever written: no -journal file
+                db.execute("BEGIN EXCLUSIVE")
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                db.close()
+                if _code(exc).startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+                    raise held from None
+                raise _lock_error(journal, path, exc) from None
+            _HELD.add(key)
+        return cls(path, db, key)
+
+    def release(self) -> None:
+        """Let go (idempotent): the next opener may take the journal."""
+        with _HOLDING:
+            if self._released:
+                return
+            self._released = True
+            try:
+                self._db.close()
+            finally:
+                _HELD.discard(self._key)
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
+def _code(exc: sqlite3.Error) -> str:
+    return str(getattr(exc, "sqlite_errorname", None) or "")
+
+
+def _describe(exc: BaseException) -> str:
+    """What SQLite (and through it the OS) said, with SQLite's code: 'database or disk is full
+    (SQLITE_FULL)'."""
+    text = str(exc) or type(exc).__name__
+    code = _code(exc) if isinstance(exc, sqlite3.Error) else ""
+    return f"{text} ({code})" if code and code not in text else text
+
+
+def _cannot_write(exc: sqlite3.Error) -> bool:
+    return _code(exc).startswith(("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY"))
+
+
+def _lock_error(journal: Path, path: Path, exc: sqlite3.Error) -> Exception:
+    if _cannot_write(exc):
+        return JournalFailed(str(journal), f"its lock file {str(path)!r}: {_describe(exc)}", at_start=True)
+    return JournalUnreadable(
+        f"journal {str(journal)!r}: cannot lock it with {str(path)!r} ({_describe(exc)})"
+    )
+
+
+def _open_error(target: Path, exc: sqlite3.Error) -> Exception:
+    if _cannot_write(exc):
+        return JournalFailed(str(target), _describe(exc), at_start=True)
+    if _code(exc).startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return JournalLocked(f"journal {str(target)!r} is locked by another program ({_describe(exc)})")
+    return JournalUnreadable(f"journal {str(target)!r} is not a readable journal: {_describe(exc)}")
+
+
+def _ask_payload(stored: str | None) -> AskPayload:
+    try:
+        return msgspec.json.decode(stored or "{}", type=AskPayload)
+    except msgspec.DecodeError:  # written by this module from an AskPayload: only a damaged row
+        return AskPayload()
+
+
 class _Transaction:
+    """BEGIN ... COMMIT; on any error (a failed COMMIT included: SQLITE_FULL may come there) the
+    transaction is rolled back and the error raised: nothing of the batch is left half-written."""
+
     def __init__(self, db: sqlite3.Connection) -> None:
         self._db = db
 
@@ -334,7 +509,48 @@ class _Transaction:
         self._db.execute("BEGIN")
 
     def __exit__(self, kind: object, *rest: object) -> None:
-        self._db.execute("COMMIT" if kind is None else "ROLLBACK")
+        if kind is None:
+            try:
+                self._db.execute("COMMIT")
+                return
+            except BaseException:
+                self._rollback()
+                raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error:  # SQLite rolled back itself (it may, on SQLITE_FULL): nothing to undo
+                pass
+
+
+_SPECIAL: Final = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse_special(target: Path) -> None:
+    """A path that exists and is not a regular file (a directory, a FIFO, a device) is refused
+    before anything opens it: a FIFO would block the start until some writer came."""
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise JournalUnreadable(f"journal {str(target)!r}: cannot read it ({exc.strerror})") from None
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _SPECIAL if test(mode)), "a device or other special file")
+    raise JournalUnreadable(f"journal {str(target)!r} is {kind}, not a journal file; left untouched")
+
+
+def _create(target: Path) -> None:
+    """Create the file if it is missing, so an error says what the OS said (no such directory, no
+    permission); SQLite's own would only say it was 'unable to open database file'."""
+    try:
+        os.close(os.open(target, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600))
+    except OSError as exc:
+        raise JournalUnreadable(f"journal {str(target)!r}: cannot open it ({exc.strerror})") from None
 
 
 def _refuse_foreign(target: Path) -> None:
@@ -342,10 +558,6 @@ def _refuse_foreign(target: Path) -> None:
     try:
         with target.open("rb") as handle:
             head = handle.read(len(_SQLITE_HEADER))
-    except FileNotFoundError:
-        return
-    except IsADirectoryError:
-        raise JournalUnreadable(f"journal {str(target)!r} is a directory") from None
     except OSError as exc:
         raise JournalUnreadable(f"journal {str(target)!r}: cannot read it ({exc.strerror})") from None
     if head and head != _SQLITE_HEADER:
@@ -381,9 +593,24 @@ def _prepare(db: sqlite3.Connection, target: Path, synchronous: JournalSync) -> 
     integrity = db.execute("PRAGMA quick_check").fetchone()[0]
     if integrity != "ok":
         raise JournalUnreadable(f"journal {str(target)!r} is corrupt ({integrity}); left untouched")
+    _add_ask_columns(db)
     row = db.execute("SELECT value FROM meta WHERE key = 'boot'").fetchone()
     boot = int(row[0]) + 1 if row else 1
     return boot
+
+
+_ASK_COLUMNS: Final = ("kind", "tool", "call_id", "withdraw_reason")
+
+
+def _add_ask_columns(db: sqlite3.Connection) -> None:
+    """A journal written before asks were kept to their run's end gains their columns (NULL in the
+    old rows). Additive: a run-supervisor that does not know them reads and writes the file as before."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(asks)")}
+    missing = [column for column in _ASK_COLUMNS if column not in have]
+    if missing:
+        with _Transaction(db):
+            for column in missing:
+                db.execute(f"ALTER TABLE asks ADD COLUMN {column} TEXT")
 
 
 def _begin_boot(journal: Journal) -> None:
@@ -453,14 +680,33 @@ def _on_run_finished(j: Journal, e: Mapping[str, Any]) -> None:
 def _on_ask_requested(j: Journal, e: Mapping[str, Any]) -> None:
     payload = e.get("payload")
     j._db.execute(
-        "INSERT OR REPLACE INTO asks (ask_id, run_id, state, payload) VALUES (?, ?, 'open', ?)",
-        (e["ask_id"], e["run_id"], None if payload is None else json.dumps(payload)),
+        "INSERT OR REPLACE INTO asks (ask_id, run_id, state, payload, kind, tool, call_id, withdraw_reason)"
+        " VALUES (?, ?, 'open', ?, ?, ?, ?, NULL)",
+        (
+            e["ask_id"],
+            e["run_id"],
+            None if payload is None else json.dumps(payload),
+            e.get("kind"),
+            e.get("tool"),
+            e.get("call_id"),
+        ),
     )
     j._asking[e["run_id"]] = j._asking.get(e["run_id"], 0) + 1
 
 
-def _on_ask_closed(j: Journal, e: Mapping[str, Any]) -> None:
-    j._db.execute("DELETE FROM asks WHERE ask_id = ?", (e["ask_id"],))
+def _on_ask_replied(j: Journal, e: Mapping[str, Any]) -> None:
+    j._db.execute("UPDATE asks SET state = 'replied' WHERE ask_id = ?", (e["ask_id"],))
+
+
+def _on_ask_dismissed(j: Journal, e: Mapping[str, Any]) -> None:
+    j._db.execute("UPDATE asks SET state = 'dismissed' WHERE ask_id = ?", (e["ask_id"],))
+
+
+def _on_ask_withdrawn(j: Journal, e: Mapping[str, Any]) -> None:
+    j._db.execute(
+        "UPDATE asks SET state = 'withdrawn', withdraw_reason = ? WHERE ask_id = ?",
+        (e.get("reason"), e["ask_id"]),
+    )
 
 
 def _on_lifecycle_requested(j: Journal, e: Mapping[str, Any]) -> None:
@@ -501,9 +747,9 @@ _HANDLERS = {
     "run.part.updated": _on_part,
     "run.finished": _on_run_finished,
     "ask.requested": _on_ask_requested,
-    "ask.replied": _on_ask_closed,
-    "ask.dismissed": _on_ask_closed,
-    "ask.withdrawn": _on_ask_closed,
+    "ask.replied": _on_ask_replied,
+    "ask.dismissed": _on_ask_dismissed,
+    "ask.withdrawn": _on_ask_withdrawn,
     "lifecycle.requested": _on_lifecycle_requested,
     "lifecycle.completed": _on_lifecycle_completed,
     "action.result": _on_action_result,
@@ -527,19 +773,41 @@ def _run_call(item: _Call) -> None:
         logger.opt(exception=True).error("an answer could not be delivered after the journal")
 
 
+def _fail_call(item: _Call, failure: JournalFailed) -> None:
+    """An answer whose events did not commit: one that can fail (it has ``fail``, as the
+    supervisor's answers do) fails with the journal's error; any other call goes as it is."""
+    fail = getattr(item.call, "fail", None)
+    if fail is None:
+        _run_call(item)
+        return
+    try:
+        fail(copy.copy(failure))  # a copy each: one exception raised in many threads gets tangled
+    except Exception:
+        logger.opt(exception=True).error("an answer could not be failed after the journal failed")
+
+
 class JournaledPublisher(Publisher):
     """A Publisher whose events reach the subscriptions only once they are committed to the journal.
 
     ``publish`` (on the supervisor's thread) only appends to a queue. The writer thread takes what
-    has queued up (at most a batch), applies it in one transaction, commits, then delivers it."""
+    has queued up (at most a batch), applies it in one transaction, commits, then delivers it.
 
-    def __init__(self, journal: Journal) -> None:
+    The first batch that does not commit stops it for good (``failure``): that batch's events and
+    every later one are dropped, the answers among them fail with ``JournalFailed``, every
+    subscription is closed at once and ``on_failure`` is called (the supervisor stops taking work
+    and shuts down). Nothing is delivered that the journal does not hold."""
+
+    def __init__(
+        self, journal: Journal, *, on_failure: Callable[[JournalFailed], object] | None = None
+    ) -> None:
         super().__init__()
         self.journal = journal
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._abandoned = False
-        self.failed: str | None = None
-        """Why the journal stopped recording (a full disk, say); events keep flowing to subscribers."""
+        self._on_failure = on_failure
+        self.failure: JournalFailed | None = None
+        """Why the journal stopped recording (the first batch that did not commit); None while it
+        records."""
         self.thread = threading.Thread(target=self._write, name="run-supervisor-journal", daemon=True)
         self.thread.start()
 
@@ -550,7 +818,8 @@ class JournaledPublisher(Publisher):
     def after(self, call: Callable[[], object]) -> None:
         """Run ``call`` (an answer to a request) on the writer, after the events published before it
         were committed and delivered: with a journal as without one, a request's answer never comes
-        before the events it caused, and those are durable by then."""
+        before the events it caused, and those are durable by then (if they could not be committed,
+        a ``call`` that has a ``fail(error)`` method is failed with ``JournalFailed`` instead)."""
         if self._abandoned:
             call()
         else:
@@ -577,38 +846,84 @@ class JournaledPublisher(Publisher):
             if batch[-1] is _CLOSE or _CLOSE in batch:
                 closing = True
                 batch = [item for item in batch if item is not _CLOSE]
-            if self._abandoned:  # a simulated kill: nothing written or delivered; answers still go
-                for item in batch:
-                    if isinstance(item, _Call):
-                        _run_call(item)
-                continue
-            events = [item for item in batch if not isinstance(item, _Call)]
-            if events and self.failed is None:
-                try:
-                    self.journal.apply(msgspec.to_builtins(event) for event in events)
-                except Exception as exc:  # a failing disk must not stop the events
-                    self.failed = str(exc) or type(exc).__name__
-                    logger.opt(exception=True).error("the run journal stopped recording")
-            for item in batch:  # committed: deliver in order, each answer after the events before it
-                if isinstance(item, _Call):
-                    _run_call(item)
-                else:
-                    super().publish(item)
+            self._take(batch)
+        self._take(self._leftovers())  # an answer that raced the close (a kill) still goes
         try:
             if self._abandoned:
                 self.journal.abandon()
             else:
-                self.journal.close(clean=self.failed is None)
+                self.journal.close(clean=self.failure is None)
+        except sqlite3.Error:  # the clean mark did not reach the disk: the next start only looks harder
+            logger.opt(exception=True).warning("the run journal could not record its clean shutdown")
         finally:
             super().close_all()
+
+    def _take(self, batch: list[Any]) -> None:
+        if self._abandoned:  # a simulated kill: nothing written or delivered; answers still go
+            for item in batch:
+                if isinstance(item, _Call):
+                    _run_call(item)
+            return
+        events = [item for item in batch if not isinstance(item, _Call)]
+        if events and self.failure is None:
+            try:
+                self.journal.apply(msgspec.to_builtins(event) for event in events)
+            except Exception as exc:  # a full disk, an I/O error: stop, as a crash at the last commit
+                self._failed(exc)
+        failure = self.failure
+        if failure is not None:  # not committed: nothing is delivered as if it were
+            for item in batch:
+                if isinstance(item, _Call):
+                    _fail_call(item, failure)
+            return
+        for item in batch:  # committed: deliver in order, each answer after the events before it
+            if isinstance(item, _Call):
+                _run_call(item)
+            else:
+                super().publish(item)
+
+    def _failed(self, exc: Exception) -> None:
+        failure = self.journal.failure(exc)
+        self.failure = failure
+        logger.opt(exception=exc).error(str(failure))
+        if self._on_failure is not None:
+            try:
+                self._on_failure(failure)  # first: a subscriber woken by its end finds the failure told
+            except Exception:
+                logger.opt(exception=True).error("the supervisor could not be told the journal failed")
+        super().close_all()  # every subscription ends now, having seen only what the journal holds
+
+    def _leftovers(self) -> list[Any]:
+        items: list[Any] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return items
+            if item is not _CLOSE:
+                items.append(item)
 
 
 def start_journal(journal: Journal, core: SupervisorCore, *, retain_finished: int) -> list[Event]:
     """Recover what the previous process left unfinished and begin this process's boot: the journal
     is settled (one transaction) and the core takes the recovered runs on, before any request. Returns
-    the ``run.recovered`` events, in order, for the publisher."""
-    journal.retain_finished = retain_finished
-    plan = journal.read_recovery()
-    journal.settle(plan)
-    _begin_boot(journal)
+    the ``run.recovered`` events, in order, for the publisher.
+
+    If the journal cannot be written (a full disk), it is let go and ``JournalFailed`` says why:
+    the supervisor does not start."""
+    try:
+        journal.retain_finished = retain_finished
+        plan = journal.read_recovery()
+        journal.settle(plan)
+        _begin_boot(journal)
+    except sqlite3.Error as exc:
+        journal.abandon()
+        if _cannot_write(exc):
+            raise journal.failure(exc, at_start=True) from None
+        raise JournalUnreadable(
+            f"journal {str(journal.path)!r} is not a readable journal: {_describe(exc)}"
+        ) from None
+    except BaseException:
+        journal.abandon()
+        raise
     return [command.event for command in core.recover(plan.runs) if isinstance(command, Emit)]

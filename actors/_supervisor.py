@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, ClassVar
 
 import pykka
@@ -150,6 +149,21 @@ def _fail(future: Future[Any], error: BaseException) -> None:
         future.set_exception(error)
     except InvalidStateError:
         pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """An answer the publisher gives once the events before it are delivered (``Publisher.after``);
+    if those could not be committed to the journal, it is failed with the journal's error instead."""
+
+    future: Future[Any]
+    value: Any
+
+    def __call__(self) -> None:
+        _settle(self.future, self.value)
+
+    def fail(self, error: BaseException) -> None:
+        _fail(self.future, error)
 
 
 def _snapshot_of(event: RunFinished, session: str, directory: str) -> RunSnapshot:
@@ -299,7 +313,7 @@ class SessionSupervisor(pykka.ThreadingActor):
             if isinstance(command, Emit):
                 self._publish(command.event)
             elif isinstance(command, Reply):
-                self._publisher.after(partial(_settle, command.reply_to, command.answer))
+                self._publisher.after(_Answer(command.reply_to, command.answer))
             elif isinstance(command, SpawnRun):
                 self._spawn(command)
             elif isinstance(command, SignalInterrupt | DeliverAnswer | AbandonRun):
@@ -350,11 +364,9 @@ class SessionSupervisor(pykka.ThreadingActor):
             if finishing is not None:
                 future, session, directory = finishing
                 # Not retained (retain_finished_runs=0): the event says everything a snapshot does.
-                self._publisher.after(
-                    partial(_settle, future, snapshot or _snapshot_of(event, session, directory))
-                )
+                self._publisher.after(_Answer(future, snapshot or _snapshot_of(event, session, directory)))
             for waiter in waiters:
-                self._publisher.after(partial(_settle, waiter, snapshot))
+                self._publisher.after(_Answer(waiter, snapshot))
 
     def _spawn(self, command: SpawnRun) -> None:
         slot = self._runs.get(command.run_id)

@@ -28,6 +28,7 @@ ACTORS = [
     "InstanceHooks",
     "InvalidRequest",
     "JournalError",
+    "JournalFailed",
     "JournalLocked",
     "JournalUnreadable",
     "LoadFailed",
