@@ -9,9 +9,11 @@ A shell block whose first line is ``# Not run by the tests`` is only read, never
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -98,7 +100,9 @@ def missing_from(printed: str, shown: str) -> str | None:
     return None
 
 
-def run_example(example: Example, workdir: Path) -> subprocess.CompletedProcess[str]:
+def run_example(example: Example, workdir: Path) -> tuple[int, str, str]:
+    """Run one example in ``workdir``; its exit status, stdout and stderr. A shell example's
+    background processes (a server) are in its process group, which is killed if it overruns."""
     script = workdir / example.filename
     script.write_text(example.code, encoding="utf-8")
     scenarios = workdir / "docs" / "scenarios"  # shell examples name docs/... as from the repository
@@ -112,9 +116,26 @@ def run_example(example: Example, workdir: Path) -> subprocess.CompletedProcess[
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(script)]
     else:
         command = [sys.executable, str(script)]
-    return subprocess.run(
-        command, cwd=workdir, env=env, capture_output=True, text=True, timeout=TIMEOUT_S, check=False
-    )
+    with subprocess.Popen(
+        command,
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            return -1, stdout, f"{stderr}\n(killed after {TIMEOUT_S} s)"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)  # whatever it left running in the background
+        return process.returncode, stdout, stderr
 
 
 def test_there_is_a_guide_per_task_and_the_index_links_each() -> None:
@@ -149,11 +170,11 @@ def test_each_example_prints_the_output_its_guide_shows(example: Example, tmp_pa
         pytest.skip("bash is not installed")
     if "curl " in example.code and shutil.which("curl") is None:
         pytest.skip("curl is not installed")
-    done = run_example(example, tmp_path)
-    shown = f"\n--- stdout:\n{done.stdout}\n--- stderr:\n{done.stderr}"
-    assert done.returncode == 0, f"{example.id} exited {done.returncode}{shown}"
+    status, stdout, stderr = run_example(example, tmp_path)
+    shown = f"\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}"
+    assert status == 0, f"{example.id} exited {status}{shown}"
     assert example.output is not None
-    missing = missing_from(done.stdout, example.output)
+    missing = missing_from(stdout, example.output)
     assert missing is None, f"{example.id}: the guide shows {missing!r}, which it did not print{shown}"
 
 
@@ -185,3 +206,34 @@ def test_every_link_of_a_guide_reaches_a_file_and_a_heading(guide: Path) -> None
         assert page.exists(), f"{guide.name} links to {target}: no such file"
         if anchor and page.suffix == ".md":
             assert anchor in _anchors(page), f"{guide.name} links to {target}: no such heading"
+
+
+def _prose(text: str) -> list[str]:
+    """A page's paragraphs of prose (a list item is one), without code, tables, headings or pictures."""
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", FENCE.sub("", text)):
+        current: list[str] = []
+        for line in block.splitlines():
+            if not line.strip() or line.startswith(("#", "|", "![")):
+                continue
+            if re.match(r"\s*(?:[-*]|\d+\.) ", line) and current:
+                paragraphs.append(" ".join(current))
+                current = []
+            current.append(line.strip())
+        if current:
+            paragraphs.append(" ".join(current))
+    return [re.sub(r"`[^`]*`", "CODE", paragraph) for paragraph in paragraphs]
+
+
+def _words(text: str) -> int:
+    return len(re.findall(r"[\w'./#:-]+", text))
+
+
+@pytest.mark.parametrize("guide", guides(), ids=lambda g: g.stem)
+def test_a_guide_reads_in_short_sentences_and_short_paragraphs(guide: Path) -> None:
+    paragraphs = _prose(guide.read_text(encoding="utf-8"))
+    sentences = [s for p in paragraphs for s in re.split(r"(?<=[.!?])\s+(?=[A-Z*(\[])", p) if _words(s)]
+    per_sentence = sum(map(_words, sentences)) / len(sentences)
+    per_paragraph = sum(map(_words, paragraphs)) / len(paragraphs)
+    assert per_sentence < 20, f"{guide.name}: {per_sentence:.1f} words a sentence on average"
+    assert per_paragraph < 40, f"{guide.name}: {per_paragraph:.1f} words a paragraph on average"
