@@ -149,7 +149,8 @@ class SupervisorTimeout(SupervisorError, TimeoutError):
 
 
 class JournalError(SupervisorError):
-    """The run journal could not be used; the supervisor did not start on it."""
+    """The run journal could not be used: the supervisor did not start on it (or, ``JournalFailed``,
+    stopped when it could no longer write it)."""
 
 
 class JournalLocked(JournalError):
@@ -168,8 +169,9 @@ class JournalFailed(SupervisorClosed, JournalError):
     At start, the supervisor does not start on it. While running, the supervisor stops at the first
     batch that does not commit (see docs/api.md, "Crashes"): no event after the last commit is
     delivered, every answer not yet given fails with this error, every request from then on is
-    refused (``supervisor_closed``, this message), and it shuts itself down. ``Supervisor.
-    journal_failure`` holds it. The next start on a writable disk recovers what was unfinished."""
+    refused (``supervisor_closed``, this message), and it shuts itself down;
+    ``Supervisor.journal_failure`` holds it. The next start on a writable disk recovers what was
+    unfinished."""
 
     def __init__(self, path: str, error: str, *, at_start: bool = False) -> None:
         self.path = path
