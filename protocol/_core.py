@@ -103,7 +103,7 @@ from run_supervisor.protocol._rules import (
 )
 from run_supervisor.protocol._stalls import PROGRESS_REPORTS, StallsMixin
 
-__all__ = ["ActionSnapshot", "CoreStatistics", "Report", "SupervisorCore"]
+__all__ = ["ActionSnapshot", "CoreStatistics", "Report", "ReportEcho", "SupervisorCore"]
 
 Report = (
     StepReport
@@ -119,6 +119,22 @@ Report = (
     | NoProgress
 )
 """Inputs that come from inside the supervisor (bodies, instances, timers), not from hosts."""
+
+BODY_REPORTS = (StepReport, PartReport, AskRaised, WithdrawAsk, BodyEnded, RetryReport, Heartbeat)
+"""The reports a run's body makes (the others come from instances and timers): one the core does not
+apply is counted on its run (``ReportEcho.refused``) as well as in ``reports_ignored``."""
+
+
+class ReportEcho(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run's body may learn of its reports, read behind them (``SupervisorCore.report_echo``):
+    a body that reads this after each report knows whether the core applied it."""
+
+    state: RunState
+    refused: int
+    """How many of its body's reports the core did not apply, ever: one more than last read means
+    the reports since did nothing (a late report, a part move its state does not allow...)."""
+    part: PartSnapshot | None = None
+    """The card of the part asked about (None: not asked, or the run has no such part)."""
 
 
 class CoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
@@ -299,6 +315,11 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 )
             self._runs_in[run.state] += 1  # it enters the core already finished: no move to make
             self._remember_finished(run.id)
+            if run.session not in self._sessions:  # its session is known, and idle: nothing runs there
+                session = _Session(run.session)
+                self._journal.fresh(session)
+                self._journal.put(self._sessions, session.id, session)
+                self._remember(self._idle_sessions, session.id, self._sessions)
             for part in recovered.parts:  # a card the crash settled: the UI redraws it, as for any change
                 if part.reason is InterruptReason.CRASH:
                     self._emit(
@@ -375,6 +396,15 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         return self._atomically(self._report, report)
 
     def _report(self, report: Report) -> None:
+        ignored = self._reports_ignored
+        self._dispatch_report(report)
+        if self._reports_ignored != ignored and isinstance(report, BODY_REPORTS):
+            run = self._runs.get(report.run_id)
+            if run is not None:  # its body learns it (``report_echo``)
+                self._touch(run)
+                run.refused += 1
+
+    def _dispatch_report(self, report: Report) -> None:
         if isinstance(report, PROGRESS_REPORTS):
             self._stall_progress(report.run_id)
         if isinstance(report, StepReport):
@@ -469,6 +499,15 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             deadline_ms=run.deadline_ms,
             stalled=run.stalled,
         )
+
+    def report_echo(self, run_id: str, call_id: str | None = None) -> ReportEcho | None:
+        """What the body of ``run_id`` may learn of its reports so far: the run's state, how many
+        of them the core refused, and the card of its part ``call_id`` (None: no such run)."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return None
+        part = run.calls.get(call_id) if call_id is not None else None
+        return ReportEcho(state=run.state, refused=run.refused, part=part_view(part) if part else None)
 
     @staticmethod
     def _part_snapshots(run: _Run) -> tuple[PartSnapshot, ...]:

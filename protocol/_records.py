@@ -81,6 +81,9 @@ class _Run:
     deadline_ms: int | None = None  # counted from run.started; the shell holds the timer
     queue_policy: QueuePolicy = QueuePolicy.QUEUE  # what it was started with (``QUEUE_RULES``)
     stalled: bool = False  # flagged: no progress for its stall setting (``protocol._stalls``)
+    refused: int = 0
+    """Reports of its body the core did not apply (late, out of order, malformed): a body that reads
+    this behind its reports (``SupervisorCore.report_echo``) learns which of them did nothing."""
 
     def open_part(self) -> _Part | None:
         """The latest unfinished part (parallel calls: the one begun last)."""

@@ -37,6 +37,7 @@ __all__ = [
     "DEADLINE_REASON",
     "INSTANCE_TRANSITIONS",
     "PART_PHASE",
+    "PART_REPORTS",
     "PART_TRANSITIONS",
     "QUEUE_RULES",
     "RELOAD_RULES",
@@ -149,6 +150,44 @@ def next_part_state(state: PartState, target: PartState) -> PartState:
     if target not in PART_TRANSITIONS[state]:
         raise IllegalTransitionError(f"tool part: {state.value} -> {target.value}")
     return target
+
+
+PART_REPORTS: Mapping[PartState, Mapping[PartState, tuple[PartState, ...]]] = MappingProxyType(
+    {
+        PartState.PENDING: {
+            PartState.PENDING: (),
+            PartState.PREPARED: (PartState.PREPARED,),
+            # opencode's tool states have no ``prepared``: its ``running`` follows ``pending``, and
+            # the call's input was complete when the tool started.
+            PartState.RUNNING: (PartState.PREPARED, PartState.RUNNING),
+            # A tool that completed ran, whatever its client left unsaid.
+            PartState.COMPLETED: (PartState.PREPARED, PartState.RUNNING, PartState.COMPLETED),
+            PartState.ERROR: (PartState.ERROR,),
+        },
+        PartState.PREPARED: {
+            PartState.PREPARED: (),
+            PartState.RUNNING: (PartState.RUNNING,),
+            PartState.COMPLETED: (PartState.RUNNING, PartState.COMPLETED),
+            PartState.ERROR: (PartState.ERROR,),
+        },
+        PartState.RUNNING: {
+            PartState.RUNNING: (),
+            PartState.COMPLETED: (PartState.COMPLETED,),
+            PartState.ERROR: (PartState.ERROR,),
+        },
+        PartState.COMPLETED: {PartState.COMPLETED: ()},
+        # ``error`` again: the tool's message replaces the last one (a user's feedback stays).
+        PartState.ERROR: {PartState.ERROR: (PartState.ERROR,)},
+        PartState.INTERRUPTED: {},
+    }
+)
+"""What a client's report of a tool part's state stands for (an external run's ``part`` report),
+by the state the part is in: the moves to make, in order, each one a ``PART_TRANSITIONS`` move.
+Both vocabularies are covered: opencode's ``pending -> running -> completed | error`` and this
+library's, which has ``prepared`` between. ``()``: the part is in that state already (a retried
+report): nothing moves, and the report stands. A state missing from a row is no move at all (a part
+never goes back, and ``completed`` is final); ``interrupted`` is in no row: the supervisor decides
+it. The answer to the report says which it was: ``ok`` only once the part is in the reported state."""
 
 
 class InstanceTrigger(StrEnum):
