@@ -6,8 +6,14 @@ the same input with the same words.
 
 Rules (documented in docs/api.md, "Validation"):
 
-- ids and names (``run_id``, ``session``, ``origin``...) are non-empty ``str`` that encode as UTF-8
-  (events travel as JSON: a lone surrogate could not); ``tag`` and messages may be empty.
+- names (``origin``...) are non-empty ``str`` that encode as UTF-8 (events travel as JSON: a lone
+  surrogate could not); ``tag`` and messages may be empty.
+- ids (``run_id``, ``parent_run_id``, ``resume_of``, ``session``, ``ask_id``, ``action_id``) are
+  carried in the wire hosts' routes (``/runs/{run_id}``, ``/sessions/{session}``...), so they are
+  what a path segment and a query value carry unchanged: 1 to ``MAX_ID_LENGTH`` (128) characters,
+  each an ASCII letter or digit or one of ``- _ . :`` (``ID_CHARACTERS``), and neither ``.`` nor
+  ``..`` (a URL would resolve them away). An ask id, which the library makes from its run's id
+  (``<run_id>:ask-<n>``), may be up to ``MAX_ASK_ID_LENGTH`` (160).
 - a directory is a name, not a path the library touches: a ``str`` or an ``os.PathLike`` whose
   ``os.fspath`` is a ``str``; it is then compared exactly. ``Path("/a")`` and ``"/a"`` name the same
   directory; ``"/a"`` and ``"/a/"`` do not (normalise in the host if they should). ``bytes`` are
@@ -45,6 +51,9 @@ from run_supervisor.protocol import (
 )
 
 __all__ = [
+    "ID_CHARACTERS",
+    "MAX_ASK_ID_LENGTH",
+    "MAX_ID_LENGTH",
     "MAX_MS",
     "MAX_TIMEOUT_S",
     "CloseActionName",
@@ -65,6 +74,7 @@ __all__ = [
     "flag",
     "identifier",
     "milliseconds",
+    "name_text",
     "optional_reload_policy",
     "optional_text",
     "queue_policy",
@@ -85,6 +95,13 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0
 """The longest wait a call accepts (a week): longer ones overflow the platform's timers."""
 MAX_MS = 24 * 3600 * 1000
 """The longest grace or budget accepted, in milliseconds (a day)."""
+MAX_ID_LENGTH = 128
+"""The longest id (run, session, action) accepted, in characters."""
+MAX_ASK_ID_LENGTH = MAX_ID_LENGTH + 32
+"""The longest ask id: the library makes them as ``<run_id>:ask-<n>``."""
+ID_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.:")
+"""What an id is made of: characters a URL path segment and a query value carry as they are."""
+_ID_LENGTHS = {"ask_id": MAX_ASK_ID_LENGTH}
 
 CloseActionName = Literal["dispose", "dispose_all", "reload", "invalidate_config"]
 """What a lifecycle close does (``CloseAction`` spelled as a string)."""
@@ -134,9 +151,28 @@ def text(name: str, value: object, *, empty: bool = True) -> str:
     return value
 
 
-def identifier(name: str, value: object) -> str:
-    """An id or a name: a non-empty ``str``."""
+def name_text(name: str, value: object) -> str:
+    """A name (an ``origin``...): a non-empty ``str``."""
     return text(name, value, empty=False)
+
+
+def identifier(name: str, value: object) -> str:
+    """An id (of a run, a session, an ask, an action): what the wire hosts' routes carry as it is --
+    1 to ``MAX_ID_LENGTH`` characters (an ask id: ``MAX_ASK_ID_LENGTH``) of ``ID_CHARACTERS``, and
+    not ``.`` or ``..``."""
+    checked = text(name, value, empty=False)
+    longest = _ID_LENGTHS.get(name, MAX_ID_LENGTH)
+    if len(checked) > longest:
+        raise InvalidRequest(f"{name} must be at most {longest} characters, not {len(checked)}")
+    odd = next((c for c in checked if c not in ID_CHARACTERS), None)
+    if odd is not None:
+        raise InvalidRequest(
+            f"{name} may hold only ASCII letters, digits and - _ . : (it is carried in URLs); "
+            f"{odd!r} is none of these"
+        )
+    if checked in (".", ".."):
+        raise InvalidRequest(f"{name} cannot be {checked!r} (a URL would resolve it away)")
+    return checked
 
 
 def optional_text(name: str, value: object) -> str | None:
@@ -156,7 +192,7 @@ def directory_name(name: str, value: object) -> str:
             raise InvalidRequest(f"{name} must be a str or an os.PathLike of str, not a PathLike of bytes")
     if not isinstance(value, str):
         raise InvalidRequest(f"{name} must be a str or an os.PathLike of str, not {_kind(value)}")
-    return identifier(name, value)
+    return text(name, value, empty=False)
 
 
 def directory_names(name: str, values: tuple[object, ...]) -> tuple[str, ...]:
@@ -261,6 +297,8 @@ def _check_fields(req: Request) -> None:
         identifier("run_id", req.run_id)
         if req.parent_run_id is not None:
             identifier("parent_run_id", req.parent_run_id)
+        if req.resume_of is not None:
+            identifier("resume_of", req.resume_of)
         if req.deadline_ms is not None:
             deadline("deadline_ms", req.deadline_ms)
         if req.stall_after_ms is not None:
@@ -275,13 +313,13 @@ def _check_fields(req: Request) -> None:
             raise InvalidRequest(f"queue_policy must be a QueuePolicy, not {_kind(req.queue_policy)}")
     elif isinstance(req, CancelRun):
         identifier("run_id", req.run_id)
-        identifier("origin", req.origin)
+        name_text("origin", req.origin)
     elif isinstance(req, CloseRequest):
         if not isinstance(req.do, CloseAction):
             raise InvalidRequest(f"do must be a CloseAction, not {_kind(req.do)}")
         if not isinstance(req.mode, CloseMode):
             raise InvalidRequest(f"mode must be a CloseMode, not {_kind(req.mode)}")
-        identifier("origin", req.origin)
+        name_text("origin", req.origin)
         if not isinstance(req.directories, tuple):
             raise InvalidRequest(f"directories must be a tuple, not {_kind(req.directories)}")
         directory_names("directories", req.directories)
@@ -345,7 +383,7 @@ def set_queue_policy(session: object, policy: object) -> SetQueuePolicy:
 
 
 def cancel(run_id: object, *, origin: object) -> CancelRun:
-    return CancelRun(run_id=identifier("run_id", run_id), origin=identifier("origin", origin))
+    return CancelRun(run_id=identifier("run_id", run_id), origin=name_text("origin", origin))
 
 
 def close(
@@ -365,7 +403,7 @@ def close(
     return CloseRequest(
         do=checked_do,
         mode=close_mode("mode", mode),
-        origin=identifier("origin", origin),
+        origin=name_text("origin", origin),
         directories=() if directory is None else (directory_name("directory", directory),),
         tag=optional_text("tag", tag),
         fingerprint=optional_text("fingerprint", fingerprint),
@@ -377,7 +415,7 @@ def shutdown(*, grace_ms: object, reason: object, origin: object = None, tag: ob
     checked_reason = shutdown_reason("reason", reason)
     return Shutdown(
         reason=checked_reason,
-        origin=checked_reason.value if origin is None else identifier("origin", origin),
+        origin=checked_reason.value if origin is None else name_text("origin", origin),
         grace_ms=milliseconds("grace_ms", grace_ms),
         tag=optional_text("tag", tag),
     )
@@ -418,7 +456,7 @@ def dismiss_form(ask_id: object = None, *, run_id: object = None, message: objec
 def confirm_close(action_id: object, *, origin: object = None, tag: object = None) -> ConfirmClose:
     return ConfirmClose(
         action_id=identifier("action_id", action_id),
-        origin=None if origin is None else identifier("origin", origin),
+        origin=None if origin is None else name_text("origin", origin),
         tag=optional_text("tag", tag),
     )
 
