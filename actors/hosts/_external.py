@@ -7,7 +7,27 @@ supervisor tells the run reaches the client as host events on the event stream:
 
 - ``external.interrupt`` ``{run_id, reason, origin, action_id}``: the run was interrupted; the client
   should stop, and report ``end`` (its last reports before that still count if they are ``end``).
-- ``external.answer`` ``{run_id, form, approved, message, answer}``: the user answered its ask.
+- ``external.answer`` ``{run_id, ask_id, form, dismissed, approved, message, answer}``: the user
+  answered its ask. ``form`` says what was asked (a form, or a permission), ``dismissed`` that a form
+  was dismissed (with a message: feedback for the model) -- never the same shape as a permission
+  rejected with feedback.
+- ``external.refused`` ``{run_id, report, code, error, call_id}``: a report kept while the run was
+  queued (answered ``ok`` with ``queued: true``) was not applied when the run started.
+
+**The answer to a report is the truth.** A report is answered ``ok`` only once it took effect: the
+driver hands it to the supervisor and reads, behind it, whether the core applied it
+(``SupervisorCore.report_echo``). A tool part reported in opencode's states (``pending -> running
+-> completed | error``) or this library's (with ``prepared``) moves through every state the report
+stands for (``protocol._rules.PART_REPORTS``); one that cannot (a part does not go back, and
+``completed`` is final) is rejected, naming the part's state, and changes nothing.
+
+**Retries.** Reports a client may send again after a timeout are idempotent: a report equal to the
+run's previous one (heartbeats aside) is answered as that one was and does nothing more; a part
+state the part is in already is ``ok`` and changes nothing (``pending`` again for a known
+``call_id`` included); an ask equal to one the run raised for the same ``call_id`` answers that
+ask's id and opens nothing (without a ``call_id``: while that ask is open); an ``end`` equal to the
+one that ended the run is ``ok``. Not idempotent beyond the previous-report rule: a ``pending``
+without ``call_id`` (it begins a new part) and a ``step`` without ``step`` id (it numbers a new one).
 
 **The lease rule.** Every report (``heartbeat`` included) renews the run's lease for ``lease_ms``.
 If the lease runs out while the run is active, the run is interrupted with reason ``timeout`` (origin
@@ -15,6 +35,15 @@ If the lease runs out while the run is active, the run is interrupted with reaso
 the driver ends the run itself (it finishes ``interrupted`` with the interrupt's reason). So a client
 that crashed never leaves its session busy for more than two leases. At shutdown, a run that does
 not end within the grace deadline is abandoned like any body that ignores its cancellation.
+
+**A queued run** keeps the reports sent to it, in order, and applies them when it starts: each is
+answered at once ``ok`` with ``queued: true`` (not applied yet; ``external.refused`` tells of one
+that then does nothing), up to ``HELD_REPORTS`` reports and ``HELD_BYTES`` bytes per run and
+``HELD_BYTES_TOTAL`` in all; past that a report is rejected ``session_busy`` (report again once the
+run has started). Heartbeats to a queued run are ``ok`` and not kept: its lease starts with it.
+
+**A finished run** answers a report as it answers a cancel: ``run_finished`` while the supervisor
+remembers it (a run recovered after a crash included), ``unknown_run`` once it is forgotten.
 """
 
 from __future__ import annotations
@@ -29,22 +58,30 @@ from typing import Any
 
 import msgspec
 
+from run_supervisor.actors import _validate as check
 from run_supervisor.actors._api import Supervisor
 from run_supervisor.actors._context import RunContext, ToolCall
 from run_supervisor.actors._errors import RunInterrupted, SupervisorError
 from run_supervisor.protocol import (
+    AskKind,
     CancelRun,
     DeliverAnswer,
     InterruptReason,
     PartState,
     RejectCode,
     RequestResult,
+    RunState,
     StartRun,
     StepKind,
 )
+from run_supervisor.protocol._core import ReportEcho
+from run_supervisor.protocol._rules import PART_REPORTS
 
 __all__ = [
     "DEFAULT_LEASE_MS",
+    "HELD_BYTES",
+    "HELD_BYTES_TOTAL",
+    "HELD_REPORTS",
     "MAX_LEASE_MS",
     "MIN_LEASE_MS",
     "AnswerNotice",
@@ -55,6 +92,7 @@ __all__ = [
     "HeartbeatReport",
     "InterruptNotice",
     "PartUpdate",
+    "RefusedNotice",
     "ReportOutcome",
     "RetryUpdate",
     "StepUpdate",
@@ -64,6 +102,12 @@ __all__ = [
 DEFAULT_LEASE_MS = 30_000
 MIN_LEASE_MS = 50
 MAX_LEASE_MS = 3_600_000
+HELD_REPORTS = 64
+"""Reports a queued run keeps for when it starts (each answered ``ok``, ``queued: true``)."""
+HELD_BYTES = 1 << 20
+"""Bytes of reports (as JSON) a queued run keeps."""
+HELD_BYTES_TOTAL = 16 << 20
+"""Bytes of reports every queued run together keeps."""
 
 
 class _Report(msgspec.Struct, frozen=True, tag_field="type", kw_only=True, forbid_unknown_fields=True):
@@ -156,14 +200,32 @@ class InterruptNotice(_Notice, frozen=True, tag="external.interrupt"):
 
 
 class AnswerNotice(_Notice, frozen=True, tag="external.answer"):
-    """The user answered one of the run's asks."""
+    """The user answered one of the run's asks: a permission approved (``approved``) or rejected
+    with feedback (``message``); a form answered (``answer``) or dismissed with a message
+    (``dismissed``, ``message``). A rejection or dismissal without a message interrupts the run
+    instead (``external.interrupt``)."""
 
     run_id: str
     ask_id: str
     form: bool
+    """The ask was a form (else a permission)."""
+    dismissed: bool
+    """A form dismissed (with a message); false for everything else."""
     approved: bool
     message: str | None
     answer: str | None
+
+
+class RefusedNotice(_Notice, frozen=True, tag="external.refused"):
+    """A report kept while the run was queued (answered ``ok`` with ``queued: true``) did nothing
+    when the run started (or the run ended unstarted): what its answer would have said."""
+
+    run_id: str
+    report: str
+    """The report's ``type``."""
+    code: RejectCode
+    error: str
+    call_id: str | None = None
 
 
 def _notice(notice: _Notice) -> dict[str, Any]:
@@ -174,6 +236,7 @@ def _notice(notice: _Notice) -> dict[str, Any]:
 
 _DECODER = msgspec.json.Decoder(ExternalReport)
 _CONVERT_TYPE: Any = ExternalReport
+_ENCODE = msgspec.json.encode
 
 
 def decode_report(data: bytes | str | dict[str, Any]) -> ExternalReport:
@@ -193,13 +256,16 @@ _REMEMBER_ENDED = 10_000
 
 class ReportOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """The answer to a report: a ``RequestOutcome`` plus what the report made (an ask's id, a part's
-    call id), so the client can address it."""
+    call id), so the client can address it. ``ok`` means it took effect -- except with ``queued``."""
 
     result: RequestResult
     error: str | None = None
     code: RejectCode | None = None
     ask_id: str | None = None
     call_id: str | None = None
+    queued: bool = False
+    """The run has not started: the report is kept, in order, and applied when it starts (an
+    ``external.refused`` event tells of one that then does nothing)."""
 
 
 def _settle(future: Future[ReportOutcome], outcome: ReportOutcome) -> None:
@@ -217,8 +283,21 @@ def _ok(*, ask_id: str | None = None, call_id: str | None = None) -> ReportOutco
     return ReportOutcome(result=RequestResult.OK, ask_id=ask_id, call_id=call_id)
 
 
+_QUEUED = ReportOutcome(result=RequestResult.OK, queued=True)
+
+
 def _rejected(code: RejectCode, error: str) -> ReportOutcome:
     return ReportOutcome(result=RequestResult.REJECTED, code=code, error=error)
+
+
+@dataclass(slots=True)
+class _Taken:
+    """A report on its way to the driver, with the future its answer goes to."""
+
+    report: ExternalReport
+    answer: Future[ReportOutcome]
+    held: int = 0
+    """Bytes it counts against the bounds of a queued run (0: sent while the run was active)."""
 
 
 @dataclass
@@ -226,26 +305,43 @@ class _External:
     run_id: str
     lease_s: float
     deadline: float
-    queue: collections.deque[tuple[ExternalReport, Future[ReportOutcome]]] = field(
-        default_factory=collections.deque
-    )
+    queue: collections.deque[_Taken] = field(default_factory=collections.deque)
+    held: int = 0  # reports kept while it is queued
+    held_bytes: int = 0
     ctx: RunContext | None = None
     ended: bool = False
+    end: EndReport | None = None  # the report that ended it (a retried one is answered ok)
+    # What only the driver's thread reads and writes:
     parts: dict[str, ToolCall] = field(default_factory=dict)  # by call id
     latest: dict[str, ToolCall] = field(default_factory=dict)  # the latest part of each tool
-    asks: list[str] = field(default_factory=list)  # the ids of its open asks, oldest first
+    states: dict[str, PartState] = field(default_factory=dict)  # each part's state, as last read
+    refused: int = 0  # ReportEcho.refused, as last read
+    asks: dict[str, AskKind] = field(default_factory=dict)  # its open asks, oldest first
+    ask_keys: dict[bytes, str] = field(default_factory=dict)  # an ask report (JSON) -> its ask id
+    last: tuple[ExternalReport, ReportOutcome] | None = None  # the previous report (not a heartbeat)
 
 
 class ExternalRuns:
     """The external runs of one supervisor, shared by the HTTP and stdio hosts."""
 
-    def __init__(self, supervisor: Supervisor, publish: Callable[[dict[str, Any]], object]) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        publish: Callable[[dict[str, Any]], object],
+        *,
+        held_reports: int = HELD_REPORTS,
+        held_bytes: int = HELD_BYTES,
+        held_bytes_total: int = HELD_BYTES_TOTAL,
+    ) -> None:
         self._supervisor = supervisor
         self._publish = publish
         self._lock = threading.Lock()
         self._runs: dict[str, _External] = {}
-        self._ended: collections.deque[str] = collections.deque()
-        self._ended_set: set[str] = set()
+        self._ends: collections.OrderedDict[str, EndReport] = collections.OrderedDict()
+        self._held_reports = held_reports
+        self._held_bytes = held_bytes
+        self._held_bytes_total = held_bytes_total
+        self._held_total = 0  # bytes kept by every queued run
 
     def start(self, request: StartRun, *, lease_ms: int = DEFAULT_LEASE_MS) -> Future[Any]:
         """Submit the start; the future resolves to its outcome (never raises)."""
@@ -282,40 +378,109 @@ class ExternalRuns:
         """External runs started and not finished."""
         return len(self._runs)
 
+    @property
+    def held(self) -> int:
+        """Bytes of reports kept by queued runs, for when they start."""
+        return self._held_total
+
     def is_external(self, run_id: str) -> bool:
         with self._lock:
             return run_id in self._runs
 
     def report(self, run_id: str, report: ExternalReport) -> Future[ReportOutcome]:
-        """Queue a report for the run's driver; resolves once the driver has taken it. Reports sent
-        while the run waits in its session's queue are answered ``ok`` at once and applied, in order,
-        when it starts."""
+        """Hand a report to the run's driver; resolves once the driver has applied it (or refused
+        it), with what became of it. A report to a queued run is answered at once (see the module's
+        docstring), one to a finished run as a cancel would be."""
         answer: Future[ReportOutcome] = Future()
+        try:
+            run_id = check.identifier("run_id", run_id)
+        except SupervisorError as exc:
+            _settle(answer, _rejected(RejectCode.INVALID_REQUEST, str(exc)))
+            return answer
+        now: ReportOutcome | None = None
+        wake = None
+        # Published before the start is answered: a run that started, and whose driver is not
+        # running yet, is told apart from one waiting in its session's queue.
+        snapshot = self._supervisor.run(run_id)
+        queued = snapshot is None or snapshot.state is RunState.QUEUED
         with self._lock:
             run = self._runs.get(run_id)
-            ended = run_id in self._ended_set
-            if run is not None and not run.ended:
+            live = run is not None and not run.ended
+            if run is not None and live:
                 run.deadline = time.monotonic() + run.lease_s
-                run.queue.append((report, answer))
-                ctx = run.ctx
-        if run is None or run.ended:
-            if ended or (run is not None and run.ended):
-                _settle(answer, _has_ended(run_id))
-            else:
-                _settle(
-                    answer,
-                    _rejected(
-                        RejectCode.UNKNOWN_RUN, f"no external run {run_id!r} is known here; nothing to report"
-                    ),
-                )
-        elif ctx is None:
-            _settle(answer, _ok())
-        else:
-            ctx.token.wake()
+                if run.ctx is None and queued:
+                    now = self._hold(run, report, answer)
+                else:  # (a driver that has not begun yet takes it when it does)
+                    run.queue.append(_Taken(report, answer))
+                    wake = run.ctx.token if run.ctx is not None else None
+        if not live:
+            now = self._after_the_end(run_id, run, report)
+        if now is not None:
+            _settle(answer, now)
+        elif wake is not None:
+            wake.wake()
         return answer
 
+    def _hold(self, run: _External, report: ExternalReport, answer: Future[ReportOutcome]) -> ReportOutcome:
+        """(Under the lock.) Keep a report for a queued run, within the bounds; its answer now."""
+        if isinstance(report, HeartbeatReport):
+            return _QUEUED  # its lease starts when it starts: nothing to keep
+        size = len(_ENCODE(report))
+        if (
+            run.held >= self._held_reports
+            or run.held_bytes + size > self._held_bytes
+            or self._held_total + size > self._held_bytes_total
+        ):
+            return _rejected(
+                RejectCode.SESSION_BUSY,
+                f"run {run.run_id!r} is queued behind its session's active run and keeps no more "
+                f"reports (it holds {run.held} of at most {self._held_reports}, {run.held_bytes} of "
+                f"at most {self._held_bytes} bytes; all queued runs together at most "
+                f"{self._held_bytes_total}): report again once it has started (run.started)",
+            )
+        run.queue.append(_Taken(report, answer, held=size))
+        run.held += 1
+        run.held_bytes += size
+        self._held_total += size
+        return _QUEUED
+
+    def _unhold(self, run: _External, taken: _Taken) -> None:
+        """(Under the lock.) A kept report leaves the queue."""
+        if taken.held:
+            run.held -= 1
+            run.held_bytes -= taken.held
+            self._held_total -= taken.held
+
+    def _after_the_end(self, run_id: str, run: _External | None, report: ExternalReport) -> ReportOutcome:
+        """A report to a run that is not (or no longer) driven here: what a cancel would say."""
+        end = run.end if run is not None else self._ends.get(run_id)
+        if isinstance(report, EndReport) and end is not None and report == end:
+            return _ok()  # a retried end: the run ended as it said
+        snapshot = self._supervisor.run(run_id)
+        if snapshot is None:
+            if run is not None:
+                return _has_ended(run_id)
+            return _rejected(
+                RejectCode.UNKNOWN_RUN,
+                f"no run {run_id!r} has started (or it finished long ago and was forgotten); "
+                "nothing to report",
+            )
+        if snapshot.outcome is None and run is None:
+            return _rejected(
+                RejectCode.INVALID_REQUEST,
+                f"run {run_id!r} is not an external run (its body runs in the supervisor's process); "
+                "nothing can report for it",
+            )
+        how = snapshot.outcome.value if snapshot.outcome is not None else "its body has ended"
+        if snapshot.reason is not None:
+            how += f": {snapshot.reason.value}"
+        return _rejected(
+            RejectCode.RUN_FINISHED, f"run {run_id!r} has already finished ({how}); the report does nothing"
+        )
+
     def finished(self, run_id: str) -> None:
-        """The run has finished (its ``run.finished`` event): forget it; later reports are refused."""
+        """The run has finished (its ``run.finished`` event): forget it; later reports are answered
+        as a cancel would be (``run_finished``)."""
         with self._lock:
             run = self._runs.pop(run_id, None)
             if run is None:
@@ -323,12 +488,32 @@ class ExternalRuns:
             run.ended = True
             left = list(run.queue)
             run.queue.clear()
-            self._ended.append(run_id)
-            self._ended_set.add(run_id)
-            while len(self._ended) > _REMEMBER_ENDED:
-                self._ended_set.discard(self._ended.popleft())
-        for _, answer in left:
-            _settle(answer, _has_ended(run_id))
+            for taken in left:
+                self._unhold(run, taken)
+            if run.end is not None:
+                self._ends[run_id] = run.end
+                while len(self._ends) > _REMEMBER_ENDED:
+                    self._ends.popitem(last=False)
+        for taken in left:
+            self._answer(run, taken, _has_ended(run_id))
+
+    def _answer(self, run: _External, taken: _Taken, outcome: ReportOutcome) -> None:
+        """Answer a report; one kept for a queued run was answered already: a refusal is told as
+        an ``external.refused`` event instead."""
+        if taken.held and outcome.code is not None:
+            report = taken.report
+            self._publish(
+                _notice(
+                    RefusedNotice(
+                        run_id=run.run_id,
+                        report=_type(report),
+                        code=outcome.code,
+                        error=outcome.error or "",
+                        call_id=getattr(report, "call_id", None),
+                    )
+                )
+            )
+        _settle(taken.answer, outcome)
 
     # --- the driver (the run's body thread) -------------------------------------------------------
 
@@ -353,20 +538,24 @@ class ExternalRuns:
                         return  # interrupted and silent for a lease: end it with the interrupt's reason
                     self._lease_lapsed(run)
                     continue
-                report, answer = item
+                taken: _Taken = item
+                report = taken.report
                 if isinstance(report, EndReport):
-                    _settle(answer, _ok())
+                    run.end = report
+                    self._answer(run, taken, _ok())
                     if report.error is not None:
                         raise _ClientFailed(report.error)
                     return
-                _settle(answer, self._apply(run, ctx, report))
+                self._answer(run, taken, self._take(run, ctx, report))
         finally:
             with self._lock:
                 run.ended = True
                 left = list(run.queue)
                 run.queue.clear()
-            for _, answer in left:
-                _settle(answer, _has_ended(run.run_id))
+                for taken in left:
+                    self._unhold(run, taken)
+            for taken in left:
+                self._answer(run, taken, _has_ended(run.run_id))
 
     def _next(self, run: _External, ctx: RunContext) -> Any:
         """Wait for a report, an answer, an interrupt or the lease's end. Abandonment (shutdown's
@@ -381,7 +570,6 @@ class ExternalRuns:
             for ask_id in list(run.asks):
                 got = token.take_answer(ask_id)
                 if got is not None:
-                    run.asks.remove(ask_id)
                     answers.append(got)
                     break
             return bool(answers) or time.monotonic() >= run.deadline
@@ -390,65 +578,120 @@ class ExternalRuns:
         token.wait_until(ready, timeout, interruptible=False)
         if answers:
             answer = answers[0]
-            self._publish(
-                _notice(
-                    AnswerNotice(
-                        run_id=run.run_id,
-                        ask_id=answer.ask_id,
-                        form=answer.answer is not None,
-                        approved=answer.approved,
-                        message=answer.message,
-                        answer=answer.answer,
+            kind = run.asks.pop(answer.ask_id, AskKind.PERMISSION)
+            if not answer.withdrawn:  # (withdrawn: the body stopped waiting; this driver never does)
+                self._publish(
+                    _notice(
+                        AnswerNotice(
+                            run_id=run.run_id,
+                            ask_id=answer.ask_id,
+                            form=kind is AskKind.FORM,
+                            dismissed=answer.dismissed,
+                            approved=answer.approved,
+                            message=answer.message,
+                            answer=answer.answer,
+                        )
                     )
                 )
-            )
             return None
         with self._lock:
             if run.queue:
-                return run.queue.popleft()
+                taken = run.queue.popleft()
+                self._unhold(run, taken)
+                return taken
         if token.reason is not seen_reason:
             return None
         if time.monotonic() >= run.deadline:
             return "lapsed"
         return None
 
+    def _take(self, run: _External, ctx: RunContext, report: ExternalReport) -> ReportOutcome:
+        """Apply one report, once: the same report again right after (a client's retry after a
+        timeout) is answered as it was and does nothing more. Heartbeats are left out of that."""
+        if isinstance(report, HeartbeatReport):
+            return self._apply(run, ctx, report)
+        if run.last is not None and run.last[0] == report:
+            return run.last[1]
+        outcome = self._apply(run, ctx, report)
+        run.last = (report, outcome)
+        return outcome
+
     def _apply(self, run: _External, ctx: RunContext, report: ExternalReport) -> ReportOutcome:
         if isinstance(report, HeartbeatReport) and not report.progress:
             return _ok()
         if ctx.token.reason is not None:
-            return _rejected(
-                RejectCode.ALREADY_INTERRUPTING,
-                f"run {run.run_id!r} is being interrupted ({ctx.token.reason.value}); report end",
-            )
+            return self._interrupting(run, ctx)
         try:
+            if isinstance(report, PartUpdate):
+                return self._part(run, ctx, report)
+            if isinstance(report, AskReport):
+                return self._ask(run, ctx, report)
             if isinstance(report, StepUpdate):
                 step = report.step or ctx.next_step_id(report.kind)
                 if report.finished:
                     ctx.step_finished(step, report.kind)
                 else:
                     ctx.step_started(step, report.kind)
-            elif isinstance(report, PartUpdate):
-                return self._part(run, ctx, report)
-            elif isinstance(report, AskReport):
-                return self._ask(run, ctx, report)
             elif isinstance(report, HeartbeatReport):
                 ctx.heartbeat()
             elif isinstance(report, RetryUpdate):
                 next_at = None if report.next_at_ms is None else report.next_at_ms / 1000.0
                 ctx.retrying(report.attempt, report.message, next_at)
+            echo = self._echo(run)
+            if self._was_refused(run, echo):
+                return self._refusal(run, ctx, echo, f"the {_type(report)} report")
         except SupervisorError as exc:  # a malformed payload, an unknown call id...
-            code = exc.code or RejectCode.INVALID_REQUEST
+            code = exc.code or RejectCode.INTERNAL_ERROR
             return _rejected(code, str(exc))
         except RunInterrupted:
-            reason = ctx.token.reason.value if ctx.token.reason else "abandoned"
-            return _rejected(
-                RejectCode.ALREADY_INTERRUPTING,
-                f"run {run.run_id!r} is being interrupted ({reason}); report end",
-            )
+            return self._interrupting(run, ctx)
         return _ok()
 
+    # --- what the core made of a report ---------------------------------------------------------------
+
+    def _echo(self, run: _External, call_id: str | None = None) -> ReportEcho | None:
+        """What the core knows of the run's reports, read behind every report told so far."""
+        run_id = run.run_id
+        echo: ReportEcho | None = self._supervisor._query(
+            lambda core: core.report_echo(run_id, call_id), None
+        )
+        return echo
+
     @staticmethod
-    def _ask(run: _External, ctx: RunContext, report: AskReport) -> ReportOutcome:
+    def _was_refused(run: _External, echo: ReportEcho | None) -> bool:
+        """The reports told since the last echo did nothing (the core counted them refused)."""
+        if echo is None:
+            return True
+        refused = echo.refused != run.refused
+        run.refused = echo.refused
+        return refused
+
+    @staticmethod
+    def _interrupting(run: _External, ctx: RunContext) -> ReportOutcome:
+        reason = ctx.token.reason.value if ctx.token.reason else "abandoned"
+        return _rejected(
+            RejectCode.ALREADY_INTERRUPTING,
+            f"run {run.run_id!r} is being interrupted ({reason}); the report does nothing: report end",
+        )
+
+    def _refusal(self, run: _External, ctx: RunContext, echo: ReportEcho | None, what: str) -> ReportOutcome:
+        if echo is None or echo.state is not RunState.ACTIVE:
+            return self._interrupting(run, ctx)
+        return _rejected(RejectCode.INVALID_REQUEST, f"{what} of run {run.run_id!r} did nothing")
+
+    # --- asks -----------------------------------------------------------------------------------------
+
+    def _ask(self, run: _External, ctx: RunContext, report: AskReport) -> ReportOutcome:
+        key = _ENCODE(report)
+        known = run.ask_keys.get(key)
+        if known is not None and (report.call_id is not None or known in run.asks):
+            return _ok(ask_id=known, call_id=report.call_id)  # asked already: the same ask
+        if report.call_id is not None and report.call_id not in run.parts:
+            return _rejected(
+                RejectCode.INVALID_REQUEST,
+                f"run {run.run_id!r} has no part {report.call_id!r} to ask for: report its pending "
+                "first (or leave call_id out: the ask is then for the latest unfinished part)",
+            )
         ask: Any
         if report.form:
             ask = ctx.open_form(
@@ -467,38 +710,72 @@ class ExternalRuns:
                 options=report.options,
                 data=report.data,
             )
-        run.asks.append(ask.ask_id)
+        echo = self._echo(run)
+        if self._was_refused(run, echo):
+            return self._refusal(run, ctx, echo, "the ask")
+        run.asks[ask.ask_id] = AskKind.FORM if report.form else AskKind.PERMISSION
+        run.ask_keys[key] = ask.ask_id
         return _ok(ask_id=ask.ask_id, call_id=report.call_id)
 
-    @staticmethod
-    def _part(run: _External, ctx: RunContext, report: PartUpdate) -> ReportOutcome:
-        if report.state is PartState.PENDING:
-            call = ctx.tool(report.tool, call_id=report.call_id)
-            run.parts[call.call_id] = call
-            run.latest[report.tool] = call
-            return _ok(call_id=call.call_id)
-        found = run.parts.get(report.call_id) if report.call_id else run.latest.get(report.tool)
-        if found is None:
-            named = f"call {report.call_id!r}" if report.call_id else f"tool {report.tool!r}"
+    # --- tool parts -----------------------------------------------------------------------------------
+
+    def _part(self, run: _External, ctx: RunContext, report: PartUpdate) -> ReportOutcome:
+        if report.state is PartState.PENDING and (report.call_id is None or report.call_id not in run.parts):
+            return self._begin(run, ctx, report)
+        call = run.parts.get(report.call_id) if report.call_id else run.latest.get(report.tool)
+        if call is None:
             return _rejected(
                 RejectCode.INVALID_REQUEST,
-                f"run {run.run_id!r} has no part of {named}: report state pending first",
+                f"run {run.run_id!r} has no part of tool {report.tool!r}: report state pending first",
             )
-        call = found
-        if report.state is PartState.PREPARED:
-            call.prepared()
-        elif report.state is PartState.RUNNING:
-            call.running()
-        elif report.state is PartState.COMPLETED:
-            call.completed()
-        elif report.state is PartState.ERROR:
-            call.failed(report.message or "the tool failed")
-        else:
+        if call.tool != report.tool:
+            return _rejected(
+                RejectCode.INVALID_REQUEST,
+                f"part {call.call_id!r} of run {run.run_id!r} is a {call.tool!r} call, not {report.tool!r}",
+            )
+        if report.state is PartState.INTERRUPTED:
             return _rejected(
                 RejectCode.INVALID_REQUEST,
                 "a client does not report a part interrupted: the supervisor decides that",
             )
+        moves = PART_REPORTS[run.states[call.call_id]].get(report.state)
+        if moves is None:  # no move gets there from where the part was last seen: nothing is told
+            return self._part_refusal(run, ctx, call, report.state, self._echo(run, call.call_id))
+        for state in moves:
+            _PART_MOVES[state](call, report)
+        echo = self._echo(run, call.call_id)
+        refused = self._was_refused(run, echo)
+        if echo is not None and echo.part is not None:
+            run.states[call.call_id] = echo.part.state
+        if refused or echo is None or echo.part is None or echo.part.state is not report.state:
+            return self._part_refusal(run, ctx, call, report.state, echo)
         return _ok(call_id=call.call_id)
+
+    def _begin(self, run: _External, ctx: RunContext, report: PartUpdate) -> ReportOutcome:
+        call = ctx.tool(report.tool, call_id=report.call_id)
+        echo = self._echo(run, call.call_id)
+        if self._was_refused(run, echo) or echo is None or echo.part is None:
+            return self._refusal(run, ctx, echo, f"the pending report of part {call.call_id!r}")
+        run.parts[call.call_id] = call
+        run.latest[report.tool] = call
+        run.states[call.call_id] = echo.part.state
+        return _ok(call_id=call.call_id)
+
+    def _part_refusal(
+        self, run: _External, ctx: RunContext, call: ToolCall, reported: PartState, echo: ReportEcho | None
+    ) -> ReportOutcome:
+        if echo is None or echo.state is not RunState.ACTIVE:
+            return self._interrupting(run, ctx)
+        state = echo.part.state if echo.part is not None else run.states[call.call_id]
+        label = f" ({echo.part.label})" if echo.part is not None and echo.part.label else ""
+        onward = (
+            ", ".join(s.value for s in PART_REPORTS[state] if s is not state) or "nothing more: it has ended"
+        )
+        return _rejected(
+            RejectCode.INVALID_REQUEST,
+            f"part {call.call_id!r} ({call.tool}) of run {run.run_id!r} is {state.value}{label}: a report "
+            f"of {reported.value} does not apply and changes nothing (it may be reported {onward})",
+        )
 
     def _announce_interrupt(self, run: _External, reason: InterruptReason) -> None:
         snapshot = None
@@ -526,6 +803,20 @@ class ExternalRuns:
         ctx = run.ctx
         if ctx is not None:
             ctx.token.wait_until(lambda: ctx.token.reason is not None, run.lease_s, interruptible=False)
+
+
+_PART_MOVES: dict[PartState, Callable[[ToolCall, PartUpdate], None]] = {
+    PartState.PREPARED: lambda call, report: call.prepared(),
+    PartState.RUNNING: lambda call, report: call.running(),
+    PartState.COMPLETED: lambda call, report: call.completed(),
+    PartState.ERROR: lambda call, report: call.failed(report.message or "the tool failed"),
+}
+"""How the driver tells each move of ``PART_REPORTS`` (``pending`` begins a part: ``ctx.tool``)."""
+
+
+def _type(report: ExternalReport) -> str:
+    tag: str = type(report).__struct_config__.tag  # type: ignore[assignment]
+    return tag
 
 
 class _ClientFailed(Exception):

@@ -8,7 +8,13 @@ from typing import Any
 
 import msgspec
 
-from run_supervisor.actors.hosts._external import AnswerNotice, ExternalReport, InterruptNotice, ReportOutcome
+from run_supervisor.actors.hosts._external import (
+    AnswerNotice,
+    ExternalReport,
+    InterruptNotice,
+    RefusedNotice,
+    ReportOutcome,
+)
 from run_supervisor.actors.hosts._hub import StreamReset
 
 __all__ = ["StreamReset", "host_schema_roots", "with_hosts"]
@@ -41,7 +47,7 @@ def host_schema_roots() -> dict[str, Any]:
     return {
         "ExternalReport": ExternalReport,
         "ReportOutcome": ReportOutcome,
-        "HostEvent": InterruptNotice | AnswerNotice | StreamReset,
+        "HostEvent": InterruptNotice | AnswerNotice | RefusedNotice | StreamReset,
         "StdioOutput": StdioAnswer | StdioError | StdioEvent,
     }
 
@@ -62,6 +68,7 @@ def with_hosts(schema: dict[str, Any]) -> dict[str, Any]:
     sent = (
         "InterruptNotice",
         "AnswerNotice",
+        "RefusedNotice",
         "StreamReset",
         "ReportOutcome",
         "StdioAnswer",
