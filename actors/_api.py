@@ -426,10 +426,13 @@ class Supervisor:
     def _closed_outcome(self, request: Request) -> CloseOutcome | RequestOutcome:
         if isinstance(request, Shutdown) and self._final is not None:
             return self._final
+        failure = self._journal_failure
         return _rejected(
             request,
             RejectCode.SUPERVISOR_CLOSED,
-            "the supervisor has shut down; no request is accepted any more",
+            "the supervisor has shut down; no request is accepted any more"
+            if failure is None
+            else str(failure),
         )
 
     def _call(

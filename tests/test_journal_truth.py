@@ -32,7 +32,7 @@ from run_supervisor import (
 )
 from run_supervisor.actors._journal import Journal, JournaledPublisher
 from run_supervisor.actors.testing import EventLog, simulate_crash
-from run_supervisor.protocol import AskRequested, Event, RunFinished, RunStarted
+from run_supervisor.protocol import AskRequested, CancelRun, Event, RunFinished, RunStarted
 from run_supervisor.protocol import AskWithdrawn as AskWithdrawnEvent
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,10 +98,12 @@ def ask_id_of(event: Event) -> str:
     return event.ask_id
 
 
-def held_in_a_big_form(gate: Gate) -> Any:
-    """A body that raises a form too big for a full disk, then waits."""
+def held_in_a_big_form(gate: Gate, go: Gate | None = None) -> Any:
+    """A body that raises a form too big for a full disk (once ``go`` opens, if given), then waits."""
 
     def body(ctx: RunContext) -> None:
+        if go is not None:  # its start is answered (and journaled) before the disk is found full
+            ctx.wait(go)
         with ctx.step("tool_input"):
             ctx.tool("question")
             ctx.open_form(title="Pick one", questions=["Which?"], data={"blob": "x" * 200_000})
@@ -123,7 +125,9 @@ def test_a_full_disk_stops_the_supervisor_and_no_subscriber_sees_an_event_the_jo
     )
     fill_the_disk(sup)
 
-    sup.start_run(held_in_a_big_form(Gate("never")), session="s2", directory="/w/a", run_id="r2")
+    go = Gate("go")
+    sup.start_run(held_in_a_big_form(Gate("never"), go), session="s2", directory="/w/a", run_id="r2")
+    go.open()
     seen, ended = read_to_the_end(subscription)
 
     assert ended, "the subscriptions must end at once when the journal stops recording"
@@ -133,6 +137,12 @@ def test_a_full_disk_stops_the_supervisor_and_no_subscriber_sees_an_event_the_jo
     assert failure.path == str(journal) and "SQLITE_FULL" in failure.error
     with pytest.raises(JournalFailed, match="could not record"):
         sup.start_run(lambda ctx: None, session="s3", directory="/w/a")
+    refused = sup.submit(CancelRun(run_id="r2", origin="user")).result(timeout=5)  # as the wire hosts see it
+    assert (
+        refused.code == "supervisor_closed"
+        and refused.error is not None
+        and "could not record" in refused.error
+    )
     final = sup.shutdown(grace_ms=0)  # a shutdown is answered with the one the failure began
     assert sup.closed and final.result is not None
 
@@ -149,7 +159,9 @@ def test_every_answer_waiting_behind_a_batch_that_did_not_commit_fails_with_the_
 ) -> None:
     sup = start(opened, journal, directories=["/w/a"])
     fill_the_disk(sup)
-    handle = sup.start_run(held_in_a_big_form(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    go = Gate("go")
+    handle = sup.start_run(held_in_a_big_form(Gate("never"), go), session="s1", directory="/w/a")
+    go.open()
     with pytest.raises(JournalFailed, match=str(journal.name)):
         handle.wait(5)  # its end was never journaled: no snapshot says how it ended
     assert sup.wait_closed(timeout=5).result is not None
