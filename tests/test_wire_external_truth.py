@@ -145,6 +145,21 @@ def test_a_part_the_user_declined_with_feedback_is_not_reported_completed_with_a
     run(scenario)
 
 
+def test_what_a_reported_part_state_stands_for_is_a_chain_of_legal_moves_and_never_an_interrupt() -> None:
+    from run_supervisor.protocol._rules import PART_REPORTS
+
+    assert set(PART_REPORTS) == set(PartState)
+    for state, row in PART_REPORTS.items():
+        assert PartState.INTERRUPTED not in row  # the supervisor decides it, never a client
+        for reported, moves in row.items():
+            here = state
+            for move in moves:
+                assert move in PART_TRANSITIONS[here], (state, reported, moves)
+                here = move
+            assert here is reported
+    assert PART_REPORTS[PartState.PENDING][PartState.RUNNING] == (PartState.PREPARED, PartState.RUNNING)
+
+
 # --- the property: random sequences of part states -----------------------------------------------------
 
 _RANK = {PartState.PENDING: 0, PartState.PREPARED: 1, PartState.RUNNING: 2, PartState.COMPLETED: 3}
@@ -424,6 +439,20 @@ def test_a_retried_step_retry_or_end_report_changes_nothing_the_second_time() ->
             assert len(started) == 1 and len(retries) == 1
 
     run(scenario)
+
+
+def test_an_end_sent_twice_before_the_first_is_answered_is_ok_twice(supervisor: Supervisor) -> None:
+    runs = ExternalRuns(supervisor, lambda notice: None)
+    cards = _Cards(supervisor, runs.finished)
+    assert runs.start(StartRun(run_id="e1", session="se", directory="/w/a")).result(timeout=10).code is None
+    first, second = runs.report("e1", EndReport()), runs.report("e1", EndReport())
+    assert first.result(timeout=10).result is RequestResult.OK
+    assert second.result(timeout=10).result is RequestResult.OK, second.result()
+    cards.wait_finished("e1")
+    assert runs.report("e1", EndReport()).result(timeout=10).result is RequestResult.OK
+    other = runs.report("e1", EndReport(error="x")).result(timeout=10)
+    assert other.code is not None and other.code.value == "run_finished"
+    supervisor.shutdown(grace_ms=200)
 
 
 # --- a queued run keeps a bounded number of reports --------------------------------------------------------

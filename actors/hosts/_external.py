@@ -495,7 +495,7 @@ class ExternalRuns:
                 while len(self._ends) > _REMEMBER_ENDED:
                     self._ends.popitem(last=False)
         for taken in left:
-            self._answer(run, taken, _has_ended(run_id))
+            self._answer(run, taken, _left_behind(run, taken))
 
     def _answer(self, run: _External, taken: _Taken, outcome: ReportOutcome) -> None:
         """Answer a report; one kept for a queued run was answered already: a refusal is told as
@@ -555,7 +555,7 @@ class ExternalRuns:
                 for taken in left:
                     self._unhold(run, taken)
             for taken in left:
-                self._answer(run, taken, _has_ended(run.run_id))
+                self._answer(run, taken, _left_behind(run, taken))
 
     def _next(self, run: _External, ctx: RunContext) -> Any:
         """Wait for a report, an answer, an interrupt or the lease's end. Abandonment (shutdown's
@@ -812,6 +812,14 @@ _PART_MOVES: dict[PartState, Callable[[ToolCall, PartUpdate], None]] = {
     PartState.ERROR: lambda call, report: call.failed(report.message or "the tool failed"),
 }
 """How the driver tells each move of ``PART_REPORTS`` (``pending`` begins a part: ``ctx.tool``)."""
+
+
+def _left_behind(run: _External, taken: _Taken) -> ReportOutcome:
+    """The answer to a report still waiting when its run ended: a copy of the end that ended it (a
+    retry sent before the first was answered) is ``ok``; anything else does nothing."""
+    if isinstance(taken.report, EndReport) and taken.report == run.end:
+        return _ok()
+    return _has_ended(run.run_id)
 
 
 def _type(report: ExternalReport) -> str:
