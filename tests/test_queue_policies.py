@@ -582,7 +582,8 @@ def test_a_crash_with_coalesced_dropped_and_queued_follow_ups_recovers_only_the_
             rows = db.execute("SELECT run_id, state, reason, origin FROM runs WHERE run_id IN ('c1', 'd2')")
             ended = {row[0]: row[1:] for row in rows}
         assert ended == {"c1": ("finished", "coalesced", "c2"), "d2": ("finished", "dropped", "a2")}
-        assert after.await_idle("s1", timeout=0) is None  # idle (unknown): nothing queued behind the crash
+        idle = after.await_idle("s1", timeout=0)  # known and idle: nothing queued behind the crash
+        assert idle is not None and idle.status is SessionStatus.IDLE and not idle.queued
         after.start_run(
             lambda ctx: None, session="s1", directory="/w/a", run_id="c3", queue_policy="coalesce"
         )
