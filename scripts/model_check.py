@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Exhaustive model check of the decision core (issue 7, item 7).
+"""Exhaustive model check of the decision core.
 
 From the initial state (two directories: ``/w/a`` loaded, ``/w/b`` only declared), explore EVERY
 interleaving of host requests and internal reports, breadth-first, merging states that are equal:
@@ -13,11 +13,11 @@ interleaving of host requests and internal reports, breadth-first, merging state
 * reports: every running body returns or raises, or raises a permission ask or a form (once),
   at any moment -- also after it was told to stop; every dispose the core asked for completes, in
   every order; shutdown's grace deadline passes;
-* scope ``stalls`` (issue 12): the shell's ``NoProgress`` and a body's ``Heartbeat`` at any moment,
+* scope ``stalls``: the shell's ``NoProgress`` and a body's ``Heartbeat`` at any moment,
   and ``confirm_close`` of any action id at any point (pending, completed, unknown, of any mode);
   scope ``stalled-trees``: the same with child runs, whose asks and progress count for their
   ancestors.
-* the ``deadlines`` scope (issue 12): runs start with or without a deadline; an armed deadline
+* the ``deadlines`` scope: runs start with or without a deadline; an armed deadline
   expires at any moment, also after its run ended or while it is being interrupted; a running body
   reports retries (twice at most) at any moment, before or after its steps.
 
@@ -323,24 +323,24 @@ class Scope:
     raises: bool = True
     """Bodies may raise instead of returning."""
     children: bool = False
-    """A run may start as a child of any started run (issue 12), in a session of its own."""
+    """A run may start as a child of any started run, in a session of its own."""
     fingerprints: tuple[str | None, ...] = (None,)
     """What each close carries (the no-op gate; /w/a is loaded with ``f0``)."""
     policies: tuple[QueuePolicy | None, ...] = (None,)
-    """The queue policy each start may name (issue 12; None: its session's default)."""
+    """The queue policy each start may name (None: its session's default)."""
     policy_sets: int = 0
     """How many ``SetQueuePolicy`` requests (any session of ``places``, any policy) one path may make."""
     stalls: bool = False
     """Running bodies may be reported without progress (``NoProgress``) or heartbeat, at any moment
-    (issue 12: stalls)."""
+    (stalls)."""
     confirms: int = 0
     """How many ``confirm_close`` requests (of ``lc-1``..``lc-3``: pending, completed, unknown or of
     any mode) one path may make."""
     reload_policies: tuple[ReloadPolicy | None, ...] = (None,)
-    """The policy each reload names (issue 12; None: the core's own, eager)."""
+    """The policy each reload names (None: the core's own, eager)."""
     deadlines: bool = False
     """Runs may start with a deadline, which expires at any moment; bodies report retries and a
-    step (issue 12)."""
+    step."""
 
 
 FULL = Scope(

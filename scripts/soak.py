@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak (issue #3, item 4): many random runs against ONE long-lived supervisor, checked online.
+"""Soak: many random runs against ONE long-lived supervisor, checked online.
 
 One ``Supervisor`` (the in-process API) lives for the whole soak. A seeded driver starts runs over many
 directories and sessions, and meanwhile cancels them, answers their permission asks and forms (approve,

@@ -213,7 +213,7 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
     if name == "await_idle":
         a = (arg(st.sampled_from(["s1", "s2", "nobody", ""])), arg(st.sampled_from([0, 0.05, -1])))
         return name, lambda s: s.await_idle(a[0], timeout=a[1]), a
-    if name in ("confirm_close", "confirm_close_async"):  # stalls (issue 12): any action id, known or not
+    if name in ("confirm_close", "confirm_close_async"):  # stalls: any action id, known or not
         a = (arg(ACTION_IDS), arg(st.one_of(st.none(), ORIGINS)), arg(TEXTS), arg(TIMEOUTS))
         if name == "confirm_close":
             return name, lambda s: s.confirm_close(a[0], origin=a[1], tag=a[2], timeout=a[3]), a

@@ -1,5 +1,5 @@
 """Asks as first-class objects: ids, payloads, several open at once, replies that never race,
-withdrawal, and tool parts announced as events (issue 9)."""
+withdrawal, and tool parts announced as events."""
 
 from __future__ import annotations
 

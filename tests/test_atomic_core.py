@@ -73,7 +73,7 @@ class _Driver:
 
     def __init__(self, seed: int, reload_policy: ReloadPolicy | None = None) -> None:
         self.rng = random.Random(seed)
-        # Reload policies (issue 12): with one given, the core has it and reloads carry their own
+        # Reload policies: with one given, the core has it and reloads carry their own
         # (drawn from a stream of their own); without, the core's default and no reload policy.
         self.core = SupervisorCore(retain_finished=4, reload_policy=reload_policy or ReloadPolicy.EAGER)
         self.policy_rng = random.Random(-seed) if reload_policy is not None else None
@@ -85,7 +85,7 @@ class _Driver:
         self.steps = 0
         self.asked = 0
         self.asks: dict[str, list[str]] = {}
-        self.deadlines: list[str] = []  # armed (issue 12); kept after the run ends: late expiries too
+        self.deadlines: list[str] = []  # armed; kept after the run ends: late expiries too
 
     def carry_out(self, commands: list[Command]) -> None:
         for command in commands:
@@ -107,11 +107,11 @@ class _Driver:
         if self.live and roll < 0.35:
             run = rng.choice(self.live)
             kind = rng.randrange(8)
-            if kind == 5:  # the shell measured no progress (issue 12: stalls)
+            if kind == 5:  # the shell measured no progress (stalls)
                 return "report", NoProgress(run_id=run, idle_ms=1000)
             if kind == 6:  # a heartbeat of a run flagged stalled
                 return "report", Heartbeat(run_id=run)
-            if kind == 7:  # a provider retry (issue 12): the session shows retry until progress
+            if kind == 7:  # a provider retry: the session shows retry until progress
                 attempt = rng.choice([1, 2, 0])
                 return "report", RetryReport(run_id=run, attempt=attempt, message="529", next_at_ms=None)
             if kind == 0:
@@ -141,7 +141,7 @@ class _Driver:
             return "report", DisposeDone(directory=directory_name, generation=generation, error=error)
         if self.timers and roll < 0.55:
             return "report", GraceExpired(action_id=self.timers.pop())
-        if self.deadlines and roll < 0.57:  # a run's deadline passes (issue 12), maybe after its end
+        if self.deadlines and roll < 0.57:  # a run's deadline passes, maybe after its end
             return "report", DeadlineExpired(run_id=self.deadlines.pop(rng.randrange(len(self.deadlines))))
         if roll < 0.58:
             return "preload", directory
@@ -151,9 +151,9 @@ class _Driver:
             session = rng.choice(["s1", "s2", "s3"])
             parent = rng.choice(self.live) if self.live and rng.random() < 0.3 else None
             known = self.core.run_snapshot(parent) if parent is not None else None
-            if known is not None:  # a child run: in its parent's directory (issue 12)
+            if known is not None:  # a child run: in its parent's directory
                 directory = known.directory
-            policy = rng.choice([None, None, *QueuePolicy])  # queue policies (issue 12)
+            policy = rng.choice([None, None, *QueuePolicy])  # queue policies
             request = StartRun(
                 run_id=f"r{self.started - 1}",
                 session=session,
@@ -162,7 +162,7 @@ class _Driver:
                 queue_policy=policy,
                 deadline_ms=rng.choice([None, None, 100]),
             )
-        elif roll < 0.78:  # a session's default queue policy (issue 12)
+        elif roll < 0.78:  # a session's default queue policy
             request = SetQueuePolicy(
                 session=rng.choice(["s1", "s2", "s3"]), queue_policy=rng.choice(list(QueuePolicy))
             )
@@ -171,7 +171,7 @@ class _Driver:
         elif roll < 0.86:
             do = rng.choice(list(CloseAction)[:4])
             mode = rng.choice([CloseMode.MAINTENANCE, CloseMode.USER_CONFIRMED_INTERRUPT])
-            fingerprint = rng.choice([None, "f1", "f2"])  # the no-op gate (issue 12)
+            fingerprint = rng.choice([None, "f1", "f2"])  # the no-op gate
             policy = None
             if self.policy_rng is not None:  # a reload's own policy; now and then another close's: rejected
                 policy = self.policy_rng.choice([None, None, *ReloadPolicy])
@@ -184,7 +184,7 @@ class _Driver:
                 fingerprint=fingerprint,
                 reload_policy=policy,
             )
-        elif roll < 0.88:  # confirm_close of a pending, completed or unknown action (issue 12: stalls)
+        elif roll < 0.88:  # confirm_close of a pending, completed or unknown action (stalls)
             action_id = rng.choice(["lc-1", "lc-2", "lc-3", "lc-9"])
             request = ConfirmClose(action_id=action_id, origin=rng.choice([None, "user"]))
         elif roll < 0.97:
@@ -231,7 +231,7 @@ def test_a_decision_that_fails_after_all_its_changes_leaves_the_core_exactly_as_
 ) -> None:
     """The journal covers every change a decision makes: failing each one at its very end (the
     worst case: everything was changed) restores the whole core, then the input applies for real.
-    Ten of the sequences run a lazy-reload core whose reloads carry either policy (issue 12)."""
+    Ten of the sequences run a lazy-reload core whose reloads carry either policy."""
     driver = _Driver(seed, reload_policy)
     core = driver.core
     for _ in range(250):

@@ -1,4 +1,4 @@
-"""Child runs (issue 12, item 2): subagents and background jobs get their parent's protection boundary."""
+"""Child runs: subagents and background jobs get their parent's protection boundary."""
 
 from __future__ import annotations
 

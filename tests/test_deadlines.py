@@ -1,4 +1,4 @@
-"""Run deadlines (issue 12, item 4): past its deadline a run is interrupted with reason ``timeout``
+"""Run deadlines: past its deadline a run is interrupted with reason ``timeout``
 and origin ``deadline``; the core stays clock-free (ArmDeadline out, DeadlineExpired in)."""
 
 from __future__ import annotations

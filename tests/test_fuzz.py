@@ -1,4 +1,4 @@
-"""Bad input (issue #3, item 6): whatever bytes or broken documents come in, the answer is a clear error.
+"""Bad input: whatever bytes or broken documents come in, the answer is a clear error.
 
 The scenario loader answers a document with a ``Scenario`` or a ``ScenarioFileError`` naming the file
 and saying what is wrong in one line; the protocol decoders answer bytes with a request or an event, or

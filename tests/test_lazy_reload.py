@@ -1,4 +1,4 @@
-"""Lazy reload (issue 12, item 6): a reload's next generation is loaded when the first run needs it or
+"""Lazy reload: a reload's next generation is loaded when the first run needs it or
 when the old generation has closed, whichever comes first -- never next to an old run nobody asked
 for it beside (``ReloadPolicy``, ``RELOAD_RULES``)."""
 

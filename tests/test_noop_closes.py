@@ -1,4 +1,4 @@
-"""The no-op gate (issue 12, item 1): a close carrying a fingerprint equal to what every live instance it
+"""The no-op gate: a close carrying a fingerprint equal to what every live instance it
 covers was loaded with is answered ``noop`` at once and touches nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Queue policies (issue 12, item 3): per start or per session, what a start does while its session is
+"""Queue policies: per start or per session, what a start does while its session is
 busy -- queue, coalesce into the pending follow-up, or be rejected -- and ``await_idle`` for hosts."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Nothing a host passes or does can wedge the supervisor (issue 10, items 1-9).
+"""Nothing a host passes or does can wedge the supervisor.
 
 One group per item of the issue, each test named after the behaviour it guarantees. Each failed on the
 code before the fix (see docs/reliability.md, "Host faults"). Host code that hangs is held on an event

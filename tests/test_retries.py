@@ -1,4 +1,4 @@
-"""Retry status (issue 12, item 4): a body says it is retrying a provider call; its session shows
+"""Retry status: a body says it is retrying a provider call; its session shows
 ``retry`` with the attempt, the message and when next, until the attempt goes on or the run ends."""
 
 from __future__ import annotations

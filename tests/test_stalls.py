@@ -1,4 +1,4 @@
-"""Progress and stalls (issue 12, item 5): a run that made no progress for its stall setting is flagged
+"""Progress and stalls: a run that made no progress for its stall setting is flagged
 stalled (an event, a field in pending actions), progress clears the flag, and one request turns the
 deferred close it holds into a confirmed one."""
 

@@ -1,4 +1,4 @@
-"""The real supervisor under random interleavings (issue #3, item 1), checked against a small model.
+"""The real supervisor under random interleavings, checked against a small model.
 
 A Hypothesis ``RuleBasedStateMachine`` drives a real ``Supervisor`` (real pykka actors, real worker
 threads) through random sequences of: starting runs (random session, directory and steps), user
