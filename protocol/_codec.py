@@ -55,10 +55,13 @@ def _decode(table: dict[str, Any], data: bytes | str, fmt: str, what: str) -> An
         return decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ProtocolDecodeError(f"not a valid {what}: {exc}") from None
+    except RecursionError:  # a deeply nested document: refused like any other malformed one
+        raise ProtocolDecodeError(f"not a valid {what}: it is nested too deeply") from None
 
 
 def decode_request(data: bytes | str, fmt: Format = "json") -> Request:
-    """Decode one request; raise ``ProtocolDecodeError`` on anything else."""
+    """Decode one request; raise ``ProtocolDecodeError`` on anything else (a field the request does
+    not have, by name, and a document nested too deeply included)."""
     request: Request = _decode(_REQUEST_DECODERS, data, fmt, "request")
     return request
 

@@ -1,7 +1,9 @@
 """Requests a host sends, the reports a run body makes, and the answers the supervisor gives.
 
 Requests are frozen, tagged msgspec Structs so a non-Python host can send them as JSON or msgpack
-(see ``protocol.decode_request``). New fields always get defaults so old senders stay valid.
+(see ``protocol.decode_request``). New fields always get defaults so old senders stay valid; a field
+a request does not have is refused (``"deadline": 200`` for ``deadline_ms`` is an error naming the field,
+never a request run without the deadline the sender meant).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ __all__ = [
 ]
 
 
-class _Request(msgspec.Struct, frozen=True, tag_field="type", kw_only=True):
+class _Request(msgspec.Struct, frozen=True, tag_field="type", kw_only=True, forbid_unknown_fields=True):
     tag: str | None = None
     """The requester's own correlation tag: echoed on the lifecycle events of a close, and named
     as the ``action`` of an interrupt a cancel, a rejection or a dismissal causes."""
