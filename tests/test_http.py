@@ -341,7 +341,8 @@ def test_an_sse_client_that_drops_and_resumes_with_last_event_id_loses_no_event(
             await report(client, "r1", type="end")
             async with sse(client, "/events", headers={"Last-Event-ID": str(last)}) as resumed:
                 await resumed.until(of_type("run.finished", run_id="r1"))
-            ids = [int(e.id) for e in first.seen + resumed.seen if e.id and "." not in e.id]
+            seqs = [e.id.split(":")[1] for e in first.seen + resumed.seen if e.id]
+            ids = [int(seq) for seq in seqs if "." not in seq]
             assert ids == list(range(1, ids[-1] + 1)), ids  # every seq once, in order, no gap
             steps = [e.data["step"] for e in resumed.seen if e.type == "run.step.started"]
             assert steps == ["m0", "m1", "m2", "m3", "m4"]
@@ -356,13 +357,15 @@ def test_a_resume_past_the_buffer_gets_a_reset_event_then_the_whole_buffer() -> 
             for n in range(10):
                 await report(client, "r1", type="step", kind="model", step=f"m{n}")
             await report(client, "r1", type="end")
-            async with sse(client, "/events", headers={"Last-Event-ID": "1"}) as resumed:
+            first_id = f"{srv.host.hub.epoch}:1"
+            async with sse(client, "/events", headers={"Last-Event-ID": first_id}) as resumed:
                 reset = await resumed.next()
                 assert reset is not None and reset.type == "stream.reset" and reset.id is None
-                assert reset.data["why"] == "evicted" and reset.data["after"] == "1"
+                assert reset.data["why"] == "evicted" and reset.data["after"] == first_id
                 first = await resumed.next()
                 assert first is not None and first.id == reset.data["oldest"]
-            async with sse(client, "/events", headers={"Last-Event-ID": "99999"}) as future:
+            not_yet = f"{srv.host.hub.epoch}:99999"
+            async with sse(client, "/events", headers={"Last-Event-ID": not_yet}) as future:
                 reset = await future.next()
                 assert reset is not None and reset.data["why"] == "unknown_id"
 

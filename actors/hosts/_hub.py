@@ -1,26 +1,33 @@
 """The event hub of the wire hosts: one ordered, bounded replay buffer, fanned out to SSE streams.
 
 One pump thread reads the supervisor's events (an unbounded subscription, so the supervisor never
-waits for it) and appends each, encoded once, to a ring buffer. Every item has an id that orders it:
-a supervisor event's id is its ``seq`` (``"17"``); an event the host itself publishes (an external
-run's interrupt notice) follows the last supervisor event and takes a suffix (``"17.1"``). A client
-that reconnects with ``Last-Event-ID`` gets every item after that id from the buffer; when the buffer
-no longer holds what followed (evicted, or the id belongs to another server's life), it gets one
-``stream.reset`` event first, then the whole buffer -- and should re-read state from the queries.
+waits for it) and appends each, encoded once, to a ring buffer. Every item has an id that says which
+life of the server it belongs to and orders it within that life: ``"<epoch>:<seq>"``. The epoch is
+the journal's boot number when the supervisor keeps a journal (``"3"``: the third start on that
+file), else a random token drawn when the hub starts (``"t9f2c4a1e"``); a supervisor event's id ends
+in its ``seq`` (``"3:17"``); an event the host itself publishes (an external run's interrupt notice)
+follows the last supervisor event and takes a suffix (``"3:17.1"``). A client that reconnects with
+``Last-Event-ID`` gets every item after that id from the buffer; when the buffer no longer holds what
+followed -- evicted, an id this life has not reached, or an id of another life (a restart: its
+``seq`` counts again from 1) -- it gets one ``stream.reset`` event first, then the whole buffer, and
+should re-read state from the queries. A plain number (the ids of servers before ids named their
+life) is an id of another life.
 
-Listeners live on an asyncio loop: delivery is a ``call_soon_threadsafe`` per listener, made under
-the hub's lock so that items reach every listener in id order. A listener that falls more than its
-bound behind is cut off (``overflowed``): its stream ends and the client resumes by ``Last-Event-ID``.
+Listeners live on an asyncio loop: delivery is a ``call_soon_threadsafe`` per loop, made under the
+hub's lock so that items reach every listener in id order. A listener that falls more than its bound
+behind is cut off (``overflowed``, and its ``alarm`` is set so that a stream blocked on a reader that
+stopped reading notices): its stream ends and the client resumes by ``Last-Event-ID``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 from loguru import logger
@@ -36,36 +43,65 @@ from run_supervisor.protocol import (
     encode,
 )
 
-__all__ = ["EventHub", "Listener", "StreamReset", "WireItem", "parse_event_id"]
+__all__ = ["EventHub", "EventId", "Listener", "StreamReset", "WireItem", "parse_event_id"]
 
 Key = tuple[int, int]
+"""An item's place within its life: (the supervisor event's seq, the host event's suffix or 0)."""
+
+ResetWhy = Literal["evicted", "unknown_id", "other_epoch"]
 
 
-def parse_event_id(text: str | None) -> Key | None:
-    """``"17"`` -> (17, 0); ``"17.2"`` -> (17, 2); None or malformed -> None."""
+class EventId(NamedTuple):
+    """A parsed event id: the life it belongs to (None: a plain number, which names none) and its key."""
+
+    epoch: str | None
+    key: Key
+
+
+def _key(text: str) -> Key | None:
+    head, _, tail = text.partition(".")
+    if not head.isdigit() or not (tail == "" or tail.isdigit()):
+        return None  # isdigit: no sign, no spaces, no underscores
+    return (int(head), int(tail) if tail else 0)
+
+
+def parse_event_id(text: str | None) -> EventId | None:
+    """``"3:17"`` -> ("3", (17, 0)); ``"3:17.2"`` -> ("3", (17, 2)); a plain ``"17"`` -> (None, (17, 0));
+    None or malformed -> None."""
     if text is None:
         return None
-    head, _, tail = text.strip().partition(".")
-    try:
-        seq, sub = int(head), int(tail) if tail else 0
-    except ValueError:
+    epoch, colon, rest = text.strip().rpartition(":")
+    if colon and not epoch.isalnum():
         return None
-    if seq < 0 or sub < 0:
+    key = _key(rest)
+    if key is None:
         return None
-    return (seq, sub)
+    return EventId(epoch if colon else None, key)
 
 
-def _format_id(key: Key) -> str:
-    return str(key[0]) if key[1] == 0 else f"{key[0]}.{key[1]}"
+def _format_id(epoch: str, key: Key) -> str:
+    return f"{epoch}:{key[0]}" if key[1] == 0 else f"{epoch}:{key[0]}.{key[1]}"
+
+
+def new_epoch(supervisor: Supervisor) -> str:
+    """The life a hub's ids belong to: the journal's boot number, else a random token of this start."""
+    boot = supervisor.epoch
+    return str(boot) if boot is not None else f"t{secrets.token_hex(4)}"
 
 
 class StreamReset(msgspec.Struct, frozen=True, tag="stream.reset", tag_field="type", kw_only=True):
     """Sent (without an SSE id) when a resume asks for more than the replay buffer holds; the whole
-    buffer follows. Re-read state from the queries."""
+    buffer follows. Re-read state from the queries.
+
+    ``why``: ``evicted`` (the id is older than the buffer's oldest event), ``unknown_id`` (not an
+    event id, or one this life has not reached), ``other_epoch`` (an id of another life of the
+    server: it restarted, and its ``seq`` counts again from 1)."""
 
     after: str
     oldest: str | None
-    why: Literal["evicted", "unknown_id"]
+    why: ResetWhy
+    epoch: str
+    """The life the stream's ids belong to from now on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,24 +125,44 @@ class Listener:
         self.bound = bound
         self.items: collections.deque[WireItem] = collections.deque()
         self.ready = asyncio.Event()
+        self.alarm = asyncio.Event()
+        """Set when the stream must stop waiting on its reader: it overflowed, it was stopped, or the
+        hub ended (then what is queued may still be flushed, within the host's bound)."""
         self.overflowed = False
         self.ended = False
+        self.stopped = False
 
     # On the loop's thread.
     def _push(self, item: WireItem) -> None:
+        if self.overflowed or self.stopped:
+            return
         if len(self.items) >= self.bound:
             self.overflowed = True
+            self.alarm.set()
         else:
             self.items.append(item)
         self.ready.set()
 
     def _end(self) -> None:
         self.ended = True
+        self.alarm.set()
+        self.ready.set()
+
+    def end(self) -> None:
+        """End this stream after what it has queued, as the hub's close would (on the loop's thread)."""
+        self._end()
+
+    def stop(self) -> None:
+        """Stop this stream now, dropping what it has queued (on the loop's thread)."""
+        self.stopped = True
+        self.items.clear()
+        self.alarm.set()
         self.ready.set()
 
     async def next_batch(self) -> list[WireItem]:
-        """Wait for items (or the end); empty means the stream is over (hub closed or overflowed)."""
-        while not self.items and not self.ended and not self.overflowed:
+        """Wait for items (or the end); empty means the stream is over (hub closed, overflowed or
+        stopped)."""
+        while not self.items and not self.ended and not self.overflowed and not self.stopped:
             self.ready.clear()
             await self.ready.wait()
         batch = list(self.items)
@@ -122,10 +178,14 @@ def _push_all(group: tuple[Listener, ...], item: WireItem) -> None:
 class EventHub:
     """The supervisor's events (plus host events), buffered for replay and fanned out to listeners."""
 
-    def __init__(self, supervisor: Supervisor, *, capacity: int = 10_000) -> None:
+    def __init__(self, supervisor: Supervisor, *, capacity: int = 10_000, epoch: str | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
+        if epoch is not None and not epoch.isalnum():
+            raise ValueError(f"an epoch is letters and digits, got {epoch!r}")
         self.capacity = capacity
+        self.epoch = epoch if epoch is not None else new_epoch(supervisor)
+        """The life this hub's ids belong to (see the module's docstring)."""
         self._lock = threading.Lock()
         self._buffer: collections.deque[WireItem] = collections.deque()
         self._evicted_upto: Key = (0, 0)
@@ -180,7 +240,8 @@ class EventHub:
         data, compat = encode(event), self._compat(event)
         with self._lock:
             key = (event.seq, 0)
-            self._append(WireItem(key=key, id=_format_id(key), type=kind, data=data, compat=compat))
+            item = WireItem(key=key, id=_format_id(self.epoch, key), type=kind, data=data, compat=compat)
+            self._append(item)
 
     def publish(self, payload: dict[str, Any]) -> str:
         """Publish a host event (a dict with ``type``); it gets the next id and a ``seq`` field equal
@@ -189,7 +250,8 @@ class EventHub:
             key = (self._last[0], self._last[1] + 1)
             rest = {k: v for k, v in payload.items() if k != "type"}
             body = {"type": payload["type"], "seq": key[0], **rest}
-            item = WireItem(key=key, id=_format_id(key), type=body["type"], data=msgspec.json.encode(body))
+            data = msgspec.json.encode(body)
+            item = WireItem(key=key, id=_format_id(self.epoch, key), type=body["type"], data=data)
             if not self._closed.is_set():
                 self._append(item)
             return item.id
@@ -254,13 +316,10 @@ class EventHub:
             replay: list[WireItem] = []
             reset: StreamReset | None = None
             if after is not None:
-                key = parse_event_id(after)
-                if key is None or key > self._last or key < self._evicted_upto:
+                key, why = self._resume_after(after)
+                if why is not None:
                     oldest = self._buffer[0].id if self._buffer else None
-                    why: Literal["evicted", "unknown_id"] = (
-                        "unknown_id" if key is None or key > self._last else "evicted"
-                    )
-                    reset = StreamReset(after=after, oldest=oldest, why=why)
+                    reset = StreamReset(after=after, oldest=oldest, why=why, epoch=self.epoch)
                     replay = list(self._buffer)
                 else:
                     replay = [item for item in self._buffer if item.key > key]
@@ -270,6 +329,20 @@ class EventHub:
                 self._listeners.add(listener)
                 self._regroup(loop)
         return replay, reset, listener
+
+    def _resume_after(self, after: str) -> tuple[Key, ResetWhy | None]:  # under the lock
+        """Where a resume after this id starts in this life, and why the buffer cannot bridge the
+        gap (None: it can). ``"0"`` is this life's beginning."""
+        parsed = EventId(self.epoch, (0, 0)) if after.strip() == "0" else parse_event_id(after)
+        if parsed is None:
+            return (0, 0), "unknown_id"
+        if parsed.epoch != self.epoch:
+            return (0, 0), "other_epoch"
+        if parsed.key > self._last:
+            return (0, 0), "unknown_id"
+        if parsed.key < self._evicted_upto:
+            return (0, 0), "evicted"
+        return parsed.key, None
 
     def unlisten(self, listener: Listener) -> None:
         with self._lock:

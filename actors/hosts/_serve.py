@@ -1,4 +1,9 @@
-"""The ``serve`` subcommand: a supervisor behind the HTTP host, until a shutdown request or a signal."""
+"""The ``serve`` subcommand: a supervisor behind the HTTP host, until a shutdown request or a signal.
+
+Like every subcommand, it never ends in a traceback: an argument out of its range, a port that cannot
+be bound, a journal that cannot be used (held, foreign, a FIFO, a directory, unwritable) is exit status 2
+with one line on stderr naming what and why, before anything listens.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +12,33 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
+import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from run_supervisor.actors._api import Supervisor, SupervisorConfig
 from run_supervisor.actors._errors import JournalError
 from run_supervisor.actors._validate import MAX_MS
-from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS
+from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS, MAX_LEASE_MS, MIN_LEASE_MS
 from run_supervisor.protocol import ReloadPolicy, Shutdown
 
 __all__ = ["TOKEN_ENV", "add_serve_arguments", "add_stdio_arguments", "serve_command", "stdio_command"]
 
 TOKEN_ENV = "RUN_SUPERVISOR_TOKEN"
+
+RANGES: dict[str, tuple[int, int | None]] = {
+    "port": (0, 65535),
+    "buffer": (1, None),
+    "lease_ms": (MIN_LEASE_MS, MAX_LEASE_MS),
+    "max_body": (1, None),
+    "grace_ms": (1, MAX_MS),
+}
+"""The range of each integer option (None: no upper end), checked before anything starts."""
+
+FORCED_EXIT = 1
+"""``serve``'s exit status when a second signal stopped it before its shutdown completed."""
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,45 +140,39 @@ def serve_command(args: argparse.Namespace) -> int:
             f"token; give one explicitly with --token-file or ${TOKEN_ENV}\n"
         )
         return 2
-    for name in ("port", "buffer", "lease_ms", "max_body", "grace_ms"):
-        if getattr(args, name) < 0 or (name != "port" and getattr(args, name) == 0):
-            sys.stderr.write(f"run-supervisor serve: --{name.replace('_', '-')} must be positive\n")
-            return 2
-    if not _stall_setting_ok("serve", args):
+    if not _in_range("serve", args, ("port", "buffer", "lease_ms", "max_body", "grace_ms")):
+        return 2
+    if not _stall_setting_ok("serve", args) or not _journal_path_ok("serve", args.journal):
         return 2
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
-        sys.stderr.write(f"run-supervisor serve: cannot listen on {args.host}:{args.port}: {exc.strerror}\n")
+        sys.stderr.write(
+            f"run-supervisor serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}\n"
+        )
         return 2
     port = sock.getsockname()[1]
     settings = HttpSettings(token=token, max_body=args.max_body, extra_hosts=tuple(args.allow_host))
     settings.allow_port(args.host, port)
-    try:
-        supervisor = Supervisor.start(
-            SupervisorConfig(
-                shutdown_at_exit=False,
-                default_grace_ms=args.grace_ms,
-                stall_after_ms=args.stall_after_ms,
-                reload_policy=args.reload_policy,
-            ),
-            journal=args.journal,
-            journal_sync=args.journal_sync,
-        )
-    except JournalError as exc:
-        sys.stderr.write(f"run-supervisor serve: {exc}\n")
+    supervisor = _start_supervisor("serve", args)
+    if supervisor is None:
+        sock.close()
         return 2
     host = WireHost(supervisor, buffer=args.buffer, default_lease_ms=args.lease_ms)
     if args.directory:
         supervisor.load(*args.directory)  # after the hub subscribed: their events are in the stream
-    server = uvicorn_server(create_app(host, settings))
+    app = create_app(host, settings)
+    server = uvicorn_server(app)
     shown = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{shown}:{port}"
+
+    forced = False
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
 
         def stop() -> None:
+            app.streams.end_all()  # each stream writes its last events (bounded), then ends
             server.should_exit = True
 
         host.hub.on_close(lambda: loop.call_soon_threadsafe(stop))
@@ -168,13 +181,19 @@ def serve_command(args: argparse.Namespace) -> int:
         def on_signal() -> None:
             # The first signal shuts the supervisor down (its runs are interrupted with reason
             # shutdown, the streams get the last events, then the server stops); a second one stops
-            # the server at once.
-            nonlocal signals
+            # at once: the streams are dropped, the server waits for no connection, and the process
+            # does not wait for the shutdown's grace.
+            nonlocal signals, forced
             signals += 1
             if signals == 1 and not host.hub.closed:
                 supervisor.submit(Shutdown(origin="signal", grace_ms=args.grace_ms))
-            else:
+            elif signals == 1:
                 stop()
+            else:
+                forced = True
+                app.streams.drop_all()
+                server.should_exit = True
+                server.force_exit = True
 
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, on_signal)
@@ -198,11 +217,81 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         asyncio.run(main())
     finally:
-        if not supervisor.closed:
-            supervisor.shutdown(grace_ms=args.grace_ms)
-        host.hub.join(5.0)
+        if not forced:
+            if not supervisor.closed:
+                supervisor.shutdown(grace_ms=args.grace_ms)
+            host.hub.join(5.0)
         sock.close()
+    if forced and not supervisor.closed:
+        sys.stderr.write("run-supervisor serve: stopped by a second signal before the shutdown completed\n")
+        return FORCED_EXIT
     return 0
+
+
+def _in_range(command: str, args: argparse.Namespace, names: Iterable[str]) -> bool:
+    for name in names:
+        least, most = RANGES[name]
+        value = getattr(args, name)
+        if least <= value and (most is None or value <= most):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if least == 1:
+            span = "positive" if most is None else f"positive and at most {most}"
+        else:
+            span = f"between {least} and {most}" if most is not None else f"at least {least}"
+        sys.stderr.write(f"run-supervisor {command}: {flag} must be {span}, got {value}\n")
+        return False
+    return True
+
+
+def _journal_path_ok(command: str, path: Path | None) -> bool:
+    """A journal path that names something other than a file (a FIFO would block the start until a
+    writer came; a directory or a device is no journal) is refused before anything starts."""
+    if path is None:
+        return True
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return True  # created at start (Journal.open says so if its folder is missing)
+    except OSError as exc:
+        sys.stderr.write(f"run-supervisor {command}: journal {str(path)!r}: cannot use it ({exc.strerror})\n")
+        return False
+    if stat.S_ISREG(mode):
+        return True
+    kind = (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a device"
+    )
+    sys.stderr.write(f"run-supervisor {command}: journal {str(path)!r} is {kind}, not a journal file\n")
+    return False
+
+
+def _start_supervisor(command: str, args: argparse.Namespace) -> Supervisor | None:
+    """The supervisor of ``serve``, or None (and one line on stderr) when its journal cannot be used."""
+    try:
+        return Supervisor.start(
+            SupervisorConfig(
+                shutdown_at_exit=False,
+                default_grace_ms=args.grace_ms,
+                stall_after_ms=args.stall_after_ms,
+                reload_policy=args.reload_policy,
+            ),
+            journal=args.journal,
+            journal_sync=args.journal_sync,
+        )
+    except JournalError as exc:
+        sys.stderr.write(f"run-supervisor {command}: {exc}\n")
+    except (OSError, sqlite3.Error) as exc:  # what the journal did not name itself
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        sys.stderr.write(
+            f"run-supervisor {command}: journal {str(args.journal)!r}: cannot use it ({detail})\n"
+        )
+    return None
 
 
 def add_stdio_arguments(parser: argparse.ArgumentParser) -> None:
@@ -225,11 +314,9 @@ def add_stdio_arguments(parser: argparse.ArgumentParser) -> None:
 def stdio_command(args: argparse.Namespace) -> int:
     from run_supervisor.actors.hosts._stdio import serve_stdio
 
-    for name in ("grace_ms", "lease_ms"):
-        if getattr(args, name) <= 0:
-            sys.stderr.write(f"run-supervisor stdio: --{name.replace('_', '-')} must be positive\n")
-            return 2
-    if not _stall_setting_ok("stdio", args):
+    if not _in_range("stdio", args, ("grace_ms", "lease_ms")):
+        return 2
+    if not _stall_setting_ok("stdio", args) or not _journal_path_ok("stdio", args.journal):
         return 2
     return serve_stdio(
         directories=tuple(args.directory),
