@@ -1029,13 +1029,15 @@ class Supervisor:
         grace_ms: int | None = None,
         reason: ShutdownReasonName | ShutdownReason = "shutdown",
         origin: str | None = None,
+        tag: str | None = None,
     ) -> CloseOutcome:
-        """Interrupt everything with ``reason`` and stop every actor and thread we started. Returns
+        """Interrupt everything with ``reason`` and stop every actor and thread we started (``origin``
+        and ``tag`` name who asked and why, in the lifecycle events). Returns
         within ``grace_ms`` plus ``stop_timeout_s`` whatever host code does: bodies that ignore
         cancellation are abandoned (``abandoned_runs``); load and dispose hooks, subscriber callbacks
         and future callbacks still running are left behind and named in ``overran``. Idempotent: a
         second call returns the first one's outcome."""
-        request = self._shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=None)
+        request = self._shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
         limit = request.grace_ms / 1000.0 + self.config.request_timeout_s
         self._request(request, limit)
         return self.wait_closed(timeout=limit)

@@ -23,6 +23,7 @@ from run_supervisor.actors import _validate as check
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig, _next_run_number
 from run_supervisor.actors._context import RunBody
 from run_supervisor.actors._errors import (
+    JournalFailed,
     RunAlreadyExists,
     SupervisorClosed,
     SupervisorTimeout,
@@ -287,6 +288,16 @@ class AsyncSupervisor:
         """Shutdown has completed."""
         return self.sync.closed
 
+    @property
+    def journal_failure(self) -> JournalFailed | None:
+        """Why this supervisor stopped, if its journal failed (see ``Supervisor.journal_failure``)."""
+        return self.sync.journal_failure
+
+    @property
+    def epoch(self) -> int | None:
+        """Which life of its journal this supervisor is (see ``Supervisor.epoch``)."""
+        return self.sync.epoch
+
     def recovered(self) -> tuple[RunRecovered, ...]:
         """The runs the previous process left unfinished in the journal (see
         ``Supervisor.recovered``); read at start, so this never waits."""
@@ -339,6 +350,7 @@ class AsyncSupervisor:
         session: str,
         directory: str | PathLike[str],
         run_id: str | None = None,
+        resume_of: str | None = None,
         parent_run_id: str | None = None,
         deadline_ms: int | None = None,
         queue_policy: QueuePolicyName | QueuePolicy | None = None,
@@ -348,7 +360,8 @@ class AsyncSupervisor:
         """Start a run (or queue it behind the session's active run), pinned to the directory's
         current instance generation. Without ``run_id`` one is made (``run-N``), never one a host
         already used. An ``async def`` body runs as a task on this (the awaiting) loop, with an
-        ``AsyncRunContext``; any other body on its own thread. ``parent_run_id`` makes it a child
+        ``AsyncRunContext``; any other body on its own thread. ``resume_of`` names the finished run
+        it continues (``UnknownRun`` if none is known). ``parent_run_id`` makes it a child
         run of that active run; ``deadline_ms`` gives it a deadline (from when it becomes active:
         then it is interrupted, ``timeout``, origin ``deadline``).
         ``queue_policy`` says what it does while the session is busy
@@ -361,6 +374,7 @@ class AsyncSupervisor:
             directory=directory,
             run_id=run_id,
             queue_policy=queue_policy,
+            resume_of=resume_of,
             parent_run_id=parent_run_id,
             deadline_ms=deadline_ms,
             stall_after_ms=stall_after_ms,

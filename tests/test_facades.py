@@ -1,0 +1,189 @@
+"""The two facades stay one API: every public call of the sync facade has an asyncio twin taking the
+same parameters (names, kinds, defaults), save a short list of intended differences, and both go
+through the same connection to the supervisor, so they answer and refuse alike."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from run_supervisor import (
+    AsyncRunContext,
+    AsyncRunHandle,
+    AsyncSupervisor,
+    AsyncToolCall,
+    Gate,
+    JournalFailed,
+    Outcome,
+    RunContext,
+    RunHandle,
+    Supervisor,
+    SupervisorConfig,
+    ToolCall,
+)
+from run_supervisor.actors._async_body import AsyncAsk
+from run_supervisor.actors._context import Ask
+from run_supervisor.actors._journal import JournaledPublisher
+from run_supervisor.protocol import RunStarted
+
+T = TypeVar("T")
+CONFIG = SupervisorConfig(shutdown_at_exit=False, default_grace_ms=500)
+
+# What the sync facade has and its twin does not, and why (each is a thread-side way of waiting).
+ONLY_SYNC: dict[type, dict[str, str]] = {
+    Supervisor: {
+        "subscribe": "a callback subscription for threads; the loop's is events()",
+        "close_async": "a concurrent.futures twin of close for thread-based hosts",
+        "confirm_close_async": "a concurrent.futures twin of confirm_close for thread-based hosts",
+        "shutdown_async": "a concurrent.futures twin of shutdown for thread-based hosts",
+    },
+    RunHandle: {"wait_async": "a concurrent.futures twin of wait for thread-based hosts"},
+    RunContext: {},
+    ToolCall: {},
+    Ask: {},
+}
+# What the async facade has and the sync one does not, and why.
+ONLY_ASYNC: dict[type, dict[str, str]] = {
+    AsyncSupervisor: {
+        "events": "the loop's subscription (async for); the sync facade's is subscribe()",
+        "config": "the sync facade's is an attribute, not a property",
+        "threads": "the sync facade's is an attribute, not a property",
+    },
+    AsyncRunHandle: {"sync": "the same run's thread-side handle"},
+    AsyncRunContext: {},
+    AsyncToolCall: {},
+    AsyncAsk: {},
+}
+# Same name, other parameters, on purpose.
+OTHER_PARAMETERS: dict[tuple[type, str], str] = {
+    (Supervisor, "submit"): "the sync submit returns a future (no wait to bound); the async one awaits "
+    "the outcome within timeout=",
+}
+
+PAIRS = [
+    (Supervisor, AsyncSupervisor),
+    (RunHandle, AsyncRunHandle),
+    (RunContext, AsyncRunContext),
+    (ToolCall, AsyncToolCall),
+    (Ask, AsyncAsk),
+]
+
+
+def public(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_")}
+
+
+def parameters(cls: type, name: str) -> list[tuple[str, Any, Any]]:
+    member = inspect.getattr_static(cls, name)
+    if isinstance(member, classmethod):
+        member = member.__func__
+    return [(p.name, p.kind, p.default) for p in inspect.signature(member).parameters.values()]
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 30.0) -> T:
+    async def bounded() -> T:
+        async with asyncio.timeout(bound):
+            return await main()
+
+    return asyncio.run(bounded())
+
+
+@pytest.mark.parametrize(("sync", "twin"), PAIRS, ids=[s.__name__ for s, _ in PAIRS])
+def test_every_public_call_of_the_sync_facade_has_an_async_twin_save_the_listed_ones(
+    sync: type, twin: type
+) -> None:
+    assert public(sync) - public(twin) == set(ONLY_SYNC[sync])
+    assert public(twin) - public(sync) == set(ONLY_ASYNC[twin])
+
+
+@pytest.mark.parametrize(("sync", "twin"), PAIRS, ids=[s.__name__ for s, _ in PAIRS])
+def test_each_twin_takes_the_same_parameters_names_kinds_and_defaults(sync: type, twin: type) -> None:
+    differ = []
+    for name in sorted(public(sync) & public(twin)):
+        ours, theirs = inspect.getattr_static(sync, name), inspect.getattr_static(twin, name)
+        assert isinstance(ours, property) == isinstance(theirs, property), (
+            f"{name}: property on one side only"
+        )
+        if isinstance(ours, property) or not callable(ours) or (sync, name) in OTHER_PARAMETERS:
+            continue
+        if parameters(sync, name) != parameters(twin, name):
+            differ.append(f"{name}: {inspect.signature(ours)} vs {inspect.signature(theirs)}")
+    assert differ == []
+
+
+def test_an_async_start_run_resumes_a_finished_run_as_the_sync_one_does() -> None:
+    async def host() -> tuple[str | None, Outcome]:
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            events = sup.events()
+            first = await sup.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r1")
+            await first.wait(5)
+            follow_up = await sup.start_run(
+                lambda ctx: None, session="s1", directory="/w/a", run_id="r2", resume_of="r1"
+            )
+            done = await follow_up.wait(5)
+            async for event in events:
+                if isinstance(event, RunStarted) and event.run_id == "r2":
+                    return event.resume_of, done.outcome
+        raise AssertionError("no run.started for r2")
+
+    assert run_async(host) == ("r1", Outcome.COMPLETED)
+
+
+def fill_the_disk(sup: Supervisor) -> None:
+    """From now on the journal cannot grow (SQLITE_FULL), set on its writer between two batches."""
+    publisher = sup._publisher
+    assert isinstance(publisher, JournaledPublisher)
+    done = threading.Event()
+
+    def clamp() -> None:
+        publisher.journal._db.execute("PRAGMA max_page_count = 1")
+        done.set()
+
+    publisher.after(clamp)
+    assert done.wait(5)
+
+
+@pytest.mark.xfail(strict=True, reason="the async facade does not yet share the sync one's rejection path")
+def test_after_a_journal_failure_the_async_facade_raises_journal_failed_as_the_sync_one_does(
+    tmp_path: Path,
+) -> None:
+    journal = tmp_path / "runs.journal"
+
+    async def host() -> tuple[JournalFailed, type[BaseException], type[BaseException]]:
+        sup = await AsyncSupervisor.start(CONFIG, journal=journal, directories=["/w/a"])
+        try:
+            events = sup.events()
+            await (await sup.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r1")).wait(5)
+            fill_the_disk(sup.sync)
+
+            def big_form(ctx: RunContext) -> None:
+                ctx.open_form(title="Pick one", questions=["Which?"], data={"blob": "x" * 200_000})
+                ctx.wait(Gate("never"))
+
+            await sup.start_run(big_form, session="s2", directory="/w/a", run_id="r2")
+            async for _ in events:  # the stream ends once the journal stops recording
+                pass
+            failure = sup.journal_failure
+            assert failure is not None
+            raised = []
+            for call in (
+                lambda: sup.start_run(lambda ctx: None, session="s3", directory="/w/a"),
+                lambda: sup.cancel("r2"),
+            ):
+                try:
+                    await call()
+                except Exception as exc:
+                    raised.append(type(exc))
+            return failure, raised[0], raised[1]
+        finally:
+            await sup.shutdown(grace_ms=0)
+
+    failure, start_error, cancel_error = run_async(host)
+    assert isinstance(failure, JournalFailed) and "SQLITE_FULL" in failure.error
+    assert (start_error, cancel_error) == (JournalFailed, JournalFailed)
