@@ -1,8 +1,10 @@
 """The stdio sidecar tells its parent the truth whatever it is sent: every line gets exactly one answer,
-a field it does not take is refused by name, and a parent that closed stdout ends the session."""
+a field it does not take is refused by name, and a parent that closed stdout, or stopped reading it,
+ends the session."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -10,12 +12,14 @@ import selectors
 import subprocess
 import sys
 import tempfile
-from typing import Any
+import threading
+from typing import IO, Any, cast
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from run_supervisor.actors.hosts._stdio import serve_stdio
+from run_supervisor.actors.hosts._stdio import _Writer, serve_stdio
 
 _COMMAND = (sys.executable, "-m", "run_supervisor.actors._cli", "stdio")
 _MAX_LINE = 4096
@@ -287,3 +291,150 @@ def test_stdio_event_ids_say_which_life_of_the_journal_they_belong_to(tmp_path: 
     epochs = [{event_id.split(":")[0] for event_id in life} for life in lives]
     assert all(len(epoch) == 1 for epoch in epochs) and epochs[0] != epochs[1], lives
     assert not set(first) & set(second), lives
+
+
+class _StuckStream:
+    """A stdout whose parent stopped reading it: every write waits until ``reading`` is set."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.reading = threading.Event()
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.entered.set()
+        self.reading.wait(timeout=30)  # bounded: the test sets it in its finally
+        self.written.append(bytes(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_the_stdio_writer_ends_as_stalled_once_more_than_its_bound_waits_and_queues_nothing_more() -> None:
+    stream = _StuckStream()
+    writer = _Writer(cast(IO[bytes], stream), max_pending=100)
+    why: list[str] = []
+    writer.when_ended(why.append)
+    try:
+        writer.put(b"a" * 9)  # 10 bytes with its newline: the thread takes it, and its write blocks
+        assert stream.entered.wait(timeout=10)
+        writer.put(b"b" * 39)
+        writer.put(b"c" * 39)  # 80 bytes wait behind it: within the bound
+        assert (writer.pending, writer.ended, why) == (80, None, [])
+        writer.put(b"d" * 39)  # 120 would wait: the parent stopped reading
+        assert (writer.ended, why, writer.pending) == ("stdout.stalled", ["stdout.stalled"], 0)
+        for _ in range(1000):  # 1 MB more: none of it is kept
+            writer.put(b"e" * 1000)
+        assert writer.pending == 0
+    finally:
+        stream.reading.set()
+        writer.close(timeout=10)
+    assert stream.written == [b"a" * 9 + b"\n"]  # what waited behind the stuck write was let go
+    assert why == ["stdout.stalled"]
+
+
+def test_the_stdio_writer_keeps_what_waits_within_its_bound_and_takes_a_longer_line_when_none_waits() -> None:
+    stream = _StuckStream()
+    writer = _Writer(cast(IO[bytes], stream), max_pending=100)
+    try:
+        writer.put(b"a" * 9)
+        assert stream.entered.wait(timeout=10)
+        writer.put(b"l" * 299)  # 300 bytes, more than the bound, but no other line waits: taken
+        assert (writer.pending, writer.ended) == (300, None)
+    finally:
+        stream.reading.set()  # the parent reads again
+        writer.close(timeout=10)
+    assert stream.written == [b"a" * 9 + b"\n", b"l" * 299 + b"\n"]
+    assert writer.ended is None
+    within = _StuckStream()
+    writer = _Writer(cast(IO[bytes], within), max_pending=100)
+    try:
+        writer.put(b"a" * 9)
+        assert within.entered.wait(timeout=10)
+        for letter in b"bcd":
+            writer.put(bytes([letter]) * 32)  # 99 bytes wait: within the bound
+        assert (writer.pending, writer.ended) == (99, None)
+    finally:
+        within.reading.set()
+        writer.close(timeout=10)
+    assert within.written == [b"a" * 9 + b"\n", *(bytes([c]) * 32 + b"\n" for c in b"bcd")]
+    assert writer.ended is None
+
+
+def _rss_mib(pid: int) -> float | None:
+    """The process's resident set (VmRSS), or None once it has gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return None
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads VmRSS from /proc")
+def test_a_parent_that_stops_reading_stdout_ends_the_session_as_stalled_with_its_memory_bounded() -> None:
+    read_end, write_end = os.pipe()
+    # Each query names a 512 KiB correlation id, which its answer echoes: 600 of them are 300 MiB of
+    # answers for a parent that never reads them (the old sidecar kept them all: +300 MiB and running).
+    query = json.dumps({"id": "x" * (512 << 10), "type": "query", "what": "statistics"}).encode() + b"\n"
+    fed: list[int] = []
+    with tempfile.TemporaryFile() as errors:
+        proc = subprocess.Popen(
+            [*_COMMAND, "--no-events", "--grace-ms", "200"],
+            stdin=subprocess.PIPE,
+            stdout=write_end,
+            stderr=errors,
+        )
+        os.close(write_end)
+        assert proc.stdin is not None
+        stdin = proc.stdin
+
+        def feed() -> None:
+            try:
+                for count in range(1, 601):
+                    stdin.write(query)
+                    fed.append(count)
+                stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass  # the sidecar ended and stopped reading: what it is sent now goes nowhere
+
+        feeder = threading.Thread(target=feed, name="test-stdio-feeder")
+        peak = 0.0
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(read_end, selectors.EVENT_READ)
+                stdin.write(b'{"id": 1, "type": "query", "what": "statistics"}\n')
+                stdin.flush()
+                assert json.loads(_read_line(selector, read_end))["status"] == 200  # it is up
+            idle = _rss_mib(proc.pid)
+            assert idle is not None
+            feeder.start()  # from now on nobody reads stdout, and stdout stays open
+            for _ in range(400):  # at most 40 s: poll the process, sampling its memory meanwhile
+                try:
+                    proc.wait(timeout=0.1)
+                    break
+                except subprocess.TimeoutExpired:
+                    peak = max(peak, (_rss_mib(proc.pid) or idle) - idle)
+                    if peak > 128:
+                        break  # it grows with what nobody reads: fail now, not at the wait's end
+            assert peak <= 128, f"the sidecar grew by {peak:.0f} MiB for a parent that stopped reading"
+            assert proc.poll() == 0, "the sidecar ran on for a parent that stopped reading stdout"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+            if feeder.ident is not None:
+                feeder.join(timeout=30)
+            with contextlib.suppress(OSError):
+                stdin.close()
+            os.close(read_end)
+        errors.seek(0)
+        said = errors.read().decode()
+    assert said == (
+        "run-supervisor stdio: stdout stalled (more than 16777216 bytes unread by the parent); "
+        "shut down (origin stdout.stalled)\n"
+    )
+    assert len(fed) < 600, "it was still reading when all 300 MiB had been sent"

@@ -10,12 +10,15 @@ value) echoed on its answer. Out: one JSON object per line --
   for a line that was not (not JSON, not an object, nested too deeply, a field the operation does not
   take, over the length limit...; the host keeps reading), and ``500 internal_error`` for a line the
   sidecar itself failed on;
-- ``{"type": "event", "id": "17", "event": {...}}`` for every event (``id`` as on SSE).
+- ``{"type": "event", "id": "3:17", "event": {...}}`` for every event (``id`` as on SSE).
 
 Every non-blank line gets exactly one answer or error line. Closing stdin is a shutdown (``shutdown``,
 grace ``--grace-ms``): the last events are written, then the process exits 0. So is closing stdout
-(origin ``stdout.closed``), noticed at the first line the sidecar cannot write: nothing more is queued
-for a parent that stopped listening, and the process exits 0 within its grace. See docs/wire.md.
+(origin ``stdout.closed``), noticed at the first line the sidecar cannot write, and so is a parent that
+keeps stdout open but stops reading it (origin ``stdout.stalled``), noticed once more than
+``MAX_PENDING_OUTPUT`` bytes (16 MiB) wait for it behind the line being written: nothing more is
+queued for a parent that stopped listening, one line on stderr says why, and the process exits 0
+within its grace. See docs/wire.md.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import select
 import sys
 import threading
 from collections.abc import Callable
@@ -45,7 +49,12 @@ from run_supervisor.protocol import (
     decode_request,
 )
 
-__all__ = ["serve_stdio"]
+__all__ = ["MAX_PENDING_OUTPUT", "serve_stdio"]
+
+MAX_PENDING_OUTPUT = 16 << 20
+"""Bytes of output that may wait for the parent to read them, behind the line being written (16 MiB),
+before the session ends as a shutdown with origin ``stdout.stalled``: a parent that keeps stdout open
+but stops reading it never grows the sidecar without bound."""
 
 _INVALID = RejectCode.INVALID_REQUEST.value
 _MISSING = object()
@@ -143,77 +152,142 @@ async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
     return http_status(answer.code.value if answer.code else None), msgspec.to_builtins(answer)
 
 
+def _fd_of(out: IO[bytes]) -> int | None:
+    """The file descriptor to write ``out`` through (its buffer flushed first), or None."""
+    try:
+        fd = out.fileno()
+        out.flush()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation among them
+        return None
+    return fd
+
+
 class _Writer:
     """Every output line goes through one thread, so the loop never blocks on a full pipe.
 
-    When a write fails (the parent closed stdout), the writer stops for good: it drops what is queued
-    and every later line, and calls the ``when_broken`` callback once, so the session can end."""
+    The writer ends for good -- it drops what is queued and every later line, and calls the
+    ``when_ended`` callback once with why (``ended``) -- when a write fails (``stdout.closed``: the
+    parent closed stdout), or when more than ``max_pending`` bytes would wait behind the line being
+    written (``stdout.stalled``: the parent keeps stdout open but stopped reading it). A line is
+    always taken when no other waits, so one answer longer than the bound does not end a session by
+    itself: what the writer holds is the line being written and at most ``max_pending`` bytes more
+    (or that one longer line).
 
-    def __init__(self, out: IO[bytes]) -> None:
+    A stream with a file descriptor is written with ``os.write``, past its buffer: a write blocked on
+    a reader that stopped reading then holds no lock of the file object, so nothing else that touches
+    it waits on that write (the interpreter's last flush of ``sys.stdout`` with text pending would
+    wait for ever)."""
+
+    def __init__(self, out: IO[bytes], *, max_pending: int = MAX_PENDING_OUTPUT) -> None:
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1 byte, got {max_pending}")
         self._out = out
+        self._fd = _fd_of(out)
+        self.max_pending = max_pending
         self._lines: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._broken = False
-        self._on_broken: Callable[[], None] | None = None
+        self._pending = 0  # bytes queued behind the line being written
+        self._ended: str | None = None
+        self._on_ended: Callable[[str], None] | None = None
         self._thread = threading.Thread(target=self._run, name="run-supervisor-stdio-out", daemon=True)
         self._thread.start()
 
     @property
-    def broken(self) -> bool:
-        """A write failed: nothing more reaches the parent."""
-        return self._broken
+    def ended(self) -> str | None:
+        """Why nothing more reaches the parent (``stdout.closed``, ``stdout.stalled``), or None."""
+        return self._ended
 
-    def when_broken(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once when a write fails (at once if one has failed already)."""
+    @property
+    def pending(self) -> int:
+        """Bytes queued behind the line being written (0 once the writer ended)."""
+        return self._pending
+
+    def when_ended(self, callback: Callable[[str], None]) -> None:
+        """Call ``callback(why)`` once when the writer ends (at once if it has ended already)."""
         with self._lock:
-            self._on_broken = callback
-            broken = self._broken
-        if broken:
-            callback()
+            self._on_ended = callback
+            ended = self._ended
+        if ended is not None:
+            callback(ended)
 
     def put(self, message: dict[str, Any] | bytes) -> None:
-        if self._broken:
-            return  # the reader is gone: queueing for it would only grow
-        line = message if isinstance(message, bytes) else msgspec.json.encode(message)
-        self._lines.put(line + b"\n")
+        """Queue one line (raises if ``message`` cannot be encoded); dropped once the writer ended."""
+        if self._ended is not None:
+            return  # the reader is gone or stalled: queueing for it would only grow
+        line = (message if isinstance(message, bytes) else msgspec.json.encode(message)) + b"\n"
+        with self._lock:
+            if self._ended is not None:
+                return
+            if self._pending and self._pending + len(line) > self.max_pending:
+                stalled = True
+            else:
+                stalled = False
+                self._pending += len(line)
+                self._lines.put(line)
+        if stalled:
+            self._end("stdout.stalled")
 
     def _run(self) -> None:
         while (line := self._lines.get()) is not None:
+            with self._lock:
+                if self._ended is not None:
+                    return
+                self._pending -= len(line)
             try:
-                self._out.write(line)
-                self._out.flush()
-            except (BrokenPipeError, ValueError, OSError):
-                self._break()
+                self._write(line)
+            except (ValueError, OSError):  # BrokenPipeError among them
+                self._end("stdout.closed")
                 return  # the reader is gone; nothing more to say
 
-    def _break(self) -> None:
+    def _write(self, line: bytes) -> None:
+        if self._fd is None:
+            self._out.write(line)
+            self._out.flush()
+            return
+        view = memoryview(line)
+        while view:
+            try:
+                view = view[os.write(self._fd, view) :]
+            except BlockingIOError:  # a non-blocking pipe: wait until it takes more
+                select.select([], [self._fd], [])
+
+    def _end(self, why: str) -> None:
         with self._lock:
-            self._broken = True
-            callback = self._on_broken
-        while True:  # let go of what was queued for the reader that left
+            if self._ended is not None:
+                return
+            self._ended = why
+            self._pending = 0
+            callback = self._on_ended
+        while True:  # let go of what was queued for the reader
             try:
                 self._lines.get_nowait()
             except queue.Empty:
                 break
         if callback is not None:
-            callback()
+            callback(why)
 
     def close(self, timeout: float = 5.0) -> None:
+        """End the thread after the lines queued, waiting for it up to ``timeout`` seconds."""
         self._lines.put(None)
         self._thread.join(timeout)
 
 
 _OVERLONG = b"\x00overlong"
-_STDOUT_CLOSED = b"\x00stdout-closed"
+_STDOUT_GONE = b"\x00stdout-gone"  # closed or stalled: the writer says which
 _SESSION_ENDED = b"\x00session-ended"
 
 
 def _reader(
-    source: IO[bytes], loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[bytes | None], max_line: int
+    source: IO[bytes],
+    loop: asyncio.AbstractEventLoop,
+    lines: asyncio.Queue[bytes | None],
+    max_line: int,
+    stop: threading.Event,
 ) -> None:
     """Split the input into lines on a thread. It reads the file descriptor directly (``os.read``),
     so a reader still blocked when the process exits holds no lock of ``sys.stdin``. A line longer
-    than ``max_line`` is dropped as it arrives and reported as one overlong line."""
+    than ``max_line`` is dropped as it arrives and reported as one overlong line. Once ``stop`` is
+    set (the session ended) it reads no more: what a parent sends then is not taken in."""
 
     def put(item: bytes | None) -> None:
         try:
@@ -230,7 +304,7 @@ def _reader(
     try:
         while True:
             chunk = os.read(fd, 65536) if fd >= 0 else source.readline()
-            if not chunk:
+            if not chunk or stop.is_set():
                 break
             partial += chunk
             *complete, partial = partial.split(b"\n")
@@ -245,7 +319,9 @@ def _reader(
     except (OSError, ValueError):
         pass
     finally:
-        if overlong:  # the last line, over the limit and never ended, still gets its answer
+        if stop.is_set():
+            pass  # the session has ended: nothing more is taken in
+        elif overlong:  # the last line, over the limit and never ended, still gets its answer
             put(_OVERLONG)
         elif partial.strip():
             put(partial)
@@ -298,8 +374,8 @@ async def _serve(
         host.hub.unlisten(listener)
     # A shutdown requested by a line also ends the session: nothing more can be done.
     host.hub.on_close(lambda: post(_SESSION_ENDED))
-    # So does a parent that closed stdout: no answer can reach it any more.
-    writer.when_broken(lambda: post(_STDOUT_CLOSED))
+    # So does a parent that closed stdout, or stopped reading it: no answer reaches it any more.
+    writer.when_ended(lambda _why: post(_STDOUT_GONE))
 
     def write_event(item: WireItem) -> None:
         writer.put(b'{"type":"event","id":"' + item.id.encode() + b'","event":' + item.data + b"}")
@@ -314,8 +390,12 @@ async def _serve(
                 write_event(item)
 
     events_task = asyncio.create_task(pump_events())
+    stop_reading = threading.Event()
     threading.Thread(
-        target=_reader, args=(source, loop, lines, max_line), name="run-supervisor-stdio-in", daemon=True
+        target=_reader,
+        args=(source, loop, lines, max_line, stop_reading),
+        name="run-supervisor-stdio-in",
+        daemon=True,
     ).start()
     pending: set[asyncio.Task[None]] = set()
     number = 0
@@ -338,13 +418,14 @@ async def _serve(
         pending.add(task)
         task.add_done_callback(pending.discard)
 
-    while (raw := await lines.get()) is not None and raw is not _SESSION_ENDED and raw is not _STDOUT_CLOSED:
+    while (raw := await lines.get()) is not None and raw is not _SESSION_ENDED and raw is not _STDOUT_GONE:
         take(raw)
-    if raw is _STDOUT_CLOSED:  # shut down at once: no answer in flight can reach the parent
-        await _shutdown(host, "stdout.closed", grace_ms)
+    stop_reading.set()
+    if raw is _STDOUT_GONE and writer.ended is not None:  # shut down at once: no answer reaches the parent
+        await _shutdown(host, writer.ended, grace_ms)
     elif raw is _SESSION_ENDED:  # the lines read before the session ended still get their answers
         while not lines.empty():
-            if (more := lines.get_nowait()) is not None and more is not _STDOUT_CLOSED:
+            if (more := lines.get_nowait()) is not None and more is not _STDOUT_GONE:
                 take(more)
     # stdin closed (or the session ended): a shutdown, then the last events.
     if pending:
@@ -374,10 +455,16 @@ def serve_stdio(
     journal_sync: JournalSync = "normal",
     stall_after_ms: int | None = None,
     reload_policy: ReloadPolicy = ReloadPolicy.LAZY,
+    max_pending_output: int = MAX_PENDING_OUTPUT,
 ) -> int:
     """Run a supervisor on JSON lines until stdin closes; returns the exit status (0, or 2 when the
     journal cannot be used). With ``journal``, the recovery's events are the first events written.
-    ``reload_policy``: when a reload loads the next generation (``--reload-policy``; lazy by default)."""
+    ``reload_policy``: when a reload loads the next generation (``--reload-policy``; lazy by default).
+    ``max_pending_output``: the bytes of output that may wait for the parent to read them (behind the
+    line being written) before the session ends as a shutdown with origin ``stdout.stalled``
+    (``MAX_PENDING_OUTPUT``, 16 MiB)."""
+    if max_pending_output < 1:
+        raise ValueError(f"max_pending_output must be at least 1 byte, got {max_pending_output}")
     source = source if source is not None else sys.stdin.buffer
     own_stdout = out is None
     out = out if out is not None else sys.stdout.buffer
@@ -396,7 +483,7 @@ def serve_stdio(
         sys.stderr.write(f"run-supervisor stdio: {exc}\n")
         return 2
     host = WireHost(supervisor, **({"default_lease_ms": lease_ms} if lease_ms else {}))
-    writer = _Writer(out)
+    writer = _Writer(out, max_pending=max_pending_output)
     try:
         if directories:
             supervisor.load(*directories)
@@ -405,17 +492,22 @@ def serve_stdio(
         if not supervisor.closed:
             supervisor.shutdown(grace_ms=grace_ms)
         host.hub.join(5.0)
-        writer.close()
-        if writer.broken:
-            _after_stdout_closed(own_stdout)
+        # A stalled writer's thread may stay blocked in a write the parent never takes: no wait.
+        writer.close(0.0 if writer.ended == "stdout.stalled" else 5.0)
+        if writer.ended is not None:
+            _after_stdout_gone(writer, own_stdout)
     return 0
 
 
-def _after_stdout_closed(own_stdout: bool) -> None:
+def _after_stdout_gone(writer: _Writer, own_stdout: bool) -> None:
     """Say why on stderr, and (for the process's own stdout) point fd 1 at the null device, so the
     interpreter's last flush of a dead pipe neither prints a traceback nor changes the exit status."""
+    if writer.ended == "stdout.stalled":
+        said = f"stdout stalled (more than {writer.max_pending} bytes unread by the parent)"
+    else:
+        said = "stdout was closed"
     try:
-        sys.stderr.write("run-supervisor stdio: stdout was closed; shut down (origin stdout.closed)\n")
+        sys.stderr.write(f"run-supervisor stdio: {said}; shut down (origin {writer.ended})\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
