@@ -88,6 +88,8 @@ class Reps:
     journal_rounds: int = 7  # alternating rounds of short runs with the run journal on and off
     recovery_rounds: int = 5  # recoveries of a journal with 10,000 finished and 100 unfinished runs
     heartbeat_rounds: int = 11  # rounds of (HEARTBEATS ctx.heartbeat(), the same count of bare stores)
+    http_rounds: int = 11  # alternating rounds of kept-alive requests: serve, then a bare Starlette app
+    http_per_round: int = 200  # sequential requests on one connection per side per round
 
 
 FULL = Reps(
@@ -122,6 +124,8 @@ QUICK = Reps(
     journal_rounds=3,
     recovery_rounds=3,
     heartbeat_rounds=5,
+    http_rounds=5,
+    http_per_round=100,
 )
 
 SESSIONS = 8
@@ -1051,6 +1055,124 @@ def uncooperative_overrun(fig: Figures, deaf_bodies: int, shutdowns: int) -> Non
         release_memory()
 
 
+# --- HTTP: a kept-alive request -------------------------------------------------------------------
+
+BARE_APP = """
+import sys
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+
+async def report(request: Request) -> JSONResponse:
+    body = await request.json()
+    return JSONResponse({"result": "ok", "error": None, "code": None, "type": body["type"]})
+
+
+app = Starlette(routes=[Route("/runs/{run_id}/reports", report, methods=["POST"])])
+port = int(sys.argv[1])
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
+"""
+"""What a host would write instead of ``serve``: the same route shape (a POST of a small JSON report,
+answered with a small JSON outcome) on a bare Starlette app that ``uvicorn.run`` serves."""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_listening(port: int, proc: Any) -> None:
+    import socket
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the bare app exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("the bare app did not listen")
+
+
+def _keepalive_samples(conn: Any, path: str, headers: dict[str, str], n: int) -> list[int]:
+    """``n`` sequential POSTs of a heartbeat report on one kept-alive connection (http.client, as a
+    plain client would), each timed from the request to the whole answer read."""
+    body = b'{"type": "heartbeat"}'
+    samples = []
+    for _ in range(n):
+        t0 = ns()
+        conn.request("POST", path, body=body, headers=headers)
+        answer = conn.getresponse()
+        data = answer.read()
+        samples.append(ns() - t0)
+        if answer.status != 200 or b'"ok"' not in data:
+            raise RuntimeError(f"{path}: {answer.status} {data[:200]!r}")
+        if answer.will_close:
+            raise RuntimeError(f"{path}: the server closed the kept-alive connection")
+    return samples
+
+
+def http_keepalive(fig: Figures, reps: Reps) -> None:
+    """A kept-alive request to ``run-supervisor serve`` (a heartbeat report of an external run, through
+    the guard, the route and the run's driver) against a bare Starlette + uvicorn app's route of the same
+    shape, each in its own process, one connection each; rounds alternate between the two. A request
+    after the first on a connection is what an agent turn makes about 20 times in a row."""
+    import http.client
+    import subprocess
+
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "run_supervisor.actors._cli", "serve", "--directory", "/w/a"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    bare_port = _free_port()
+    bare = subprocess.Popen([sys.executable, "-c", BARE_APP, str(bare_port)])
+    try:
+        assert serve.stdout is not None
+        ready = json.loads(serve.stdout.readline())
+        auth = {"Authorization": f"Bearer {ready['token']}", "Content-Type": "application/json"}
+        _wait_listening(bare_port, bare)
+        ours = http.client.HTTPConnection("127.0.0.1", ready["port"], timeout=TIMEOUT_S)
+        theirs = http.client.HTTPConnection("127.0.0.1", bare_port, timeout=TIMEOUT_S)
+        start = json.dumps({"run_id": "hb", "session": "hb", "directory": "/w/a", "lease_ms": 3_600_000})
+        ours.request("POST", "/runs", body=start, headers=auth)
+        started = ours.getresponse()
+        if started.status != 200:
+            raise RuntimeError(f"POST /runs: {started.status} {started.read()[:200]!r}")
+        started.read()
+        plain = {"Content-Type": "application/json"}
+        _keepalive_samples(ours, "/runs/hb/reports", auth, 20)  # warm both up: the first request is
+        _keepalive_samples(theirs, "/runs/hb/reports", plain, 20)  # the connection's, not a kept-alive one
+        for _ in range(reps.http_rounds):
+            fig.add(
+                "http_keepalive_us",
+                us(_keepalive_samples(ours, "/runs/hb/reports", auth, reps.http_per_round)),
+            )
+            fig.add(
+                "http_bare_keepalive_us",
+                us(_keepalive_samples(theirs, "/runs/hb/reports", plain, reps.http_per_round)),
+            )
+        fig.ratio("http_keepalive_ratio", "http_keepalive_us", "http_bare_keepalive_us")
+        ours.request("POST", "/shutdown", body=b'{"grace_ms": 200}', headers=auth)
+        ours.getresponse().read()
+        ours.close()
+        theirs.close()
+        serve.wait(timeout=TIMEOUT_S)
+    finally:
+        for proc in (serve, bare):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=TIMEOUT_S)
+
+
 # --- the report ------------------------------------------------------------------------------------
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -1068,6 +1190,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "uncooperative_overrun_1000_ms": ("<=", 30),
     "journal_runs_per_s_ratio": (">=", 0.8),
     "heartbeat_ns": ("<=", 1000),  # a stream may heartbeat per chunk: at most 1 ms per 1,000 chunks
+    "http_keepalive_ratio": ("<=", 2),
 }
 
 KEYS = (
@@ -1097,6 +1220,8 @@ KEYS = (
     # issue #12 (stalls)
     "heartbeat_ns",
     "heartbeat_ratio",
+    # the wire hosts
+    "http_keepalive_ratio",
 )
 
 GROWTH_RUNS = (10, 100, LIVE)
@@ -1153,6 +1278,8 @@ def measure(reps: Reps, *, pin: bool) -> Results:
         throughput(fig, reps)
     with section("stalls: ctx.heartbeat() against a bare store"):
         heartbeat_cost(fig, reps)
+    with section("HTTP: a kept-alive request, serve against a bare Starlette + uvicorn app"):
+        http_keepalive(fig, reps)
     with section("run journal: short runs on and off"):
         journal_throughput(fig, reps)
     with section("run journal: recovery of 10,000 finished and 100 unfinished runs"):
@@ -1211,6 +1338,7 @@ WHAT = {
     "journal_recovery_ms_10k": ("ms", "start on a journal of 10,000 finished + 100 unfinished runs"),
     "heartbeat_ns": ("ns", "ctx.heartbeat() in a body whose stalls are measured"),
     "heartbeat_ratio": ("x", "ctx.heartbeat() / a host's own clock read stored in an attribute"),
+    "http_keepalive_ratio": ("x", "kept-alive POST of a report: serve / a bare Starlette + uvicorn route"),
 }
 
 RAW_WHAT = {
@@ -1237,6 +1365,8 @@ RAW_WHAT = {
     "journal_on_runs_per_s": f"short runs per s, run journal on; {SESSIONS} sessions",
     "journal_off_runs_per_s": f"short runs per s, no journal; {SESSIONS} sessions",
     "heartbeat_bare_ns": "a clock read stored in an attribute (what a host would do itself)",
+    "http_keepalive_us": "serve: POST /runs/{id}/reports heartbeat, kept-alive connection (http.client)",
+    "http_bare_keepalive_us": "bare Starlette + uvicorn: the same POST on its kept-alive connection",
 }
 
 
