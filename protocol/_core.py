@@ -88,10 +88,12 @@ from run_supervisor.protocol._requests import (
     WithdrawAsk,
 )
 from run_supervisor.protocol._rules import (
+    CANCEL_REASONS,
     FINISHED_RUN_STATES,
     PART_PHASE,
     PART_TRANSITIONS,
     QUEUE_RULES,
+    RUN_OUTCOMES,
     UNFINISHED_PART_STATES,
     InstanceTrigger,
     QueuedFate,
@@ -477,7 +479,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         run = self._runs.get(run_id)
         if run is None:
             return None
-        outcome = _OUTCOMES.get(run.state)
+        outcome = RUN_OUTCOMES.get(run.state)
         # An interrupt is fixed when decided: an interrupting run already shows its reason and origin.
         interrupt = run.interrupt if run.state in (RunState.INTERRUPTED, RunState.INTERRUPTING) else None
         return RunSnapshot(
@@ -584,7 +586,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             return
         if req.resume_of is not None:
             resumed = self._runs.get(req.resume_of)
-            if resumed is None or resumed.state not in _OUTCOMES:
+            if resumed is None or resumed.state not in RUN_OUTCOMES:
                 self._reject(
                     reply_to,
                     RejectCode.UNKNOWN_RUN if resumed is None else RejectCode.INVALID_REQUEST,
@@ -754,7 +756,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         self._arm_deadline(run)
 
     def _cancel(self, req: CancelRun, reply_to: Any) -> None:
-        if req.reason not in _CANCEL_REASONS:
+        if req.reason not in CANCEL_REASONS:
             self._reject(
                 reply_to,
                 RejectCode.INVALID_REQUEST,
@@ -949,7 +951,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             RunFinished(
                 seq=self._next_seq(),
                 run_id=run.id,
-                outcome=_OUTCOMES[run.state],
+                outcome=RUN_OUTCOMES[run.state],
                 reason=interrupt.reason if interrupt else None,
                 origin=interrupt.origin if interrupt else None,
                 action_id=interrupt.action if interrupt else None,
@@ -1115,10 +1117,3 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
 
 
 _OK = RequestOutcome(result=RequestResult.OK)
-_CANCEL_REASONS = frozenset({InterruptReason.USER_CANCEL, InterruptReason.TIMEOUT})
-
-_OUTCOMES = {
-    RunState.COMPLETED: Outcome.COMPLETED,
-    RunState.INTERRUPTED: Outcome.INTERRUPTED,
-    RunState.FAILED: Outcome.FAILED,
-}

@@ -44,8 +44,13 @@ from run_supervisor.protocol._records import Journal, _Directory, _Instance, _Ru
 from run_supervisor.protocol._requests import CloseOutcome, CloseRequest, GraceExpired, Shutdown
 from run_supervisor.protocol._rules import (
     ANSWERED_ACTION_STATES,
+    CLOSE_ACTION_SCOPE,
+    CLOSE_REQUEST_ACTIONS,
+    CLOSE_REQUEST_MODES,
     CLOSE_RULES,
+    SHUTDOWN_RULES,
     ActionTrigger,
+    CloseScope,
     InstanceTrigger,
     ReloadLoad,
     RunTrigger,
@@ -55,17 +60,6 @@ from run_supervisor.protocol._rules import (
 )
 
 __all__ = ["ActionSnapshot", "LifecycleMixin"]
-
-_LIFECYCLE_CLOSES = frozenset(
-    {CloseAction.DISPOSE, CloseAction.DISPOSE_ALL, CloseAction.RELOAD, CloseAction.INVALIDATE_CONFIG}
-)
-_ONE_DIRECTORY = frozenset({CloseAction.DISPOSE, CloseAction.RELOAD})
-_SHUTDOWN_MODES = {
-    ShutdownReason.SHUTDOWN: (CloseAction.SHUTDOWN, CloseMode.SHUTDOWN),
-    ShutdownReason.TEST_TEARDOWN: (CloseAction.TEST_TEARDOWN, CloseMode.TEST_TEARDOWN),
-    # A watchdog (the scenario runner's --timeout) tearing down what hung: a shutdown that says why.
-    ShutdownReason.TIMEOUT: (CloseAction.SHUTDOWN, CloseMode.SHUTDOWN),
-}
 
 
 class ActionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -162,12 +156,13 @@ class LifecycleMixin:
     # --- requests ----------------------------------------------------------------------------
 
     def _close(self, req: CloseRequest, reply_to: Any) -> None:
-        if req.do not in _LIFECYCLE_CLOSES or CLOSE_RULES[req.mode].covers_everything:
+        if req.do not in CLOSE_REQUEST_ACTIONS or req.mode not in CLOSE_REQUEST_MODES:
             self._reject(
                 reply_to,
                 RejectCode.INVALID_REQUEST,
-                f"a close is {', '.join(sorted(_LIFECYCLE_CLOSES))} in mode maintenance or "
-                f"user_confirmed_interrupt (got {req.do.value} / {req.mode.value}); shut down with Shutdown",
+                f"a close is {', '.join(sorted(CLOSE_REQUEST_ACTIONS))} in mode "
+                f"{' or '.join(CLOSE_REQUEST_MODES)} (got {req.do.value} / {req.mode.value}); "
+                "shut down with Shutdown",
                 close=True,
             )
             return
@@ -179,7 +174,7 @@ class LifecycleMixin:
                 close=True,
             )
             return
-        if req.do in _ONE_DIRECTORY:
+        if CLOSE_ACTION_SCOPE[req.do] is CloseScope.ONE_DIRECTORY:
             if len(req.directories) != 1:
                 self._reject(
                     reply_to,
@@ -270,18 +265,19 @@ class LifecycleMixin:
             self._load(directory.name, LoadCause.PREVIOUS_CLOSED)
 
     def _shutdown_request(self, req: Shutdown, reply_to: Any) -> None:
-        if req.reason not in _SHUTDOWN_MODES:  # the type forbids it; an untyped caller may not know
+        if req.reason not in SHUTDOWN_RULES:  # the type forbids it; an untyped caller may not know
             self._reject(
                 reply_to,
                 RejectCode.INVALID_REQUEST,
-                f"a shutdown's reason is shutdown, test_teardown or timeout, not {req.reason.value}",
+                f"a shutdown's reason is {', '.join(SHUTDOWN_RULES)}, not {req.reason.value}",
                 close=True,
             )
             return
         if req.grace_ms < 0:
             self._reject(reply_to, RejectCode.INVALID_REQUEST, "grace_ms cannot be negative", close=True)
             return
-        do, mode = _SHUTDOWN_MODES[req.reason]
+        rule = SHUTDOWN_RULES[req.reason]
+        do, mode = rule.do, rule.mode
         reason = ShutdownReason(req.reason).interrupt_reason
         origin = req.origin or reason.value
         first = self._shutdown

@@ -16,39 +16,56 @@ from types import MappingProxyType
 from run_supervisor.protocol._enums import (
     ActionState,
     AskState,
+    CloseAction,
     CloseMode,
+    CloseResult,
     InstanceState,
     InterruptReason,
+    Outcome,
     PartState,
     Phase,
     QueuePolicy,
     ReloadPolicy,
     RunState,
     SessionStatus,
+    ShutdownReason,
 )
 
 __all__ = [
     "ACTION_TRANSITIONS",
     "ASK_TRANSITIONS",
+    "CANCEL_REASONS",
+    "CLOSE_ACTION_SCOPE",
+    "CLOSE_ANSWERS",
+    "CLOSE_REQUEST_ACTIONS",
+    "CLOSE_REQUEST_MODES",
     "CLOSE_RULES",
     "CONFIRM_RULES",
     "DEADLINE_EXPIRY",
     "DEADLINE_ORIGIN",
     "DEADLINE_REASON",
+    "FINISHED_RUN_STATES",
     "INSTANCE_TRANSITIONS",
     "PART_PHASE",
     "PART_REPORTS",
     "PART_TRANSITIONS",
+    "QUEUE_REASONS",
     "QUEUE_RULES",
     "RELOAD_RULES",
     "RETRY_REPORTED_IN",
+    "RUNNING_RUN_STATES",
+    "RUN_OUTCOMES",
     "RUN_TRANSITIONS",
     "SESSION_TRANSITIONS",
+    "SHUTDOWN_ACTIONS",
+    "SHUTDOWN_INTERRUPT_REASONS",
+    "SHUTDOWN_RULES",
     "STALLABLE_RUN_STATES",
     "STALL_TRANSITIONS",
     "ActionTrigger",
     "AskTrigger",
     "ClosePolicy",
+    "CloseScope",
     "IllegalTransitionError",
     "InstanceTrigger",
     "QueueRule",
@@ -56,6 +73,7 @@ __all__ = [
     "ReloadLoad",
     "RunTrigger",
     "SessionTrigger",
+    "ShutdownRule",
     "StallTrigger",
     "WhenBusy",
     "fingerprint_unchanged",
@@ -111,7 +129,25 @@ RUN_TRANSITIONS: Mapping[RunState, Mapping[RunTrigger, RunState]] = MappingProxy
     }
 )
 
-FINISHED_RUN_STATES = frozenset({RunState.COMPLETED, RunState.INTERRUPTED, RunState.FAILED})
+RUN_OUTCOMES: Mapping[RunState, Outcome] = MappingProxyType(
+    {
+        RunState.COMPLETED: Outcome.COMPLETED,
+        RunState.INTERRUPTED: Outcome.INTERRUPTED,
+        RunState.FAILED: Outcome.FAILED,
+    }
+)
+"""The outcome a finished run reports (``run.finished``, a run's result), by its final state: the
+final states are exactly its keys."""
+
+FINISHED_RUN_STATES = frozenset(RUN_OUTCOMES)
+
+RUNNING_RUN_STATES = frozenset({RunState.ACTIVE, RunState.INTERRUPTING})
+"""A run in these states has a body that still runs (started, not finished): a parent waits for a
+running child that is not flagged stalled."""
+
+CANCEL_REASONS = frozenset({InterruptReason.USER_CANCEL, InterruptReason.TIMEOUT})
+"""The reasons a ``CancelRun`` may give (a user's cancel, a watchdog's); every other interrupt
+reason is the supervisor's own decision (a decline, a close, a shutdown, a queue policy)."""
 
 
 def next_run_state(state: RunState, trigger: RunTrigger) -> RunState:
@@ -338,6 +374,94 @@ CLOSE_RULES: Mapping[CloseMode, ClosePolicy] = MappingProxyType(
 )
 
 
+def _close_answers(policy: ClosePolicy) -> frozenset[CloseResult]:
+    if policy.covers_everything:
+        return frozenset({CloseResult.FORCED})
+    answers = {CloseResult.COMPLETED, CloseResult.DEFERRED, CloseResult.NOOP}
+    if policy.interrupts_with is not None:
+        answers.add(CloseResult.INTERRUPTED)
+    return frozenset(answers)
+
+
+CLOSE_ANSWERS: Mapping[CloseMode, frozenset[CloseResult]] = MappingProxyType(
+    {mode: _close_answers(policy) for mode, policy in CLOSE_RULES.items()}
+)
+"""What an accepted lifecycle action may be answered with, by mode (derived from ``CLOSE_RULES``): a
+shutdown-like mode is ``forced``; a close is ``completed``, ``deferred`` (runs to wait for) or
+``noop`` (the fingerprint gate), and ``interrupted`` too when its mode interrupts runs."""
+
+CLOSE_REQUEST_MODES: tuple[CloseMode, ...] = tuple(
+    mode for mode, policy in CLOSE_RULES.items() if not policy.covers_everything
+)
+"""The modes a ``CloseRequest`` may carry, in ``CLOSE_RULES`` order (a shutdown-like mode is asked
+with ``Shutdown``). Hosts, validators and tools read the list here."""
+
+
+class CloseScope(StrEnum):
+    """Which directories a lifecycle action covers."""
+
+    ONE_DIRECTORY = "one_directory"
+    """Exactly one directory, named, and known (``unknown_directory`` otherwise)."""
+    OPEN_DIRECTORIES = "open_directories"
+    """Every directory with an open instance when it is requested."""
+    EVERYTHING = "everything"
+    """A shutdown: every open directory and every queued run; asked with ``Shutdown``, never with a
+    ``CloseRequest``."""
+
+
+CLOSE_ACTION_SCOPE: Mapping[CloseAction, CloseScope] = MappingProxyType(
+    {
+        CloseAction.DISPOSE: CloseScope.ONE_DIRECTORY,
+        CloseAction.DISPOSE_ALL: CloseScope.OPEN_DIRECTORIES,
+        CloseAction.RELOAD: CloseScope.ONE_DIRECTORY,
+        CloseAction.INVALIDATE_CONFIG: CloseScope.OPEN_DIRECTORIES,
+        CloseAction.SHUTDOWN: CloseScope.EVERYTHING,
+        CloseAction.TEST_TEARDOWN: CloseScope.EVERYTHING,
+    }
+)
+"""What each lifecycle action covers. An ``everything`` action goes with a shutdown-like mode
+(``ClosePolicy.covers_everything``) and the others with a close mode (``CLOSE_REQUEST_MODES``)."""
+
+CLOSE_REQUEST_ACTIONS: tuple[CloseAction, ...] = tuple(
+    do for do, scope in CLOSE_ACTION_SCOPE.items() if scope is not CloseScope.EVERYTHING
+)
+"""The actions a ``CloseRequest`` may ask for (derived from ``CLOSE_ACTION_SCOPE``)."""
+
+SHUTDOWN_ACTIONS = frozenset(do for do, scope in CLOSE_ACTION_SCOPE.items() if scope is CloseScope.EVERYTHING)
+"""The actions a ``Shutdown`` is announced as (derived from ``CLOSE_ACTION_SCOPE``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownRule:
+    """What a shutdown asked with a reason is: the action and close mode it is announced as; every
+    run it interrupts carries the reason's ``ShutdownReason.interrupt_reason``."""
+
+    do: CloseAction
+    mode: CloseMode
+
+
+SHUTDOWN_RULES: Mapping[ShutdownReason, ShutdownRule] = MappingProxyType(
+    {
+        ShutdownReason.SHUTDOWN: ShutdownRule(do=CloseAction.SHUTDOWN, mode=CloseMode.SHUTDOWN),
+        ShutdownReason.TEST_TEARDOWN: ShutdownRule(
+            do=CloseAction.TEST_TEARDOWN, mode=CloseMode.TEST_TEARDOWN
+        ),
+        # A watchdog (the scenario runner's --timeout) tearing down what hung: a shutdown that says why.
+        ShutdownReason.TIMEOUT: ShutdownRule(do=CloseAction.SHUTDOWN, mode=CloseMode.SHUTDOWN),
+    }
+)
+"""One rule per shutdown reason: the core looks a ``Shutdown`` up here."""
+
+SHUTDOWN_INTERRUPT_REASONS: Mapping[CloseMode, frozenset[InterruptReason]] = MappingProxyType(
+    {
+        mode: frozenset(r.interrupt_reason for r, rule in SHUTDOWN_RULES.items() if rule.mode is mode)
+        for mode in dict.fromkeys(rule.mode for rule in SHUTDOWN_RULES.values())
+    }
+)
+"""The reasons the runs a shutdown interrupts may carry, by its mode (derived from
+``SHUTDOWN_RULES``): one shutdown's runs all carry the same one."""
+
+
 # --- deadlines (issue 12, item 4) ------------------------------------------------------------------
 
 DEADLINE_REASON = InterruptReason.TIMEOUT
@@ -466,6 +590,10 @@ QUEUE_RULES: Mapping[QueuePolicy, QueueRule] = MappingProxyType(
     }
 )
 """One rule per queue policy: the core looks a start and an interrupt up here."""
+
+QUEUE_REASONS = frozenset({InterruptReason.COALESCED, InterruptReason.DROPPED})
+"""The interrupt reasons the queue policies decide (``WhenBusy.REPLACE``: ``coalesced``,
+``QueuedFate.DROP``: ``dropped``); each ends a run that never started, not one a request named."""
 
 
 class ReloadLoad(StrEnum):

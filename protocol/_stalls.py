@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from run_supervisor.protocol._enums import InterruptReason, RejectCode, RunState
+from run_supervisor.protocol._enums import InterruptReason, RejectCode
 from run_supervisor.protocol._events import Event, LifecycleConfirmed, RunStalled, RunUnstalled
 from run_supervisor.protocol._records import _Run
 from run_supervisor.protocol._requests import (
@@ -41,6 +41,7 @@ from run_supervisor.protocol._requests import (
 from run_supervisor.protocol._rules import (
     CLOSE_RULES,
     CONFIRM_RULES,
+    RUNNING_RUN_STATES,
     STALLABLE_RUN_STATES,
     StallTrigger,
     next_stall_state,
@@ -54,8 +55,6 @@ if TYPE_CHECKING:
     from run_supervisor.protocol._records import _Directory, _Instance, _Session
 
 __all__ = ["PROGRESS_REPORTS", "StallsMixin"]
-
-_RUNNING = frozenset({RunState.ACTIVE, RunState.INTERRUPTING})
 
 PROGRESS_REPORTS = (StepReport, PartReport, AskRaised, WithdrawAsk, Heartbeat, RetryReport)
 """The body reports that are progress: each clears its run's stalled flag (before it is handled). A
@@ -124,7 +123,7 @@ class StallsMixin:
             1
             for child_id in run.children
             if (child := self._runs.get(child_id)) is not None
-            and child.state in _RUNNING
+            and child.state in RUNNING_RUN_STATES
             and not child.stalled
         )
 

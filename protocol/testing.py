@@ -162,11 +162,17 @@ from run_supervisor.protocol._requests import (
     StartRun,
 )
 from run_supervisor.protocol._rules import (
+    CLOSE_ACTION_SCOPE,
+    CLOSE_ANSWERS,
     CLOSE_RULES,
     CONFIRM_RULES,
     DEADLINE_ORIGIN,
     DEADLINE_REASON,
+    QUEUE_REASONS,
     QUEUE_RULES,
+    SHUTDOWN_ACTIONS,
+    SHUTDOWN_INTERRUPT_REASONS,
+    CloseScope,
     QueuedFate,
     ReloadLoad,
     fingerprint_unchanged,
@@ -178,27 +184,9 @@ __all__ = ["CoreShell", "InvariantChecker", "InvariantViolation"]
 Answer = CloseOutcome | RequestOutcome
 E = TypeVar("E")
 
-_SHUTDOWN_ACTIONS = frozenset({CloseAction.SHUTDOWN, CloseAction.TEST_TEARDOWN})
-_SHUTDOWN_REASONS = frozenset(
-    {InterruptReason.SHUTDOWN, InterruptReason.TEST_TEARDOWN, InterruptReason.TIMEOUT}
-)
-_ONE_DIRECTORY = frozenset({CloseAction.DISPOSE, CloseAction.RELOAD})
-_CLOSE_RESULTS = {
-    CloseMode.MAINTENANCE: frozenset({CloseResult.COMPLETED, CloseResult.DEFERRED, CloseResult.NOOP}),
-    CloseMode.USER_CONFIRMED_INTERRUPT: frozenset(
-        {CloseResult.COMPLETED, CloseResult.DEFERRED, CloseResult.INTERRUPTED, CloseResult.NOOP}
-    ),
-    CloseMode.SHUTDOWN: frozenset({CloseResult.FORCED}),
-    CloseMode.TEST_TEARDOWN: frozenset({CloseResult.FORCED}),
-}
-"""What an accepted lifecycle action may be answered with, by mode."""
-_REASONS_OF = {
-    CloseMode.SHUTDOWN: frozenset({InterruptReason.SHUTDOWN, InterruptReason.TIMEOUT}),
-    CloseMode.TEST_TEARDOWN: frozenset({InterruptReason.TEST_TEARDOWN}),
-}
+_SHUTDOWN_REASONS = frozenset(r for reasons in SHUTDOWN_INTERRUPT_REASONS.values() for r in reasons)
+"""Every reason a shutdown may interrupt a run with (``SHUTDOWN_RULES``)."""
 _USER_ORIGINS = {InterruptReason.PERMISSION_REJECTED: "permission", InterruptReason.FORM_DISMISSED: "form"}
-_QUEUE_REASONS = frozenset({InterruptReason.COALESCED, InterruptReason.DROPPED})
-"""Interrupts the queue policies decide (``QUEUE_RULES``), not a request naming the run."""
 
 
 class InvariantViolation(AssertionError):
@@ -786,9 +774,9 @@ class InvariantChecker:
                 self.shutdown_reasons = frozenset({event.reason})  # every run names the same one
         elif event.reason in _USER_ORIGINS and event.origin != _USER_ORIGINS[event.reason]:
             self.violation(f"{run.id} interrupted ({event.reason.value}) with origin {event.origin!r}")
-        elif event.reason in _QUEUE_REASONS:
+        elif event.reason in QUEUE_REASONS:
             self._check_queue_ending(run, event, was)
-        if action is not None and action.mode is CloseMode.MAINTENANCE and not action.confirmed:
+        if action is not None and CLOSE_RULES[action.mode].interrupts_with is None and not action.confirmed:
             self.violation(f"{run.id} interrupted by the maintenance close {action.id}")
 
     def _check_queue_ending(self, run: _Run, event: RunFinished, was: str) -> None:
@@ -810,7 +798,7 @@ class InvariantChecker:
         """What ended a coalesced or a dropped run is known once the stream has ended."""
         for run in self.runs.values():
             event = run.finished
-            if event is None or event.reason not in _QUEUE_REASONS:
+            if event is None or event.reason not in QUEUE_REASONS:
                 continue
             origin = self.runs.get(event.origin or "")
             if event.reason is InterruptReason.COALESCED:
@@ -867,7 +855,7 @@ class InvariantChecker:
 
     def _lifecycle_requested(self, event: LifecycleRequested) -> None:
         known = self.actions.get(event.action_id)
-        shutdown_like = event.do in _SHUTDOWN_ACTIONS
+        shutdown_like = event.do in SHUTDOWN_ACTIONS
         if known is not None:
             if not shutdown_like or known.id != self.shutdown_id:
                 self.violation(f"{event.action_id} requested twice, and not as a shutdown joining the first")
@@ -878,7 +866,7 @@ class InvariantChecker:
         if shutdown_like != CLOSE_RULES[event.mode].covers_everything:
             self.violation(f"{event.action_id}: {event.do.value} in mode {event.mode.value}")
         loaded = self._loaded()
-        if shutdown_like or event.do not in _ONE_DIRECTORY:
+        if shutdown_like or CLOSE_ACTION_SCOPE[event.do] is not CloseScope.ONE_DIRECTORY:
             if event.directories != loaded:
                 self.violation(
                     f"{event.action_id} ({event.do.value}) covers {event.directories}, loaded: {loaded}"
@@ -914,7 +902,7 @@ class InvariantChecker:
             self._reload_requested(event, covered)
         if shutdown_like:
             self.shutdown_id = action.id
-            self.shutdown_reasons = _REASONS_OF.get(event.mode, frozenset())
+            self.shutdown_reasons = SHUTDOWN_INTERRUPT_REASONS.get(event.mode, frozenset())
             self.shutdown_queued = {r.id for r in self.runs.values() if r.state == "queued"}
             for other in self.actions.values():
                 if other is not action and other.completed < other.requested:
@@ -1016,7 +1004,7 @@ class InvariantChecker:
             self.violation(
                 f"{event.action_id}: {len(action.results)} action.result for {action.requested} requests"
             )
-        if event.result not in _CLOSE_RESULTS[action.mode] or event.result is not action.results[0]:
+        if event.result not in CLOSE_ANSWERS[action.mode] or event.result is not action.results[0]:
             self.violation(f"{event.action_id} ({action.mode.value}) resulted {event.result.value}")
         if action.noop != (event.result is CloseResult.NOOP):
             self.violation(
@@ -1142,7 +1130,7 @@ class InvariantChecker:
             self._check_confirm_answer(token, request, answer)
             return
         assert isinstance(request, CloseRequest)
-        if answer.result not in _CLOSE_RESULTS[request.mode]:
+        if answer.result not in CLOSE_ANSWERS[request.mode]:
             self.violation(
                 f"{token!r}: a {request.mode.value} {request.do.value} answered {answer.result.value}"
             )
@@ -1326,7 +1314,7 @@ class InvariantChecker:
             event = run.finished
             if event is None or event.outcome is not Outcome.INTERRUPTED or run.id in decided:
                 continue
-            if event.reason in _QUEUE_REASONS:  # decided by a queue policy (checked at the end)
+            if event.reason in QUEUE_REASONS:  # decided by a queue policy (checked at the end)
                 continue
             inherited = self._inherited(run, decided)
             if inherited is not None:  # its parent's interrupt: the same reason, origin and action
