@@ -7,11 +7,12 @@ per parallel tool call). Its moves are ``protocol._rules.ASK_TRANSITIONS``: ``op
 ``withdrawn`` (the body stopped waiting, or its run was interrupted or ended). A reply to a
 withdrawn ask is rejected ``ask_withdrawn`` and never reaches another ask.
 
-Decisions keep their meanings: a permission rejected without a message interrupts the run
-(``permission_rejected``), with one it is model-visible feedback on that call and the run goes on;
-a form dismissed without a message interrupts the run (``form_dismissed``), with one it is feedback.
-**Several open asks:** an interrupt withdraws every other open ask of the run (reason
-``interrupted``); a rejection *with* a message concerns its own call only, the others stay open.
+Decisions keep their meanings (``protocol._rules.DECLINE_RULES``): a permission rejected without a
+message interrupts the run (``permission_rejected``), with one it is model-visible feedback on that
+call and the run goes on; a form dismissed without a message interrupts the run (``form_dismissed``),
+with one it is feedback. **Several open asks:** an interrupt withdraws every other open ask of the
+run (reason ``interrupted``); a rejection *with* a message concerns its own call only, the others
+stay open.
 
 A permission gates its tool call: while the first permission of a running call is not granted,
 the call counts as not started (``tool_started`` false), so a declined call says it did not run.
@@ -56,7 +57,14 @@ from run_supervisor.protocol._requests import (
     RequestOutcome,
     WithdrawAsk,
 )
-from run_supervisor.protocol._rules import PART_PHASE, UNFINISHED_PART_STATES, AskTrigger, next_ask_state
+from run_supervisor.protocol._rules import (
+    PART_PHASE,
+    UNFINISHED_PART_STATES,
+    AskTrigger,
+    DeclineEffect,
+    decline_rule,
+    next_ask_state,
+)
 
 __all__ = ["Ask", "AskBook", "AsksMixin", "part_view"]
 
@@ -294,15 +302,7 @@ class AsksMixin:
                 part.approved, part.gated = True, False
             self._out.append(DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, approved=True))
         else:
-            if part is not None:
-                part.declined = AskKind.PERMISSION
-            if req.message:
-                self._feedback(part, req.message)
-                self._out.append(
-                    DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, approved=False, message=req.message)
-                )
-            else:
-                self._interrupt(run, InterruptReason.PERMISSION_REJECTED, "permission", req.tag)
+            self._decline(run, ask, part, req.message, req.tag)
         if part is not None:
             self._part_changed(run, part)
         self._reply(reply_to, _OK)
@@ -351,18 +351,27 @@ class AsksMixin:
                 seq=self._next_seq(), ask_id=ask.ask_id, run_id=run.id, message=req.message, tag=req.tag
             )
         )
-        if part is not None:
-            part.declined = AskKind.FORM
-        if req.message:
-            self._feedback(part, req.message)
-            self._out.append(
-                DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, dismissed=True, message=req.message)
-            )
-        else:
-            self._interrupt(run, InterruptReason.FORM_DISMISSED, "form", req.tag)
+        self._decline(run, ask, part, req.message, req.tag)
         if part is not None:
             self._part_changed(run, part)
         self._reply(reply_to, _OK)
+
+    def _decline(self, run: _Run, ask: Ask, part: _Part | None, message: str | None, tag: str | None) -> None:
+        """The user said no to ``ask`` (closed already): ``DECLINE_RULES`` says whether that stops
+        the run (the interrupt withdraws its other open asks) or is ``message`` on that call only."""
+        rule = decline_rule(ask.kind, message)
+        if part is not None:
+            part.declined = ask.kind
+        if rule.effect is DeclineEffect.FEEDBACK:
+            assert message  # the rule with a message
+            self._feedback(part, message)
+            dismissed = ask.kind is AskKind.FORM
+            self._out.append(
+                DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, dismissed=dismissed, message=message)
+            )
+        else:
+            assert rule.interrupts_with is not None and rule.origin is not None
+            self._interrupt(run, rule.interrupts_with, rule.origin, tag)
 
     @staticmethod
     def _feedback(part: _Part | None, message: str) -> None:

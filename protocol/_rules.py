@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 from run_supervisor.protocol._enums import (
     ActionState,
+    AskKind,
     AskState,
     CloseAction,
     CloseMode,
@@ -44,6 +45,8 @@ __all__ = [
     "DEADLINE_EXPIRY",
     "DEADLINE_ORIGIN",
     "DEADLINE_REASON",
+    "DECLINE_ORIGINS",
+    "DECLINE_RULES",
     "FINISHED_RUN_STATES",
     "INSTANCE_TRANSITIONS",
     "PART_PHASE",
@@ -66,6 +69,8 @@ __all__ = [
     "AskTrigger",
     "ClosePolicy",
     "CloseScope",
+    "DeclineEffect",
+    "DeclineRule",
     "IllegalTransitionError",
     "InstanceTrigger",
     "QueueRule",
@@ -76,6 +81,7 @@ __all__ = [
     "ShutdownRule",
     "StallTrigger",
     "WhenBusy",
+    "decline_rule",
     "fingerprint_unchanged",
     "next_action_state",
     "next_ask_state",
@@ -345,6 +351,70 @@ def next_ask_state(state: AskState, trigger: AskTrigger) -> AskState:
         return ASK_TRANSITIONS[state][trigger]
     except KeyError:
         raise IllegalTransitionError(f"ask: {trigger.value} in state {state.value}") from None
+
+
+class DeclineEffect(StrEnum):
+    """What a user's "no" does: a permission rejected or a form dismissed."""
+
+    INTERRUPT_RUN = "interrupt_run"
+    """The run is interrupted (with the rule's reason and origin); like every interrupt, it withdraws
+    every other open ask of the run (``withdrawn``, reason ``interrupted``)."""
+    FEEDBACK = "feedback"
+    """The message is that call's answer: delivered to the body, the call's tool part ends ``error``
+    with it (model-visible); the run goes on and its other open asks stay open."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeclineRule:
+    """What one kind of declined ask does, with or without a message."""
+
+    effect: DeclineEffect
+    interrupts_with: InterruptReason | None = None
+    """For ``interrupt_run``: the interrupt's reason..."""
+    origin: str | None = None
+    """...and its origin."""
+
+
+DECLINE_RULES: Mapping[AskKind, Mapping[bool, DeclineRule]] = MappingProxyType(
+    {
+        AskKind.PERMISSION: {
+            False: DeclineRule(
+                effect=DeclineEffect.INTERRUPT_RUN,
+                interrupts_with=InterruptReason.PERMISSION_REJECTED,
+                origin="permission",
+            ),
+            True: DeclineRule(effect=DeclineEffect.FEEDBACK),
+        },
+        AskKind.FORM: {
+            False: DeclineRule(
+                effect=DeclineEffect.INTERRUPT_RUN,
+                interrupts_with=InterruptReason.FORM_DISMISSED,
+                origin="form",
+            ),
+            True: DeclineRule(effect=DeclineEffect.FEEDBACK),
+        },
+    }
+)
+"""A declined ask (a permission rejected, a form dismissed), by its kind and whether the user gave a
+message (an empty message is none): without one the user stops the run, with one the user talks to
+the model about that one call. With several asks open, only a decline that interrupts reaches the
+others (it withdraws them)."""
+
+
+def decline_rule(kind: AskKind, message: str | None) -> DeclineRule:
+    """The rule for an ask of ``kind`` declined with ``message`` (None or empty: no message)."""
+    return DECLINE_RULES[kind][bool(message)]
+
+
+DECLINE_ORIGINS: Mapping[InterruptReason, str] = MappingProxyType(
+    {
+        rule.interrupts_with: rule.origin
+        for by_message in DECLINE_RULES.values()
+        for rule in by_message.values()
+        if rule.interrupts_with is not None and rule.origin is not None
+    }
+)
+"""The origin a decline's interrupt carries, by its reason (derived from ``DECLINE_RULES``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,13 +168,17 @@ from run_supervisor.protocol._rules import (
     CONFIRM_RULES,
     DEADLINE_ORIGIN,
     DEADLINE_REASON,
+    DECLINE_ORIGINS,
     QUEUE_REASONS,
     QUEUE_RULES,
     SHUTDOWN_ACTIONS,
     SHUTDOWN_INTERRUPT_REASONS,
     CloseScope,
+    DeclineEffect,
+    DeclineRule,
     QueuedFate,
     ReloadLoad,
+    decline_rule,
     fingerprint_unchanged,
     reload_loads,
 )
@@ -186,7 +190,13 @@ E = TypeVar("E")
 
 _SHUTDOWN_REASONS = frozenset(r for reasons in SHUTDOWN_INTERRUPT_REASONS.values() for r in reasons)
 """Every reason a shutdown may interrupt a run with (``SHUTDOWN_RULES``)."""
-_USER_ORIGINS = {InterruptReason.PERMISSION_REJECTED: "permission", InterruptReason.FORM_DISMISSED: "form"}
+
+
+def _decline_of(request: ReplyPermission | DismissForm) -> DeclineRule | None:
+    """The ``DECLINE_RULES`` rule a reply is declined under (None: a permission granted)."""
+    if isinstance(request, DismissForm):
+        return decline_rule(AskKind.FORM, request.message)
+    return None if request.approve else decline_rule(AskKind.PERMISSION, request.message)
 
 
 class InvariantViolation(AssertionError):
@@ -772,7 +782,7 @@ class InvariantChecker:
                 )
             else:
                 self.shutdown_reasons = frozenset({event.reason})  # every run names the same one
-        elif event.reason in _USER_ORIGINS and event.origin != _USER_ORIGINS[event.reason]:
+        elif event.reason in DECLINE_ORIGINS and event.origin != DECLINE_ORIGINS[event.reason]:
             self.violation(f"{run.id} interrupted ({event.reason.value}) with origin {event.origin!r}")
         elif event.reason in QUEUE_REASONS:
             self._check_queue_ending(run, event, was)
@@ -1254,16 +1264,14 @@ class InvariantChecker:
             by = f"{type(request).__name__} {token!r}"
             if isinstance(request, CancelRun):
                 add(request.run_id, _Decision(request.reason, request.origin, request.tag, by))
-            elif isinstance(request, ReplyPermission) and not request.approve and not request.message:
-                add(
-                    self._asked_run(request.ask_id, request.run_id),
-                    _Decision(InterruptReason.PERMISSION_REJECTED, "permission", request.tag, by),
-                )
-            elif isinstance(request, DismissForm) and not request.message:
-                add(
-                    self._asked_run(request.ask_id, request.run_id),
-                    _Decision(InterruptReason.FORM_DISMISSED, "form", request.tag, by),
-                )
+            elif isinstance(request, ReplyPermission | DismissForm):
+                rule = _decline_of(request)
+                if rule is not None and rule.effect is DeclineEffect.INTERRUPT_RUN:
+                    assert rule.interrupts_with is not None
+                    add(
+                        self._asked_run(request.ask_id, request.run_id),
+                        _Decision(rule.interrupts_with, rule.origin, request.tag, by),
+                    )
             elif isinstance(request, ConfirmClose) and isinstance(answer, CloseOutcome):
                 for run_id in answer.interrupted_runs:
                     add(

@@ -31,6 +31,7 @@ from run_supervisor.protocol._rules import (
     CLOSE_ACTION_SCOPE,
     CLOSE_ANSWERS,
     CONFIRM_RULES,
+    DECLINE_RULES,
     QUEUE_REASONS,
     RUN_OUTCOMES,
     RUNNING_RUN_STATES,
@@ -106,6 +107,26 @@ def _close_rows() -> list[str]:
         f"| `{reason.value}` | `{rule.do.value}` | `{rule.mode.value}` | `{reason.interrupt_reason.value}` |"
         for reason, rule in SHUTDOWN_RULES.items()
     ]
+    return rows
+
+
+def _decline_rows() -> list[str]:
+    """What a declined ask does (``DECLINE_RULES``), with and without a message."""
+    rows = [
+        "",
+        "**Declines** (`DECLINE_RULES`): a permission rejected or a form dismissed; with several asks "
+        "open, only an interrupt reaches the others (it withdraws them)",
+        "",
+        "| ask | message | effect | reason, origin | the run's other open asks |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for kind, by_message in DECLINE_RULES.items():
+        for with_message, rule in by_message.items():
+            why = f"`{rule.interrupts_with.value}`, `{rule.origin}`" if rule.interrupts_with else "-"
+            others = "withdrawn (`interrupted`)" if rule.interrupts_with else "stay open"
+            said = "with" if with_message else "without"
+            effect = rule.effect.value.replace("_", " ")
+            rows.append(f"| {kind.value} | {said} | {effect} | {why} | {others} |")
     return rows
 
 
@@ -251,6 +272,7 @@ def tables() -> str:
         "| --- | --- | --- |",
     ]
     lines += _transition_rows(ASK_TRANSITIONS)
+    lines += _decline_rows()
     lines += _close_rows()
     lines += _queue_rows()
     lines += _stall_rows()
