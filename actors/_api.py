@@ -1,15 +1,15 @@
 """The in-process API for hosts: a typed facade over the SessionSupervisor actor.
 
 Every call checks its arguments first (``InvalidRequest`` naming the argument; nothing has changed
-then), then ``tell``s the supervisor a message carrying a ``concurrent.futures.Future``. Blocking calls
-wait on it with a timeout (``SupervisorTimeout``); every ``*_async`` call returns a future of its own,
-completed off the supervisor's thread, that raises what the blocking call would raise. An asyncio
-host can await one without blocking its loop: ``await asyncio.wrap_future(fut)``.
+then), then sends them through the supervisor's link (actors/_link.py, shared with the asyncio
+facade). Blocking calls wait on the answer with a timeout (``SupervisorTimeout``); every ``*_async``
+call returns a future of its own, completed off the supervisor's thread, that raises what the
+blocking call would raise. An asyncio host can await one without blocking its loop:
+``await asyncio.wrap_future(fut)``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import threading
 import time
@@ -20,29 +20,25 @@ from os import PathLike
 from typing import Any, TypeVar
 
 import msgspec
-import pykka
 from pydantic import BaseModel, ConfigDict, Field
 
 from run_supervisor.actors import _validate as check
-from run_supervisor.actors._async_body import AsyncBodies, is_async_body
 from run_supervisor.actors._context import RunBody
 from run_supervisor.actors._errors import (
     InvalidRequest,
     JournalFailed,
-    LoadFailed,
     RunAlreadyExists,
     SupervisorClosed,
     SupervisorError,
     SupervisorTimeout,
-    UnknownRun,
-    raise_for_rejection,
 )
 from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
 from run_supervisor.actors._journal import Journal, JournaledPublisher, JournalSync, start_journal
-from run_supervisor.actors._relay import Relay, complete
-from run_supervisor.actors._run_actor import RunActor, RunSlot
+from run_supervisor.actors._link import Link, attach, rejected, renamed, saw_run_id, start_run_request
+from run_supervisor.actors._relay import complete
+from run_supervisor.actors._run_actor import RunSlot
 from run_supervisor.actors._subscription import Publisher, Subscription
-from run_supervisor.actors._supervisor import Loading, Preload, Query, SessionSupervisor, Submit, WaitRun
+from run_supervisor.actors._supervisor import Preload, Query, SessionSupervisor
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.actors._timers import Timers
 from run_supervisor.actors._validate import (
@@ -57,31 +53,21 @@ from run_supervisor.actors._validate import (
 from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     ActionSnapshot,
-    AnswerForm,
     AskSnapshot,
-    CancelRun,
     CloseAction,
     CloseMode,
     CloseOutcome,
-    CloseRequest,
-    CloseResult,
-    ConfirmClose,
     CoreStatistics,
-    DismissForm,
     Event,
     QueuePolicy,
     RejectCode,
     ReloadPolicy,
-    ReplyPermission,
     Request,
     RequestOutcome,
-    RequestResult,
     RunRecovered,
     RunSnapshot,
     SessionSnapshot,
-    SetQueuePolicy,
     Shutdown,
-    ShutdownComplete,
     ShutdownReason,
     StartRun,
     SupervisorCore,
@@ -90,33 +76,6 @@ from run_supervisor.protocol import (
 __all__ = ["RunHandle", "Supervisor", "SupervisorConfig"]
 
 T = TypeVar("T")
-
-
-class _RunNumbers:
-    """Automatic run ids (``run-N``), kept above every ``run-N`` a host chose itself."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._next = 1
-
-    def take(self) -> int:
-        with self._lock:
-            number, self._next = self._next, self._next + 1
-            return number
-
-    def saw(self, run_id: str) -> None:
-        if run_id.startswith("run-") and run_id[4:].isascii() and run_id[4:].isdigit() and len(run_id) < 24:
-            with self._lock:
-                self._next = max(self._next, int(run_id[4:]) + 1)
-
-
-_run_numbers = _RunNumbers()
-_next_run_number = _run_numbers.take
-_saw_run_id = _run_numbers.saw
-
-
-def _no_body(context: object) -> None:
-    """Stands in for the body when only the request is checked (the body is checked apart)."""
 
 
 class SupervisorConfig(BaseModel):
@@ -196,37 +155,22 @@ class RunHandle:
         """Wait until the run has finished; return its final snapshot. ``SupervisorTimeout`` if it
         has not finished in time (nothing is left behind by the wait); ``SupervisorClosed`` if the
         supervisor stopped without it finishing."""
-        limit = self._supervisor._timeout(check.timeout("timeout", timeout))
+        link = self._supervisor._link
+        limit = link.timeout(check.timeout("timeout", timeout))
         if self._finished is not None:
             try:
                 return self._finished.result(timeout=limit)
             except TimeoutError:
                 raise SupervisorTimeout(f"run {self.run_id!r} did not finish within {limit} s") from None
-        snapshot = self._supervisor._get(
-            self._supervisor._post(lambda reply: WaitRun(self.run_id, reply)), limit
-        )
+        snapshot = link.get(link.wait_run(self.run_id), limit)
         if snapshot is None:
-            raise self._supervisor._unknown_or_closed(self.run_id)
+            raise link.unknown_or_closed(self.run_id)
         result: RunSnapshot = snapshot
         return result
 
     def wait_async(self) -> Future[RunSnapshot]:
         """Like ``wait`` (without a timeout); the future raises what ``wait`` would."""
-        supervisor = self._supervisor
-        outer: Future[RunSnapshot] = Future()
-        if self._finished is not None:
-            supervisor._relay.chain(self._finished, outer, lambda done: done.result(), shared=True)
-            return outer
-
-        def convert(done: Future[Any]) -> RunSnapshot:
-            snapshot = done.result()
-            if snapshot is None:
-                raise supervisor._unknown_or_closed(self.run_id)
-            result: RunSnapshot = snapshot
-            return result
-
-        supervisor._relay.chain(supervisor._post(lambda reply: WaitRun(self.run_id, reply)), outer, convert)
-        return outer
+        return self._supervisor._link.finished_future(self.run_id, self._finished)
 
     def cancel(self, *, origin: str = "user", timeout: float | None = None) -> None:
         """Interrupt this run now (``user_cancel``), or end it unstarted if it is queued."""
@@ -254,16 +198,9 @@ class Supervisor:
                 raise InvalidRequest(f"hooks must have a callable {hook}() (see InstanceHooks)")
         self.config = config
         self.threads = ThreadBook()
-        self._lock = threading.Lock()
-        self._closed = False
-        self._outstanding: set[Future[Any]] = set()
-        self._shutdown_complete: Future[ShutdownComplete] = Future()
-        self._final: CloseOutcome | None = None
-        self._deadline: float | None = None
-        self._relay = Relay(self.threads)
+        self._link = link = Link(config, self.threads)
         self.timers = Timers(self.threads)
         """The supervisor's one timer thread (shutdown's grace, run deadlines): see actors/_timers.py."""
-        self._async_bodies = AsyncBodies(self.threads)
         core = SupervisorCore(
             dispose_budget_ms=config.dispose_budget_ms,
             retain_finished=config.retain_finished_runs,
@@ -271,13 +208,12 @@ class Supervisor:
             queue_policy=config.queue_policy,
         )
         self._publisher: Publisher
-        self._journal_failure: JournalFailed | None = None
         recovered: list[Event] = []
         if journal is None:
             self._publisher = Publisher()
         else:
             recovered = start_journal(journal, core, retain_finished=config.retain_finished_runs)
-            self._publisher = JournaledPublisher(journal, on_failure=self._on_journal_failure)
+            self._publisher = JournaledPublisher(journal, on_failure=link.on_journal_failure)
             self.threads.add(self._publisher.thread)
         # The run.recovered events are the stream's first (seq 1..k), decided before any request and
         # before any subscription can exist: hosts read them from recovered(), deterministically.
@@ -293,30 +229,14 @@ class Supervisor:
             view=self._view,
             ask_timeout=config.request_timeout_s,
             load_budget_ms=config.load_budget_ms,
-            on_shutdown_complete=self._on_shutdown_complete,
-            on_stopped=self._on_stopped,
+            on_shutdown_complete=link.on_shutdown_complete,
+            on_stopped=link.on_stopped,
             timers=self.timers,
             stall_after_ms=config.stall_after_ms,
         )
+        link.connect(self._ref, self._publisher, self._view)
+        attach(self, link)
         _live.add(self)
-
-    def _on_journal_failure(self, failure: JournalFailed) -> None:
-        """From the journal's writer: a batch did not commit. From now on every request is refused
-        with the failure, and the supervisor shuts down (its runs interrupted within the default
-        grace; nothing of it is delivered or journaled: the next start recovers them as crashes)."""
-        with self._lock:
-            self._journal_failure = failure
-        shutdown = Shutdown(origin="journal", grace_ms=self.config.default_grace_ms)
-        try:
-            self._ref.tell(Submit(shutdown, Future()))
-        except (AttributeError, pykka.ActorDeadError):  # not started yet / already stopped
-            pass
-
-    def _on_shutdown_complete(self, command: ShutdownComplete, deadline: float | None) -> None:
-        with self._lock:
-            self._final = command.outcome
-            self._deadline = deadline
-        complete(self._shutdown_complete, command)  # only our own waiters hold it: no host callback
 
     @classmethod
     def start(
@@ -373,286 +293,27 @@ class Supervisor:
     def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
-    # --- plumbing ----------------------------------------------------------------------------
+    # --- plumbing: the link does the sending and the waiting ---------------------------------
+
+    @property
+    def _closed(self) -> bool:
+        """The supervisor's mailbox is closed (``testing`` reads it)."""
+        return self._link.closed
 
     def _post(self, make: Callable[[Future[Any]], Any]) -> Future[Any]:
-        """Send a message carrying a fresh internal future (completed on the supervisor's thread:
-        never handed to a host as is)."""
-        reply: Future[Any] = Future()
-        with self._lock:
-            if self._closed:
-                reply.set_exception(SupervisorClosed("the supervisor has shut down"))
-                return reply
-            self._outstanding.add(reply)
-        reply.add_done_callback(self._forget)
-        try:
-            self._ref.tell(make(reply))
-        except pykka.ActorDeadError:
-            complete(reply, error=SupervisorClosed("the supervisor has shut down"))
-        return reply
-
-    def _forget(self, future: Future[Any]) -> None:
-        with self._lock:
-            self._outstanding.discard(future)
-
-    def _on_stopped(self) -> None:
-        """The supervisor's mailbox is closed: nothing still waiting will ever be answered."""
-        self._async_bodies.close()
-        with self._lock:
-            self._closed = True
-            waiting = list(self._outstanding)
-        for future in waiting:
-            complete(future, error=SupervisorClosed("the supervisor has shut down"))
-        self._view.close_idle(SupervisorClosed("the supervisor stopped while the session was busy"))
-        self._relay.close()
-
-    def _timeout(self, timeout: float | None) -> float:
-        return self.config.request_timeout_s if timeout is None else timeout
-
-    def _get(self, future: Future[T], timeout: float | None, *, withdraw: bool = True) -> T:
-        limit = self._timeout(timeout)
-        try:
-            return future.result(timeout=limit)
-        except TimeoutError:
-            if withdraw:
-                future.cancel()  # the supervisor drops the answer; _forget releases it
-            raise SupervisorTimeout(f"the supervisor did not answer within {limit} s") from None
-
-    def _unknown_or_closed(self, run_id: str) -> SupervisorError:
-        if self._closed:
-            return SupervisorClosed(f"the supervisor shut down before run {run_id!r} was known to finish")
-        return UnknownRun(f"run {run_id!r} is not known (never started, or finished and forgotten)")
-
-    def _closed_outcome(self, request: Request) -> CloseOutcome | RequestOutcome:
-        if isinstance(request, Shutdown) and self._final is not None:
-            return self._final
-        failure = self._journal_failure
-        return _rejected(
-            request,
-            RejectCode.SUPERVISOR_CLOSED,
-            "the supervisor has shut down; no request is accepted any more"
-            if failure is None
-            else str(failure),
-        )
-
-    def _call(
-        self,
-        request: Request,
-        body: RunBody | None = None,
-        finished: Future[RunSnapshot] | None = None,
-        loop: asyncio.AbstractEventLoop | None = None,
-        launched: list[Any] | None = None,
-    ) -> Future[CloseOutcome | RequestOutcome]:
-        """Send a checked request; the internal future resolves to its outcome (rejections included).
-        A run actor started for a ``StartRun`` is appended to ``launched``, if given."""
-        answer: Future[CloseOutcome | RequestOutcome] = Future()
-        if self._closed:
-            answer.set_result(self._closed_outcome(request))
-            return answer
-        failure = self._journal_failure
-        if failure is not None:  # it shuts itself down: a shutdown is answered with that one's outcome
-            if isinstance(request, Shutdown):
-                self._shutdown_complete.add_done_callback(
-                    lambda done: complete(answer, done.result().outcome)
-                )
-            else:
-                answer.set_result(_rejected(request, RejectCode.SUPERVISOR_CLOSED, str(failure)))
-            return answer
-        run = None
-        if isinstance(request, StartRun):  # its actor starts here, on the caller's thread, idle
-            if is_async_body(body):  # a task on the host's loop (AsyncSupervisor) or on ours
-                run = self._async_bodies.launch(
-                    request.run_id, body, self._ref, self.config.request_timeout_s, loop
-                )
-            else:
-                run = RunActor.launch(
-                    request.run_id, body, self._ref, self.config.request_timeout_s, self.threads
-                )
-            if launched is not None:
-                launched.append(run)
-        inner = self._post(lambda reply: Submit(request, reply, run, finished))
-
-        def relay(done: Future[Any]) -> None:
-            if done.cancelled():  # the caller gave up waiting
-                answer.cancel()
-                return
-            error = done.exception()
-            if error is None:
-                complete(answer, done.result())
-                return
-            if run is not None:
-                run.ref.stop(block=False)  # the supervisor never took it on
-            if isinstance(error, SupervisorClosed):
-                complete(answer, self._closed_outcome(request))
-            else:
-                complete(
-                    answer, _rejected(request, RejectCode.INTERNAL_ERROR, f"the supervisor failed: {error}")
-                )
-
-        inner.add_done_callback(relay)
-        answer.add_done_callback(lambda held: inner.cancel() if held.cancelled() else None)
-        return answer
-
-    def _request(self, request: Request, timeout: float | None, body: RunBody | None = None) -> Any:
-        outcome = self._get(self._call(request, body), timeout)
-        self._raise_for_rejection(outcome)
-        return outcome
-
-    def _raise_for_rejection(self, outcome: CloseOutcome | RequestOutcome) -> None:
-        """``raise_for_rejection``, but a request refused because the journal failed raises that
-        failure (``JournalFailed``, a ``SupervisorClosed``) rather than a bare ``SupervisorClosed``."""
-        failure = self._journal_failure
-        if failure is not None and outcome.code is RejectCode.SUPERVISOR_CLOSED:
-            raise JournalFailed(failure.path, failure.error)
-        raise_for_rejection(outcome)
-
-    def _async(self, request: Request) -> Future[Any]:
-        """A host-facing future for a checked request: completed off the supervisor's thread,
-        raising the rejection's exception."""
-        outer: Future[Any] = Future()
-
-        def outcome_of(done: Future[Any]) -> Any:
-            outcome = done.result()
-            self._raise_for_rejection(outcome)
-            return outcome
-
-        self._relay.chain(self._call(request), outer, outcome_of)
-        return outer
-
-    # --- requests as values: both facades (this one and AsyncSupervisor) build them here ------
-    # Each checks its arguments (InvalidRequest naming the argument) before anything is sent.
-
-    def _start_run_request(
-        self,
-        *,
-        session: object,
-        directory: object,
-        run_id: object,
-        queue_policy: object = None,
-        resume_of: object = None,
-        parent_run_id: object = None,
-        deadline_ms: object = None,
-        stall_after_ms: object = None,
-    ) -> StartRun:
-        """Checked, every option in the order the facades document them (None: not given); without
-        ``run_id``, a fresh ``run-N`` that no host id has taken."""
-        fresh = run_id is None
-        request = check.start_run(
-            _no_body,
-            session=session,
-            directory=directory,
-            run_id=f"run-{_next_run_number()}" if fresh else run_id,
-        )
-        if not fresh:
-            _saw_run_id(request.run_id)
-        options: dict[str, object] = {}
-        if queue_policy is not None:  # None: the session's default
-            options["queue_policy"] = check.queue_policy("queue_policy", queue_policy)
-        if resume_of is not None:
-            options["resume_of"] = check.identifier("resume_of", resume_of)
-        if parent_run_id is not None:
-            options["parent_run_id"] = check.identifier("parent_run_id", parent_run_id)
-        if deadline_ms is not None:
-            options["deadline_ms"] = check.deadline("deadline_ms", deadline_ms)
-        if stall_after_ms is not None:
-            options["stall_after_ms"] = check.stall_after_ms("stall_after_ms", stall_after_ms)
-        return msgspec.structs.replace(request, **options) if options else request
-
-    def _set_queue_policy_request(self, session: object, queue_policy: object) -> SetQueuePolicy:
-        return check.set_queue_policy(session, queue_policy)
-
-    def _idle_future(self, session: object) -> tuple[str, Future[SessionSnapshot | None]]:
-        """Checked; the internal future of ``View.when_idle`` (completed on the supervisor's thread)."""
-        name = check.identifier("session", session)
-        return name, self._view.when_idle(name)
-
-    def _still_busy(self, session: str, limit: float) -> SupervisorTimeout:
-        snapshot = self._view.sessions.get(session)
-        now = f" (run {snapshot.active!r} active, {len(snapshot.queued)} queued)" if snapshot else ""
-        return SupervisorTimeout(f"session {session!r} was still busy after {limit} s{now}")
-
-    def _cancel_request(self, run_id: object, *, origin: object) -> CancelRun:
-        return check.cancel(run_id, origin=origin)
-
-    def _close_request(
-        self,
-        do: object,
-        *,
-        mode: object,
-        origin: object,
-        directory: object,
-        tag: object,
-        fingerprint: object = None,
-        reload_policy: object = None,
-    ) -> CloseRequest:
-        return check.close(
-            do,
-            mode=mode,
-            origin=origin,
-            directory=directory,
-            tag=tag,
-            fingerprint=fingerprint,
-            reload_policy=reload_policy,
-        )
-
-    def _reply_permission_request(
-        self, ask_id: object = None, *, run_id: object = None, approve: object, message: object = None
-    ) -> ReplyPermission:
-        return check.reply_permission(ask_id, run_id=run_id, approve=approve, message=message)
-
-    def _answer_form_request(
-        self, ask_id: object = None, *, run_id: object = None, answer: object
-    ) -> AnswerForm:
-        return check.answer_form(ask_id, run_id=run_id, answer=answer)
-
-    def _dismiss_form_request(
-        self, ask_id: object = None, *, run_id: object = None, message: object = None
-    ) -> DismissForm:
-        return check.dismiss_form(ask_id, run_id=run_id, message=message)
-
-    def _confirm_close_request(self, action_id: object, *, origin: object, tag: object) -> ConfirmClose:
-        return check.confirm_close(action_id, origin=origin, tag=tag)
-
-    def _shutdown_request(self, *, grace_ms: object, reason: object, origin: object, tag: object) -> Shutdown:
-        grace = self.config.default_grace_ms if grace_ms is None else grace_ms
-        return check.shutdown(grace_ms=grace, reason=reason, origin=origin, tag=tag)
+        """Send a message carrying a fresh internal future (see ``Link.post``)."""
+        return self._link.post(make)
 
     def _preload_future(
         self, directories: tuple[object, ...], *, load: bool, fingerprint: object = None
     ) -> Future[None]:
-        """Checked; a host-facing future done once the directories are known (``load=False``) or
-        their loads have ended (``load=True``; it raises ``LoadFailed`` as ``load`` does)."""
-        names = check.directory_names("directories", directories)
-        print_ = check.optional_text("fingerprint", fingerprint)
-        outer: Future[None] = Future()
-        if not load:
-            self._relay.chain(
-                self._post(lambda reply: Preload(names, False, reply)), outer, lambda done: None
-            )
-            return outer
-
-        def loading() -> None:  # waits on the load hooks: never on a caller's loop
-            try:
-                self.load(*names, fingerprint=print_)
-            except BaseException as exc:
-                complete(outer, error=exc)
-            else:
-                complete(outer, None)
-
-        thread = threading.Thread(target=loading, name="run-supervisor-loading", daemon=True)
-        self.threads.add(thread)
-        thread.start()
-        return outer
-
-    def _query_future(self, read: Callable[[SupervisorCore], T]) -> Future[T]:
-        """A host-facing future of ``read(core)``, read on the supervisor's thread."""
-        outer: Future[T] = Future()
-        self._relay.chain(self._post(lambda reply: Query(read, reply)), outer, lambda done: done.result())
-        return outer
+        """``Link.preload_future``, for the wire hosts."""
+        return self._link.preload_future(directories, load=load, fingerprint=fingerprint)
 
     def _shutdown_future(self, request: Shutdown) -> Future[CloseOutcome]:
         """A host-facing future of the shutdown's final outcome: done once it has completed and our
         threads have ended (or been left behind); a rejection raises from it."""
+        link = self._link
         finished: Future[CloseOutcome] = Future()
         limit = request.grace_ms / 1000.0 + self.config.request_timeout_s
 
@@ -667,19 +328,19 @@ class Supervisor:
                 finished.cancel()
                 return
             try:
-                _raise_or_return(answer)
+                link.raise_for_rejection(answer.result())
             except BaseException as exc:
-                self._relay.settle(finished, error=exc)
+                link.relay.settle(finished, error=exc)
                 return
             threading.Thread(target=close_into, name="run-supervisor-closer", daemon=True).start()
 
-        self._call(request).add_done_callback(answered)
+        link.call(request).add_done_callback(answered)
         return finished
 
     def _add_subscription(self, subscription: Subscription) -> None:
         """The one path by which a subscription (sync or async) joins the publisher (closed at
         once if shutdown has completed meanwhile)."""
-        self._publisher.add(subscription)
+        self._link.add_subscription(subscription)
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -695,11 +356,11 @@ class Supervisor:
         if problem is None and body is not None and not callable(body):
             problem = f"body must be callable, not {type(body).__name__}"
         if problem is not None:
-            complete(outer, _rejected(request, RejectCode.INVALID_REQUEST, problem))
+            complete(outer, rejected(request, RejectCode.INVALID_REQUEST, problem))
             return outer
         if isinstance(request, StartRun):
-            _saw_run_id(request.run_id)
-        self._relay.chain(self._call(request, body), outer, lambda done: done.result())
+            saw_run_id(request.run_id)
+        self._link.relay.chain(self._link.call(request, body), outer, lambda done: done.result())
         return outer
 
     def start_run(
@@ -739,7 +400,7 @@ class Supervisor:
         (``run.stalled``) after this long without progress."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
-        request = self._start_run_request(
+        request = start_run_request(
             session=session,
             directory=directory,
             run_id=run_id,
@@ -752,9 +413,9 @@ class Supervisor:
         while True:
             finished: Future[RunSnapshot] = Future()
             launched: list[Any] = []
-            outcome = self._get(self._call(request, body, finished, launched=launched), limit)
+            outcome = self._link.get(self._link.call(request, body, finished, launched=launched), limit)
             try:
-                self._raise_for_rejection(outcome)
+                self._link.raise_for_rejection(outcome)
             except SupervisorError as rejected:
                 # Not taken on: the supervisor stops the actor launched for it; it is gone before
                 # this call returns (a start that lost a race with shutdown leaves no thread).
@@ -763,7 +424,7 @@ class Supervisor:
                         run.wait_thread_end(self.config.stop_timeout_s)
                 if isinstance(rejected, RunAlreadyExists) and run_id is None:
                     # A host took this name meanwhile (a raw submit?): the next one.
-                    request = msgspec.structs.replace(request, run_id=f"run-{_next_run_number()}")
+                    request = renamed(request)
                     continue
                 raise
             return RunHandle(self, request.run_id, finished)
@@ -771,7 +432,7 @@ class Supervisor:
     def cancel(self, run_id: str, *, origin: str = "user", timeout: float | None = None) -> None:
         """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""
         limit = check.timeout("timeout", timeout)
-        self._request(self._cancel_request(run_id, origin=origin), limit)
+        self._link.request(check.cancel(run_id, origin=origin), limit)
 
     # --- queue policies --------------------------------------------------------------------------
 
@@ -788,7 +449,7 @@ class Supervisor:
         journaled: set it again after a restart, or use the config's default for every session).
         ``session(...)`` shows it (``SessionSnapshot.queue_policy``)."""
         limit = check.timeout("timeout", timeout)
-        self._request(self._set_queue_policy_request(session, queue_policy), limit)
+        self._link.request(check.set_queue_policy(session, queue_policy), limit)
 
     def await_idle(self, session: str, *, timeout: float | None = None) -> SessionSnapshot | None:
         """Wait until the session has no active and no queued run; return its snapshot then (None
@@ -798,13 +459,13 @@ class Supervisor:
         published state (``session``), woken by the supervisor when it publishes the session idle:
         no polling, and no idle moment is missed (a run handing over to the next queued one is no
         idle moment: the session stays busy)."""
-        limit = self._timeout(check.timeout("timeout", timeout))
-        name, idle = self._idle_future(session)
+        limit = self._link.timeout(check.timeout("timeout", timeout))
+        name, idle = self._link.idle_future(session)
         try:
             return idle.result(timeout=limit)
         except TimeoutError:
             idle.cancel()
-            raise self._still_busy(name, limit) from None
+            raise self._link.still_busy(name, limit) from None
 
     def close_async(
         self,
@@ -818,7 +479,7 @@ class Supervisor:
         reload_policy: ReloadPolicyName | ReloadPolicy | None = None,
     ) -> Future[CloseOutcome]:
         """Like ``close``; the future raises what ``close`` would (bad arguments raise at once)."""
-        request = self._close_request(
+        request = check.close(
             do,
             mode=mode,
             origin=origin,
@@ -827,7 +488,7 @@ class Supervisor:
             fingerprint=fingerprint,
             reload_policy=reload_policy,
         )
-        return self._async(request)
+        return self._link.future(request)
 
     def close(
         self,
@@ -856,7 +517,7 @@ class Supervisor:
         ``noop`` at once and touches nothing; otherwise it goes ahead and later loads in its
         directories record the new fingerprint."""
         limit = check.timeout("timeout", timeout)
-        request = self._close_request(
+        request = check.close(
             do,
             mode=mode,
             origin=origin,
@@ -865,7 +526,7 @@ class Supervisor:
             fingerprint=fingerprint,
             reload_policy=reload_policy,
         )
-        outcome = self._request(request, limit)
+        outcome = self._link.request(request, limit)
         assert isinstance(outcome, CloseOutcome)
         return outcome
 
@@ -875,7 +536,7 @@ class Supervisor:
         self, action_id: str, *, origin: str | None = None, tag: str | None = None
     ) -> Future[CloseOutcome]:
         """Like ``confirm_close``; the future raises what ``confirm_close`` would."""
-        return self._async(self._confirm_close_request(action_id, origin=origin, tag=tag))
+        return self._link.future(check.confirm_close(action_id, origin=origin, tag=tag))
 
     def confirm_close(
         self,
@@ -896,7 +557,7 @@ class Supervisor:
         or ``NotConfirmable`` (not a maintenance close). A second confirm of the same action changes
         nothing (its runs are interrupting already)."""
         limit = check.timeout("timeout", timeout)
-        outcome = self._request(self._confirm_close_request(action_id, origin=origin, tag=tag), limit)
+        outcome = self._link.request(check.confirm_close(action_id, origin=origin, tag=tag), limit)
         assert isinstance(outcome, CloseOutcome)
         return outcome
 
@@ -919,8 +580,8 @@ class Supervisor:
         and its other open asks are withdrawn. Raises ``UnknownAsk``, ``AskWithdrawn`` (it timed
         out, or its run was interrupted or ended), ``AskAlreadyAnswered``."""
         limit = check.timeout("timeout", timeout)
-        request = self._reply_permission_request(ask_id, run_id=run_id, approve=approve, message=message)
-        self._request(request, limit)
+        request = check.reply_permission(ask_id, run_id=run_id, approve=approve, message=message)
+        self._link.request(request, limit)
 
     def answer_form(
         self,
@@ -932,7 +593,7 @@ class Supervisor:
     ) -> None:
         """Answer a form ask; raises like ``reply_permission``."""
         limit = check.timeout("timeout", timeout)
-        self._request(self._answer_form_request(ask_id, run_id=run_id, answer=answer), limit)
+        self._link.request(check.answer_form(ask_id, run_id=run_id, answer=answer), limit)
 
     def dismiss_form(
         self,
@@ -946,7 +607,7 @@ class Supervisor:
         without one the run is interrupted (``form_dismissed``) and its other open asks are
         withdrawn. Raises like ``reply_permission``."""
         limit = check.timeout("timeout", timeout)
-        self._request(self._dismiss_form_request(ask_id, run_id=run_id, message=message), limit)
+        self._link.request(check.dismiss_form(ask_id, run_id=run_id, message=message), limit)
 
     def pending_asks(
         self, *, run_id: str | None = None, timeout: float | None = None
@@ -976,34 +637,13 @@ class Supervisor:
         directories: a close carrying the same fingerprint is a no-op (see ``close``)."""
         limit = check.timeout("timeout", timeout)
         names = check.directory_names("directories", directories)
-        print_ = check.optional_text("fingerprint", fingerprint)
-        started = time.monotonic()
-        loads: tuple[Loading, ...] = self._get(
-            self._post(lambda reply: Preload(names, True, reply, print_)), limit
-        )
-        errors: dict[str, str] = {}
-        for loading in loads:
-            wait = loading.deadline - time.monotonic()
-            if timeout is not None:
-                wait = min(wait, started + timeout - time.monotonic())
-            try:
-                error = loading.done.result(timeout=max(0.0, wait))
-            except TimeoutError:
-                if timeout is not None and time.monotonic() < loading.deadline:
-                    raise SupervisorTimeout(
-                        f"the load of {loading.directory} did not end within {timeout} s"
-                    ) from None
-                error = f"the load hook overran its {self.config.load_budget_ms} ms budget"
-            if error is not None:
-                errors[loading.directory] = error
-        if errors:
-            raise LoadFailed(errors)
+        self._link.load(names, check.optional_text("fingerprint", fingerprint), limit)
 
     def declare(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
         """Make directories known without loading them, so closes may name them."""
         limit = check.timeout("timeout", timeout)
         names = check.directory_names("directories", directories)
-        self._get(self._post(lambda reply: Preload(names, False, reply)), limit)
+        self._link.get(self._link.post(lambda reply: Preload(names, False, reply)), limit)
 
     # --- shutdown ----------------------------------------------------------------------------
 
@@ -1020,7 +660,7 @@ class Supervisor:
         with its final outcome; it raises what ``shutdown`` would. Its done-callbacks never run on
         the supervisor's own thread."""
         return self._shutdown_future(
-            self._shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
+            self._link.shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
         )
 
     def shutdown(
@@ -1037,31 +677,32 @@ class Supervisor:
         cancellation are abandoned (``abandoned_runs``); load and dispose hooks, subscriber callbacks
         and future callbacks still running are left behind and named in ``overran``. Idempotent: a
         second call returns the first one's outcome."""
-        request = self._shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
+        request = self._link.shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
         limit = request.grace_ms / 1000.0 + self.config.request_timeout_s
-        self._request(request, limit)
+        self._link.request(request, limit)
         return self.wait_closed(timeout=limit)
 
     def wait_closed(self, timeout: float | None = None) -> CloseOutcome:
         """Wait until a shutdown (requested anywhere) has completed and our threads have ended (or
         been left behind at its deadline: see ``shutdown``)."""
         limit = check.timeout("timeout", timeout)
-        done = self._get(self._shutdown_complete, limit, withdraw=False)
-        with self._lock:
+        link = self._link
+        done = link.get(link.shutdown_complete, limit, withdraw=False)
+        with link.lock:
             joining = self in _live
         if joining:
             # Our own threads get stop_timeout_s past the grace deadline to end; host code only the
             # grace itself (a hook or callback still running then is left behind, and named).
-            grace_end = max(self._deadline or 0.0, time.monotonic())
+            grace_end = max(link.deadline or 0.0, time.monotonic())
             self.threads.join(grace_end + self.config.stop_timeout_s, host_deadline=grace_end)
             self._let_go_of_the_journal()
             overran = self.threads.overran()
-            with self._lock:
+            with link.lock:
                 if self in _live:
-                    base = self._final if self._final is not None else done.outcome
-                    self._final = msgspec.structs.replace(base, overran=overran)
+                    base = link.final if link.final is not None else done.outcome
+                    link.final = msgspec.structs.replace(base, overran=overran)
                     _live.discard(self)
-        final = self._final
+        final = link.final
         return final if final is not None else done.outcome
 
     def _let_go_of_the_journal(self) -> None:
@@ -1077,7 +718,7 @@ class Supervisor:
         not commit (a full disk, an I/O error), with the journal's path and what SQLite said. None
         while the journal records, and without one. Once set, nothing more is delivered, every
         request is refused with it and the supervisor shuts down (docs/api.md, "Crashes")."""
-        return self._journal_failure
+        return self._link.journal_failure
 
     def recovered(self) -> tuple[RunRecovered, ...]:
         """The runs the previous process left unfinished in the journal, each ended ``interrupted``
@@ -1104,7 +745,7 @@ class Supervisor:
     @property
     def closed(self) -> bool:
         """Shutdown has completed."""
-        return self._shutdown_complete.done()
+        return self._link.shutdown_complete.done()
 
     # --- queries -----------------------------------------------------------------------------
     # Served from the state the supervisor published after its last message (``View``), without a
@@ -1114,7 +755,8 @@ class Supervisor:
 
     def _query(self, read: Callable[[SupervisorCore], T], timeout: float | None) -> T:
         """Run ``read`` on the supervisor's thread, behind every message already sent (one hop)."""
-        result: T = self._get(self._post(lambda reply: Query(read, reply)), check.timeout("timeout", timeout))
+        link = self._link
+        result: T = link.get(link.post(lambda reply: Query(read, reply)), check.timeout("timeout", timeout))
         return result
 
     def run(self, run_id: str, *, timeout: float | None = None) -> RunSnapshot | None:
@@ -1152,18 +794,6 @@ class Supervisor:
         subscription = Subscription(maxsize=size, callback=checked_callback, threads=self.threads)
         self._add_subscription(subscription)
         return subscription
-
-
-def _raise_or_return(done: Future[Any]) -> Any:
-    outcome = done.result()
-    raise_for_rejection(outcome)
-    return outcome
-
-
-def _rejected(request: object, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:
-    if isinstance(request, CloseRequest | Shutdown | ConfirmClose):
-        return CloseOutcome(result=CloseResult.REJECTED, error=error, code=code)
-    return RequestOutcome(result=RequestResult.REJECTED, error=error, code=code)
 
 
 _live: weakref.WeakSet[Supervisor] = weakref.WeakSet()

@@ -1,9 +1,10 @@
 """The asyncio facade: the same supervisor, the same semantics and the same exceptions as
 ``Supervisor``, with every call a coroutine that never blocks the event loop.
 
-Nothing here waits on a thread: each call sends its message exactly as the sync facade does and
-awaits the reply's ``concurrent.futures.Future`` through ``asyncio.wrap_future``, whose result is
-handed to the loop with ``call_soon_threadsafe``. Events reach the loop the same way, one wake-up
+Nothing here waits on a thread: each call sends its message through the same link as the sync
+facade (actors/_link.py: the same checks, the same refusals, the same exceptions) and awaits the
+reply's ``concurrent.futures.Future`` through ``asyncio.wrap_future``, whose result is handed to the
+loop with ``call_soon_threadsafe``. Events reach the loop the same way, one wake-up
 per idle wait, never one per event.
 """
 
@@ -17,20 +18,19 @@ from os import PathLike
 from types import TracebackType
 from typing import Any, TypeVar
 
-import msgspec
-
 from run_supervisor.actors import _validate as check
-from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig, _next_run_number
+from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
 from run_supervisor.actors._context import RunBody
 from run_supervisor.actors._errors import (
+    InvalidRequest,
     JournalFailed,
     RunAlreadyExists,
     SupervisorClosed,
     SupervisorTimeout,
-    raise_for_rejection,
 )
 from run_supervisor.actors._instance_actor import InstanceHooks
 from run_supervisor.actors._journal import JournalSync
+from run_supervisor.actors._link import Link, link_of, renamed, start_run_request
 from run_supervisor.actors._relay import complete
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors._threads import ThreadBook
@@ -142,6 +142,7 @@ class AsyncRunHandle:
         self._supervisor = supervisor
         self._handle = handle
         self.run_id = handle.run_id
+        self._source: Future[RunSnapshot] | None = None  # the run's own, when start_run made it
         self._finished: asyncio.Future[RunSnapshot] | None = None  # on the loop of the first wait
 
     @property
@@ -152,9 +153,10 @@ class AsyncRunHandle:
     def _finished_on(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[RunSnapshot]:
         finished = self._finished
         if finished is None or finished.get_loop() is not loop:
-            source = self._handle._finished
+            source = self._source
             if source is None:  # not made by start_run: ask the supervisor (cancelled on time-out)
-                return asyncio.wrap_future(self._handle.wait_async(), loop=loop)
+                link = self._supervisor._link
+                return asyncio.wrap_future(link.finished_future(self.run_id, None), loop=loop)
             finished = self._finished = asyncio.wrap_future(source, loop=loop)
         return finished
 
@@ -162,7 +164,7 @@ class AsyncRunHandle:
         """Wait until the run has finished; return its final snapshot. ``SupervisorTimeout`` after
         ``timeout`` seconds (default: the config's ``request_timeout_s``), which leaves nothing
         behind; ``SupervisorClosed`` if the supervisor stopped without it finishing."""
-        limit = self._supervisor.sync._timeout(check.timeout("timeout", timeout))
+        limit = self._supervisor._link.timeout(check.timeout("timeout", timeout))
         finished = self._finished_on(asyncio.get_running_loop())
         done, _ = await asyncio.wait({finished}, timeout=limit)  # never cancels the shared future
         if not done:
@@ -221,8 +223,12 @@ class AsyncSupervisor:
     """
 
     def __init__(self, supervisor: Supervisor) -> None:
-        """Drive an existing ``Supervisor`` from asyncio (both facades then share it)."""
+        """Drive an existing ``Supervisor`` from asyncio (both facades then share its link)."""
+        link = link_of(supervisor)
+        if link is None:
+            raise InvalidRequest(f"supervisor must be a Supervisor, not {type(supervisor).__name__}")
         self.sync = supervisor
+        self._link: Link = link
 
     @classmethod
     def start(
@@ -307,31 +313,6 @@ class AsyncSupervisor:
         """Every event the recovery published (see ``Supervisor.recovery_events``)."""
         return self.sync.recovery_events()
 
-    # --- plumbing ----------------------------------------------------------------------------
-
-    async def _await(self, future: Future[T], timeout: float | None) -> T:
-        limit = self.sync._timeout(timeout)
-        try:
-            async with asyncio.timeout(limit):
-                return await asyncio.wrap_future(future)  # cancelling the wait cancels the future
-        except SupervisorTimeout:
-            raise
-        except TimeoutError:
-            raise SupervisorTimeout(f"the supervisor did not answer within {limit} s") from None
-
-    async def _request(
-        self,
-        request: Request,
-        timeout: float | None,
-        body: RunBody | None = None,
-        finished: Future[RunSnapshot] | None = None,
-    ) -> Any:
-        # An async def body runs as a task on this loop: the host's.
-        call = self.sync._call(request, body, finished, asyncio.get_running_loop())
-        outcome = await self._await(call, timeout)
-        raise_for_rejection(outcome)
-        return outcome
-
     # --- requests ----------------------------------------------------------------------------
 
     async def submit(
@@ -341,7 +322,7 @@ class AsyncSupervisor:
         exception (the raw entry point for hosts that speak the wire protocol; a malformed request
         is rejected ``invalid_request``). Only a wait that runs out raises (``SupervisorTimeout``)."""
         limit = check.timeout("timeout", timeout)
-        return await self._await(self.sync.submit(request, body=body), limit)
+        return await self._link.wait(self.sync.submit(request, body=body), limit)
 
     async def start_run(
         self,
@@ -369,7 +350,7 @@ class AsyncSupervisor:
         ``Supervisor.start_run``."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
-        request = self.sync._start_run_request(
+        request = start_run_request(
             session=session,
             directory=directory,
             run_id=run_id,
@@ -382,18 +363,20 @@ class AsyncSupervisor:
         while True:
             finished: Future[RunSnapshot] = Future()
             try:
-                await self._request(request, limit, body, finished)
+                await self._link.request_async(request, limit, body, finished)
             except RunAlreadyExists:
                 if run_id is None:  # a host took this name meanwhile (a raw submit?): the next one
-                    request = msgspec.structs.replace(request, run_id=f"run-{_next_run_number()}")
+                    request = renamed(request)
                     continue
                 raise
-            return AsyncRunHandle(self, RunHandle(self.sync, request.run_id, finished))
+            handle = AsyncRunHandle(self, RunHandle(self.sync, request.run_id, finished))
+            handle._source = finished
+            return handle
 
     async def cancel(self, run_id: str, *, origin: str = "user", timeout: float | None = None) -> None:
         """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""
         limit = check.timeout("timeout", timeout)
-        await self._request(self.sync._cancel_request(run_id, origin=origin), limit)
+        await self._link.request_async(check.cancel(run_id, origin=origin), limit)
 
     async def set_queue_policy(
         self,
@@ -404,23 +387,24 @@ class AsyncSupervisor:
     ) -> None:
         """Set the session's default queue policy (see ``Supervisor.set_queue_policy``)."""
         limit = check.timeout("timeout", timeout)
-        await self._request(self.sync._set_queue_policy_request(session, queue_policy), limit)
+        await self._link.request_async(check.set_queue_policy(session, queue_policy), limit)
 
     async def await_idle(self, session: str, *, timeout: float | None = None) -> SessionSnapshot | None:
         """Wait, without blocking the loop, until the session has no active and no queued run; its
         snapshot then (None if unknown). At once if idle now; ``SupervisorTimeout`` after
         ``timeout`` seconds (default ``request_timeout_s``). See ``Supervisor.await_idle``."""
-        limit = self.sync._timeout(check.timeout("timeout", timeout))
-        name, idle = self.sync._idle_future(session)
+        link = self._link
+        limit = link.timeout(check.timeout("timeout", timeout))
+        name, idle = link.idle_future(session)
         if idle.done():
             return idle.result()
         outer: Future[SessionSnapshot | None] = Future()
-        self.sync._relay.chain(idle, outer, lambda done: done.result())  # completed off its thread
+        link.relay.chain(idle, outer, lambda done: done.result())  # completed off its thread
         try:
             async with asyncio.timeout(limit):
                 return await asyncio.wrap_future(outer)  # cancelling the wait withdraws the waiter
         except TimeoutError:
-            raise self.sync._still_busy(name, limit) from None
+            raise link.still_busy(name, limit) from None
 
     async def close(
         self,
@@ -439,7 +423,7 @@ class AsyncSupervisor:
         ``reload_policy``: a reload's own (``lazy``/``eager``), else the config's. See
         ``Supervisor.close``."""
         limit = check.timeout("timeout", timeout)
-        request = self.sync._close_request(
+        request = check.close(
             do,
             mode=mode,
             origin=origin,
@@ -448,7 +432,7 @@ class AsyncSupervisor:
             fingerprint=fingerprint,
             reload_policy=reload_policy,
         )
-        outcome = await self._request(request, limit)
+        outcome = await self._link.request_async(request, limit)
         assert isinstance(outcome, CloseOutcome)
         return outcome
 
@@ -464,9 +448,8 @@ class AsyncSupervisor:
         with ``lifecycle_interrupt``); answered with the action's outcome. See
         ``Supervisor.confirm_close``."""
         limit = check.timeout("timeout", timeout)
-        outcome = await self._request(
-            self.sync._confirm_close_request(action_id, origin=origin, tag=tag), limit
-        )
+        request = check.confirm_close(action_id, origin=origin, tag=tag)
+        outcome = await self._link.request_async(request, limit)
         assert isinstance(outcome, CloseOutcome)
         return outcome
 
@@ -482,8 +465,8 @@ class AsyncSupervisor:
         """Approve or reject a permission ask, addressed by ``ask_id`` (or ``run_id`` when that run
         has exactly one open permission ask). See ``Supervisor.reply_permission``."""
         limit = check.timeout("timeout", timeout)
-        request = self.sync._reply_permission_request(ask_id, run_id=run_id, approve=approve, message=message)
-        await self._request(request, limit)
+        request = check.reply_permission(ask_id, run_id=run_id, approve=approve, message=message)
+        await self._link.request_async(request, limit)
 
     async def answer_form(
         self,
@@ -495,7 +478,7 @@ class AsyncSupervisor:
     ) -> None:
         """Answer a form ask. See ``Supervisor.answer_form``."""
         limit = check.timeout("timeout", timeout)
-        await self._request(self.sync._answer_form_request(ask_id, run_id=run_id, answer=answer), limit)
+        await self._link.request_async(check.answer_form(ask_id, run_id=run_id, answer=answer), limit)
 
     async def dismiss_form(
         self,
@@ -508,17 +491,19 @@ class AsyncSupervisor:
         """Dismiss a form ask: with a ``message`` it is feedback and the run goes on; without one
         the run ends ``interrupted`` / ``form_dismissed``. See ``Supervisor.dismiss_form``."""
         limit = check.timeout("timeout", timeout)
-        await self._request(self.sync._dismiss_form_request(ask_id, run_id=run_id, message=message), limit)
+        await self._link.request_async(check.dismiss_form(ask_id, run_id=run_id, message=message), limit)
 
     async def pending_asks(
         self, *, run_id: str | None = None, timeout: float | None = None
     ) -> tuple[AskSnapshot, ...]:
         """Every open ask (of one run, with ``run_id``), in the order raised."""
+        run_id = None if run_id is None else check.identifier("run_id", run_id)
         asks = await self._query(lambda core: core.pending_asks(), timeout)
         return asks if run_id is None else tuple(a for a in asks if a.run_id == run_id)
 
     async def ask(self, ask_id: str, *, timeout: float | None = None) -> AskSnapshot | None:
         """What is known of an ask, open or not (None if unknown, or forgotten with its run)."""
+        ask_id = check.identifier("ask_id", ask_id)
         return await self._query(lambda core: core.ask_snapshot(ask_id), timeout)
 
     async def load(
@@ -533,12 +518,14 @@ class AsyncSupervisor:
         limit = check.timeout("timeout", timeout)
         if limit is None:  # as the sync call: an answer, then each load within its budget
             limit = self.config.request_timeout_s + self.config.load_budget_ms / 1000.0
-        await self._await(self.sync._preload_future(directories, load=True, fingerprint=fingerprint), limit)
+        await self._link.wait(
+            self._link.preload_future(directories, load=True, fingerprint=fingerprint), limit
+        )
 
     async def declare(self, *directories: str | PathLike[str], timeout: float | None = None) -> None:
         """Make directories known without loading them, so closes may name them."""
         limit = check.timeout("timeout", timeout)
-        await self._await(self.sync._preload_future(directories, load=False), limit)
+        await self._link.wait(self._link.preload_future(directories, load=False), limit)
 
     # --- shutdown ----------------------------------------------------------------------------
 
@@ -554,17 +541,16 @@ class AsyncSupervisor:
         once the shutdown has completed, with its final outcome (within ``grace_ms`` plus
         ``stop_timeout_s``: see ``Supervisor.shutdown``). Idempotent: a second call returns the first
         one's outcome."""
-        request = self.sync._shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
-        config = self.config
-        # The closer thread's own bounds come first; this one only guards against a lost answer.
-        limit = request.grace_ms / 1000.0 + config.request_timeout_s + config.stop_timeout_s + 1.0
-        return await self._await(self.sync._shutdown_future(request), limit)
+        request = self._link.shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
+        limit = request.grace_ms / 1000.0 + self.config.request_timeout_s  # as the sync shutdown's
+        await self._link.request_async(request, limit)
+        return await self.wait_closed(limit)
 
     async def wait_closed(self, timeout: float | None = None) -> CloseOutcome:
         """Wait until a shutdown (requested anywhere) has completed and our threads have ended;
         return its final outcome. ``SupervisorTimeout`` if it has not completed in time."""
         sync = self.sync
-        limit = sync._timeout(check.timeout("timeout", timeout))
+        limit = self._link.timeout(check.timeout("timeout", timeout))
         done: Future[CloseOutcome] = Future()
 
         def close_into() -> None:  # joining threads blocks: never on the loop
@@ -574,12 +560,12 @@ class AsyncSupervisor:
                 complete(done, error=exc)
 
         threading.Thread(target=close_into, name="run-supervisor-closer", daemon=True).start()
-        return await self._await(done, limit + sync.config.stop_timeout_s + 1.0)
+        return await self._link.wait(done, limit + sync.config.stop_timeout_s + 1.0)
 
     # --- queries and events ------------------------------------------------------------------
 
     async def _query(self, read: Callable[[SupervisorCore], T], timeout: float | None) -> T:
-        return await self._await(self.sync._query_future(read), check.timeout("timeout", timeout))
+        return await self._link.wait(self._link.query_future(read), check.timeout("timeout", timeout))
 
     async def run(self, run_id: str, *, timeout: float | None = None) -> RunSnapshot | None:
         """What is known of a run (None if unknown or forgotten)."""
@@ -602,8 +588,8 @@ class AsyncSupervisor:
         the shutdown has completed). ``maxsize > 0`` bounds it: a subscriber that falls behind
         loses its oldest events (counted in ``dropped``). ``SupervisorClosed`` after shutdown."""
         size = check.size("maxsize", maxsize)
-        if self.sync._closed:
+        if self._link.closed:
             raise SupervisorClosed("the supervisor has shut down; there are no more events")
         subscription = AsyncSubscription(maxsize=size)
-        self.sync._add_subscription(subscription)
+        self._link.add_subscription(subscription)
         return subscription

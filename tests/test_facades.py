@@ -149,7 +149,6 @@ def fill_the_disk(sup: Supervisor) -> None:
     assert done.wait(5)
 
 
-@pytest.mark.xfail(strict=True, reason="the async facade does not yet share the sync one's rejection path")
 def test_after_a_journal_failure_the_async_facade_raises_journal_failed_as_the_sync_one_does(
     tmp_path: Path,
 ) -> None:

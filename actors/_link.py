@@ -1,0 +1,475 @@
+"""The link: one connection to the supervisor actor, under both facades.
+
+``Supervisor`` and ``AsyncSupervisor`` are two ways of waiting on the same link. The link sends a
+checked request (or any message) carrying an internal ``concurrent.futures.Future``, answers what
+is sent after the actor stopped (or after the journal failed) as the supervisor would, waits for an
+answer within a bound -- blocking for the sync facade, awaiting for the async one -- and turns a
+rejection into its exception (a refusal after the journal failed raises that ``JournalFailed``).
+Host-facing futures it hands out are completed off the supervisor's thread (by the ``Relay``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import msgspec
+import pykka
+
+from run_supervisor.actors import _validate as check
+from run_supervisor.actors._async_body import AsyncBodies, is_async_body
+from run_supervisor.actors._context import RunBody
+from run_supervisor.actors._errors import (
+    JournalFailed,
+    LoadFailed,
+    SupervisorClosed,
+    SupervisorError,
+    SupervisorTimeout,
+    UnknownRun,
+    raise_for_rejection,
+)
+from run_supervisor.actors._relay import Relay, complete
+from run_supervisor.actors._run_actor import RunActor
+from run_supervisor.actors._subscription import Publisher, Subscription
+from run_supervisor.actors._supervisor import Loading, Preload, Query, Submit, WaitRun
+from run_supervisor.actors._threads import ThreadBook
+from run_supervisor.actors._view import View
+from run_supervisor.protocol import (
+    CloseOutcome,
+    CloseRequest,
+    CloseResult,
+    ConfirmClose,
+    RejectCode,
+    Request,
+    RequestOutcome,
+    RequestResult,
+    RunSnapshot,
+    SessionSnapshot,
+    Shutdown,
+    ShutdownComplete,
+    StartRun,
+    SupervisorCore,
+)
+
+T = TypeVar("T")
+
+__all__ = ["Link", "link_of", "next_run_number", "saw_run_id"]
+
+
+class _RunNumbers:
+    """Automatic run ids (``run-N``), kept above every ``run-N`` a host chose itself."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 1
+
+    def take(self) -> int:
+        with self._lock:
+            number, self._next = self._next, self._next + 1
+            return number
+
+    def saw(self, run_id: str) -> None:
+        if run_id.startswith("run-") and run_id[4:].isascii() and run_id[4:].isdigit() and len(run_id) < 24:
+            with self._lock:
+                self._next = max(self._next, int(run_id[4:]) + 1)
+
+
+_run_numbers = _RunNumbers()
+next_run_number = _run_numbers.take
+saw_run_id = _run_numbers.saw
+
+
+def _no_body(context: object) -> None:
+    """Stands in for the body when only the request is checked (the body is checked apart)."""
+
+
+def rejected(request: object, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:
+    """The outcome a request gets when it is refused before the core saw it."""
+    if isinstance(request, CloseRequest | Shutdown | ConfirmClose):
+        return CloseOutcome(result=CloseResult.REJECTED, error=error, code=code)
+    return RequestOutcome(result=RequestResult.REJECTED, error=error, code=code)
+
+
+def start_run_request(
+    *,
+    session: object,
+    directory: object,
+    run_id: object,
+    queue_policy: object = None,
+    resume_of: object = None,
+    parent_run_id: object = None,
+    deadline_ms: object = None,
+    stall_after_ms: object = None,
+) -> StartRun:
+    """Checked (``InvalidRequest`` naming the argument), every option in the order the facades
+    document them (None: not given); without ``run_id``, a fresh ``run-N`` no host id has taken."""
+    fresh = run_id is None
+    request = check.start_run(
+        _no_body,
+        session=session,
+        directory=directory,
+        run_id=f"run-{next_run_number()}" if fresh else run_id,
+    )
+    if not fresh:
+        saw_run_id(request.run_id)
+    options: dict[str, object] = {}
+    if queue_policy is not None:  # None: the session's default
+        options["queue_policy"] = check.queue_policy("queue_policy", queue_policy)
+    if resume_of is not None:
+        options["resume_of"] = check.identifier("resume_of", resume_of)
+    if parent_run_id is not None:
+        options["parent_run_id"] = check.identifier("parent_run_id", parent_run_id)
+    if deadline_ms is not None:
+        options["deadline_ms"] = check.deadline("deadline_ms", deadline_ms)
+    if stall_after_ms is not None:
+        options["stall_after_ms"] = check.stall_after_ms("stall_after_ms", stall_after_ms)
+    return msgspec.structs.replace(request, **options) if options else request
+
+
+def renamed(request: StartRun) -> StartRun:
+    """The same start under the next fresh ``run-N`` (a host took the name meanwhile)."""
+    return msgspec.structs.replace(request, run_id=f"run-{next_run_number()}")
+
+
+class Link:
+    """A supervisor actor's connection, shared by its sync and async facades.
+
+    Made before the actor (its callbacks are the actor's ``on_stopped`` and
+    ``on_shutdown_complete``, and the journal's ``on_failure``), then ``connect``ed to it."""
+
+    publisher: Publisher
+    view: View
+
+    def __init__(self, config: Any, threads: ThreadBook) -> None:
+        self.config = config  # a SupervisorConfig (typed loosely: that class lives with the facade)
+        self.threads = threads
+        self.lock = threading.Lock()
+        """Guards the fields below (and what a facade keeps beside them)."""
+        self.closed = False
+        """The actor's mailbox is closed: nothing more is answered."""
+        self.relay = Relay(threads)
+        self.async_bodies = AsyncBodies(threads)
+        self.shutdown_complete: Future[ShutdownComplete] = Future()
+        self.final: CloseOutcome | None = None
+        self.deadline: float | None = None
+        self.journal_failure: JournalFailed | None = None
+        self._outstanding: set[Future[Any]] = set()
+        self._ref: pykka.ActorRef[Any] | None = None
+
+    def connect(self, ref: pykka.ActorRef[Any], publisher: Publisher, view: View) -> None:
+        self._ref = ref
+        self.publisher = publisher
+        self.view = view
+
+    # --- the actor's callbacks -----------------------------------------------------------------
+
+    def on_journal_failure(self, failure: JournalFailed) -> None:
+        """From the journal's writer: a batch did not commit. From now on every request is refused
+        with the failure, and the supervisor shuts down (its runs interrupted within the default
+        grace; nothing of it is delivered or journaled: the next start recovers them as crashes)."""
+        with self.lock:
+            self.journal_failure = failure
+        shutdown = Shutdown(origin="journal", grace_ms=self.config.default_grace_ms)
+        if self._ref is None:  # not started yet
+            return
+        try:
+            self._ref.tell(Submit(shutdown, Future()))
+        except pykka.ActorDeadError:  # already stopped
+            pass
+
+    def on_shutdown_complete(self, command: ShutdownComplete, deadline: float | None) -> None:
+        with self.lock:
+            self.final = command.outcome
+            self.deadline = deadline
+        complete(self.shutdown_complete, command)  # only our own waiters hold it: no host callback
+
+    def on_stopped(self) -> None:
+        """The supervisor's mailbox is closed: nothing still waiting will ever be answered."""
+        self.async_bodies.close()
+        with self.lock:
+            self.closed = True
+            waiting = list(self._outstanding)
+        for future in waiting:
+            complete(future, error=SupervisorClosed("the supervisor has shut down"))
+        self.view.close_idle(SupervisorClosed("the supervisor stopped while the session was busy"))
+        self.relay.close()
+
+    # --- sending ---------------------------------------------------------------------------------
+
+    def post(self, make: Callable[[Future[Any]], Any]) -> Future[Any]:
+        """Send a message carrying a fresh internal future (completed on the supervisor's thread:
+        never handed to a host as is)."""
+        reply: Future[Any] = Future()
+        with self.lock:
+            if self.closed:
+                reply.set_exception(SupervisorClosed("the supervisor has shut down"))
+                return reply
+            self._outstanding.add(reply)
+        reply.add_done_callback(self._forget)
+        assert self._ref is not None
+        try:
+            self._ref.tell(make(reply))
+        except pykka.ActorDeadError:
+            complete(reply, error=SupervisorClosed("the supervisor has shut down"))
+        return reply
+
+    def _forget(self, future: Future[Any]) -> None:
+        with self.lock:
+            self._outstanding.discard(future)
+
+    def closed_outcome(self, request: Request) -> CloseOutcome | RequestOutcome:
+        if isinstance(request, Shutdown) and self.final is not None:
+            return self.final
+        failure = self.journal_failure
+        return rejected(
+            request,
+            RejectCode.SUPERVISOR_CLOSED,
+            "the supervisor has shut down; no request is accepted any more"
+            if failure is None
+            else str(failure),
+        )
+
+    def call(
+        self,
+        request: Request,
+        body: RunBody | None = None,
+        finished: Future[RunSnapshot] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        launched: list[Any] | None = None,
+    ) -> Future[CloseOutcome | RequestOutcome]:
+        """Send a checked request; the internal future resolves to its outcome (rejections included).
+        A run actor started for a ``StartRun`` is appended to ``launched``, if given; an async body
+        runs on ``loop`` (the host's), else on the supervisor's own loop thread."""
+        answer: Future[CloseOutcome | RequestOutcome] = Future()
+        if self.closed:
+            answer.set_result(self.closed_outcome(request))
+            return answer
+        failure = self.journal_failure
+        if failure is not None:  # it shuts itself down: a shutdown is answered with that one's outcome
+            if isinstance(request, Shutdown):
+                self.shutdown_complete.add_done_callback(lambda done: complete(answer, done.result().outcome))
+            else:
+                answer.set_result(rejected(request, RejectCode.SUPERVISOR_CLOSED, str(failure)))
+            return answer
+        run = None
+        assert self._ref is not None
+        if isinstance(request, StartRun):  # its actor starts here, on the caller's thread, idle
+            timeout = self.config.request_timeout_s
+            if is_async_body(body):  # a task on the host's loop (AsyncSupervisor) or on ours
+                run = self.async_bodies.launch(request.run_id, body, self._ref, timeout, loop)
+            else:
+                run = RunActor.launch(request.run_id, body, self._ref, timeout, self.threads)
+            if launched is not None:
+                launched.append(run)
+        inner = self.post(lambda reply: Submit(request, reply, run, finished))
+
+        def relay(done: Future[Any]) -> None:
+            if done.cancelled():  # the caller gave up waiting
+                answer.cancel()
+                return
+            error = done.exception()
+            if error is None:
+                complete(answer, done.result())
+                return
+            if run is not None:
+                run.ref.stop(block=False)  # the supervisor never took it on
+            if isinstance(error, SupervisorClosed):
+                complete(answer, self.closed_outcome(request))
+            else:
+                complete(
+                    answer, rejected(request, RejectCode.INTERNAL_ERROR, f"the supervisor failed: {error}")
+                )
+
+        inner.add_done_callback(relay)
+        answer.add_done_callback(lambda held: inner.cancel() if held.cancelled() else None)
+        return answer
+
+    def raise_for_rejection(self, outcome: CloseOutcome | RequestOutcome) -> None:
+        """``raise_for_rejection``, but a request refused because the journal failed raises that
+        failure (``JournalFailed``, a ``SupervisorClosed``) rather than a bare ``SupervisorClosed``."""
+        failure = self.journal_failure
+        if failure is not None and outcome.code is RejectCode.SUPERVISOR_CLOSED:
+            raise JournalFailed(failure.path, failure.error)
+        raise_for_rejection(outcome)
+
+    # --- waiting: blocking (the sync facade) or awaiting (the async one), both bounded -----------
+
+    def timeout(self, timeout: float | None) -> float:
+        limit: float = self.config.request_timeout_s if timeout is None else timeout
+        return limit
+
+    def get(self, future: Future[T], timeout: float | None, *, withdraw: bool = True) -> T:
+        limit = self.timeout(timeout)
+        try:
+            return future.result(timeout=limit)
+        except TimeoutError:
+            if withdraw:
+                future.cancel()  # the supervisor drops the answer; _forget releases it
+            raise SupervisorTimeout(f"the supervisor did not answer within {limit} s") from None
+
+    async def wait(self, future: Future[T], timeout: float | None) -> T:
+        limit = self.timeout(timeout)
+        try:
+            async with asyncio.timeout(limit):
+                return await asyncio.wrap_future(future)  # cancelling the wait cancels the future
+        except SupervisorTimeout:
+            raise
+        except TimeoutError:
+            raise SupervisorTimeout(f"the supervisor did not answer within {limit} s") from None
+
+    def request(self, request: Request, timeout: float | None, body: RunBody | None = None) -> Any:
+        """Send a checked request, wait for its answer; a rejection raises."""
+        outcome = self.get(self.call(request, body), timeout)
+        self.raise_for_rejection(outcome)
+        return outcome
+
+    async def request_async(
+        self,
+        request: Request,
+        timeout: float | None,
+        body: RunBody | None = None,
+        finished: Future[RunSnapshot] | None = None,
+    ) -> Any:
+        """``request`` for a coroutine; an async body runs as a task on the awaiting loop."""
+        call = self.call(request, body, finished, asyncio.get_running_loop())
+        outcome = await self.wait(call, timeout)
+        self.raise_for_rejection(outcome)
+        return outcome
+
+    def future(self, request: Request) -> Future[Any]:
+        """A host-facing future for a checked request: completed off the supervisor's thread,
+        raising the rejection's exception."""
+        outer: Future[Any] = Future()
+
+        def outcome_of(done: Future[Any]) -> Any:
+            outcome = done.result()
+            self.raise_for_rejection(outcome)
+            return outcome
+
+        self.relay.chain(self.call(request), outer, outcome_of)
+        return outer
+
+    def query_future(self, read: Callable[[SupervisorCore], T]) -> Future[T]:
+        """A host-facing future of ``read(core)``, read on the supervisor's thread."""
+        outer: Future[T] = Future()
+        self.relay.chain(self.post(lambda reply: Query(read, reply)), outer, lambda done: done.result())
+        return outer
+
+    # --- runs, sessions, directories --------------------------------------------------------------
+
+    def unknown_or_closed(self, run_id: str) -> SupervisorError:
+        if self.closed:
+            return SupervisorClosed(f"the supervisor shut down before run {run_id!r} was known to finish")
+        return UnknownRun(f"run {run_id!r} is not known (never started, or finished and forgotten)")
+
+    def wait_run(self, run_id: str) -> Future[Any]:
+        """The internal future of the run's final snapshot, asked of the supervisor (None if
+        unknown): for a handle that was not given the run's own ``finished`` future."""
+        return self.post(lambda reply: WaitRun(run_id, reply))
+
+    def finished_future(self, run_id: str, finished: Future[RunSnapshot] | None) -> Future[RunSnapshot]:
+        """A host-facing future of the run's final snapshot: ``finished`` relayed (shared: nobody's
+        wait cancels it), else the supervisor asked; it raises what a handle's ``wait`` would."""
+        outer: Future[RunSnapshot] = Future()
+        if finished is not None:
+            self.relay.chain(finished, outer, lambda done: done.result(), shared=True)
+            return outer
+
+        def convert(done: Future[Any]) -> RunSnapshot:
+            snapshot = done.result()
+            if snapshot is None:
+                raise self.unknown_or_closed(run_id)
+            result: RunSnapshot = snapshot
+            return result
+
+        self.relay.chain(self.wait_run(run_id), outer, convert)
+        return outer
+
+    def idle_future(self, session: object) -> tuple[str, Future[SessionSnapshot | None]]:
+        """Checked; the internal future of ``View.when_idle`` (completed on the supervisor's thread)."""
+        name = check.identifier("session", session)
+        return name, self.view.when_idle(name)
+
+    def still_busy(self, session: str, limit: float) -> SupervisorTimeout:
+        snapshot = self.view.sessions.get(session)
+        now = f" (run {snapshot.active!r} active, {len(snapshot.queued)} queued)" if snapshot else ""
+        return SupervisorTimeout(f"session {session!r} was still busy after {limit} s{now}")
+
+    def shutdown_request(self, *, grace_ms: object, reason: object, origin: object, tag: object) -> Shutdown:
+        grace = self.config.default_grace_ms if grace_ms is None else grace_ms
+        return check.shutdown(grace_ms=grace, reason=reason, origin=origin, tag=tag)
+
+    def load(self, names: tuple[str, ...], fingerprint: str | None, timeout: float | None) -> None:
+        """Load checked directories now and wait for their load hooks (see ``Supervisor.load``)."""
+        started = time.monotonic()
+        loads: tuple[Loading, ...] = self.get(
+            self.post(lambda reply: Preload(names, True, reply, fingerprint)), timeout
+        )
+        errors: dict[str, str] = {}
+        for loading in loads:
+            wait = loading.deadline - time.monotonic()
+            if timeout is not None:
+                wait = min(wait, started + timeout - time.monotonic())
+            try:
+                error = loading.done.result(timeout=max(0.0, wait))
+            except TimeoutError:
+                if timeout is not None and time.monotonic() < loading.deadline:
+                    raise SupervisorTimeout(
+                        f"the load of {loading.directory} did not end within {timeout} s"
+                    ) from None
+                error = f"the load hook overran its {self.config.load_budget_ms} ms budget"
+            if error is not None:
+                errors[loading.directory] = error
+        if errors:
+            raise LoadFailed(errors)
+
+    def preload_future(
+        self, directories: tuple[object, ...], *, load: bool, fingerprint: object = None
+    ) -> Future[None]:
+        """Checked; a host-facing future done once the directories are known (``load=False``) or
+        their loads have ended (``load=True``; it raises ``LoadFailed`` as ``load`` does)."""
+        names = check.directory_names("directories", directories)
+        print_ = check.optional_text("fingerprint", fingerprint)
+        outer: Future[None] = Future()
+        if not load:
+            self.relay.chain(self.post(lambda reply: Preload(names, False, reply)), outer, lambda done: None)
+            return outer
+
+        def loading() -> None:  # waits on the load hooks: never on a caller's loop
+            try:
+                self.load(names, print_, None)
+            except BaseException as exc:
+                complete(outer, error=exc)
+            else:
+                complete(outer, None)
+
+        thread = threading.Thread(target=loading, name="run-supervisor-loading", daemon=True)
+        self.threads.add(thread)
+        thread.start()
+        return outer
+
+    def add_subscription(self, subscription: Subscription) -> None:
+        """The one path by which a subscription (sync or async) joins the publisher (closed at
+        once if shutdown has completed meanwhile)."""
+        self.publisher.add(subscription)
+
+
+_links: weakref.WeakKeyDictionary[object, Link] = weakref.WeakKeyDictionary()
+
+
+def attach(facade: object, link: Link) -> None:
+    """Record ``link`` as the connection of ``facade`` (a ``Supervisor``), for other facades."""
+    _links[facade] = link
+
+
+def link_of(facade: object) -> Link | None:
+    """The link a ``Supervisor`` drives (None for anything else)."""
+    try:
+        return _links.get(facade)
+    except TypeError:  # not weakly referenceable: not a supervisor
+        return None
