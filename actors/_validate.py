@@ -49,6 +49,7 @@ from run_supervisor.protocol import (
     ShutdownReason,
     StartRun,
 )
+from run_supervisor.protocol._rules import CLOSE_REQUEST_MODES
 
 __all__ = [
     "ID_CHARACTERS",
@@ -115,7 +116,8 @@ QueuePolicyName = Literal["queue", "coalesce", "reject_if_busy"]
 """What a start does while its session is busy (a ``QueuePolicy`` spelled as a string)."""
 
 _CLOSE_ACTIONS = ("dispose", "dispose_all", "reload", "invalidate_config")
-_CLOSE_MODES = ("maintenance", "user_confirmed_interrupt")
+_CLOSE_MODES = tuple(mode.value for mode in CLOSE_REQUEST_MODES)
+"""The modes a close accepts: the rules' (``CloseModeName`` spells them for type checkers)."""
 _SHUTDOWN_REASONS = ("shutdown", "test_teardown", "timeout")
 _QUEUE_POLICIES = ("queue", "coalesce", "reject_if_busy")
 _RELOAD_POLICIES = ("lazy", "eager")

@@ -97,6 +97,7 @@ from run_supervisor.protocol import (
     WithdrawReason,
 )
 from run_supervisor.protocol._core import Report
+from run_supervisor.protocol._rules import CLOSE_REQUEST_MODES
 from run_supervisor.protocol.testing import InvariantChecker
 
 A, B = "/w/a", "/w/b"
@@ -109,7 +110,7 @@ CLOSES = (
     (CloseAction.DISPOSE_ALL, ()),
     (CloseAction.INVALIDATE_CONFIG, ()),
 )
-MODES = (CloseMode.MAINTENANCE, CloseMode.USER_CONFIRMED_INTERRUPT)
+MODES = CLOSE_REQUEST_MODES
 REASONS = (ShutdownReason.SHUTDOWN, ShutdownReason.TEST_TEARDOWN)
 
 

@@ -50,7 +50,6 @@ from run_supervisor.actors import (
 )
 from run_supervisor.protocol import (
     CloseAction,
-    CloseMode,
     CloseOutcome,
     CloseResult,
     Event,
@@ -66,6 +65,7 @@ from run_supervisor.protocol import (
     ShutdownReason,
     StepStarted,
 )
+from run_supervisor.protocol._rules import CLOSE_REQUEST_MODES, CLOSE_RULES
 from run_supervisor.protocol.testing import InvariantChecker, InvariantViolation
 
 DEFAULT_SEED = 20240611
@@ -86,7 +86,9 @@ THINK_S = (0.0, 0.0, 0.01, 0.05, 0.15, 0.4)
 STEP_MS = (0, 5, 20, 50, 100, 250)
 IGNORE_MS = (20, 60, 150, 300)
 STRAGGLERS = 3
-MODES = (CloseMode.MAINTENANCE, CloseMode.USER_CONFIRMED_INTERRUPT)
+MODES = CLOSE_REQUEST_MODES
+MODE_WEIGHTS = [30 if CLOSE_RULES[mode].interrupts_with else 70 for mode in MODES]
+"""Most closes leave runs alone; fewer interrupt (``CLOSE_RULES``)."""
 SHUTDOWN_REASONS = (ShutdownReason.SHUTDOWN, ShutdownReason.TEST_TEARDOWN)
 
 
@@ -646,7 +648,7 @@ class Soak:
 
     def close(self) -> None:
         do = self.rng.choices(CLOSES, weights=CLOSE_WEIGHTS)[0]
-        mode = self.rng.choices(MODES, weights=[70, 30])[0]
+        mode = self.rng.choices(MODES, weights=MODE_WEIGHTS)[0]
         directory = self.rng.choice(self.directories) if do in ("dispose", "reload") else None
         origin = {
             "dispose": "project.close",
@@ -667,17 +669,16 @@ class Soak:
             return
         result = outcome.result.value
         self.close_results[f"{do} {mode}: {result}"] += 1
-        allowed = {"completed", "deferred"} | (
-            {"interrupted"} if mode == "user_confirmed_interrupt" else set()
-        )
+        interrupts = CLOSE_RULES[mode].interrupts_with is not None
+        allowed = {"completed", "deferred"} | ({"interrupted"} if interrupts else set())
         if result not in allowed:
             self.violation(f"{do} in mode {mode} gave {result}")
         if result == "completed" and not outcome.completed:
             self.violation(f"{do} {tag} answered completed but not done")
         if result == "deferred" and not (outcome.pending_directories and outcome.blocking_runs):
             self.violation(f"{do} {tag} deferred without pending directories or blocking runs")
-        if mode == "maintenance" and outcome.interrupted_runs:
-            self.violation(f"maintenance {do} {tag} interrupted {outcome.interrupted_runs}")
+        if not interrupts and outcome.interrupted_runs:
+            self.violation(f"{mode} {do} {tag} interrupted {outcome.interrupted_runs}")
         for run_id in outcome.interrupted_runs:
             run = self.checker.runs.get(run_id)
             if run is None:

@@ -48,6 +48,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from run_supervisor.protocol import (
+    CLOSE_RULES,
     AskKind,
     CloseAction,
     CloseMode,
@@ -391,7 +392,8 @@ SHUTDOWNS: frozenset[CloseAction] = frozenset(_SHUTDOWN_REASONS)
 """``shutdown`` and ``test_teardown``."""
 CLOSES: frozenset[CloseAction] = frozenset(CloseAction) - SHUTDOWNS
 """The four closes: ``dispose``, ``dispose_all``, ``reload``, ``invalidate_config``."""
-_CLOSE_MODES = (CloseMode.MAINTENANCE, CloseMode.USER_CONFIRMED_INTERRUPT)
+_CLOSE_MODES = tuple(mode for mode, rule in CLOSE_RULES.items() if not rule.covers_everything)
+"""The modes a close may carry: the rules' (a shutdown-like mode is a shutdown's)."""
 _TOOL_KINDS = (StepKind.TOOL_INPUT, StepKind.TOOL_EXEC)
 _TOOL_EXEC_AT = (PartState.PREPARED, PartState.RUNNING)
 _DO_VALUES: tuple[str, ...] = (*(do.value for do in CloseAction), *(do.value for do in UserAction))
@@ -488,7 +490,7 @@ def _results(
     close with a ``fingerprint`` can be a ``noop``."""
     if do in CLOSES:
         noop = (CloseResult.NOOP,) if fingerprint else ()
-        if mode is CloseMode.USER_CONFIRMED_INTERRUPT:
+        if mode is not None and CLOSE_RULES[mode].interrupts_with is not None:
             return (CloseResult.DEFERRED, CloseResult.INTERRUPTED, CloseResult.REJECTED, *noop)
         return (CloseResult.DEFERRED, CloseResult.REJECTED, *noop)
     if do in SHUTDOWNS:
