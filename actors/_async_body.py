@@ -21,7 +21,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
-from datetime import datetime
 from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar, cast
 
 import pykka
@@ -35,6 +34,8 @@ from run_supervisor.actors._context import (
     QuestionLike,
     RunContext,
     ToolCall,
+    _RunReports,
+    _ToolReports,
 )
 from run_supervisor.actors._errors import RunInterrupted, SupervisorTimeout
 from run_supervisor.actors._run_actor import RunActor, RunSlot, _describe
@@ -204,11 +205,13 @@ class AsyncAsk(Generic[R]):
         return (await self._settle(WithdrawReason.BODY)).withdrawn
 
 
-class AsyncToolCall:
-    """A tool part of an async body (``ToolCall`` with awaitable asks)."""
+class AsyncToolCall(_ToolReports[AsyncAsk[PermissionReply], AsyncAsk[FormReply]]):
+    """A tool part of an async body (``ToolCall`` with awaitable asks): its reports and
+    ``open_*`` are ``ToolCall``'s own (one implementation); only the waits here are coroutines."""
 
     def __init__(self, call: ToolCall, token: AsyncCancelToken) -> None:
         self.sync = call
+        self._reporter = call
         self.tool = call.tool
         self.call_id = call.call_id
         self._token = token
@@ -216,32 +219,10 @@ class AsyncToolCall:
     def __repr__(self) -> str:
         return f"AsyncToolCall({self.tool!r}, {self.call_id!r})"
 
-    def prepared(self) -> None:
-        """The call's input is complete (materialized); the tool has not started."""
-        self.sync.prepared()
+    def _permission(self, ask: Ask[PermissionReply]) -> AsyncAsk[PermissionReply]:
+        return AsyncAsk(ask, self._token)
 
-    def running(self) -> None:
-        """The tool starts to run."""
-        self.sync.running()
-
-    def completed(self) -> None:
-        """The tool ran and succeeded: the card settles ``completed``."""
-        self.sync.completed()
-
-    def failed(self, message: str) -> None:
-        """The tool itself failed (not an interruption): the part ends ``error``, the run goes on."""
-        self.sync.failed(message)
-
-    def open_permission(
-        self,
-        *,
-        title: str | None = None,
-        command: str | None = None,
-        options: Iterable[str] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> AsyncAsk[PermissionReply]:
-        """``AsyncRunContext.open_permission`` for this call."""
-        ask = self.sync.open_permission(title=title, command=command, options=options, data=data)
+    def _form(self, ask: Ask[FormReply]) -> AsyncAsk[FormReply]:
         return AsyncAsk(ask, self._token)
 
     async def ask_permission(
@@ -257,16 +238,6 @@ class AsyncToolCall:
         ask = self.open_permission(title=title, command=command, options=options, data=data)
         return await ask.wait(timeout)
 
-    def open_form(
-        self,
-        *,
-        title: str | None = None,
-        questions: Iterable[QuestionLike] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> AsyncAsk[FormReply]:
-        """``AsyncRunContext.open_form`` for this call."""
-        return AsyncAsk(self.sync.open_form(title=title, questions=questions, data=data), self._token)
-
     async def ask_form(
         self,
         timeout: float | None = None,
@@ -279,30 +250,34 @@ class AsyncToolCall:
         return await self.open_form(title=title, questions=questions, data=data).wait(timeout)
 
 
-class AsyncRunContext:
+class AsyncRunContext(_RunReports[AsyncAsk[PermissionReply], AsyncAsk[FormReply], AsyncToolCall]):
     """Given to an ``async def`` run body: ``RunContext`` in async form. Reports (steps, tool parts,
-    ``raise_ask``) are the same non-blocking calls; waits are awaitable and wake on an interrupt."""
+    ``open_*``, retries) are ``RunContext``'s own non-blocking calls; waits are awaitable and wake
+    on an interrupt."""
+
+    token: AsyncCancelToken
 
     def __init__(self, context: RunContext) -> None:
         self.sync = context
         """The same run's ``RunContext`` (its waits block: use them only from another thread)."""
+        self._reporter = context
         self.run_id = context.run_id
         self.session = context.session
         self.directory = context.directory
         self.generation = context.generation
         """The instance generation this run is pinned to; it stays loaded until the run ends."""
-        self.token: AsyncCancelToken = context.token  # type: ignore[assignment]
+        self.token = context.token  # type: ignore[assignment]
 
-    # --- cancellation ----------------------------------------------------------------------------
+    def _permission(self, ask: Ask[PermissionReply]) -> AsyncAsk[PermissionReply]:
+        return AsyncAsk(ask, self.token)
 
-    @property
-    def cancelled(self) -> bool:
-        """Whether the run was interrupted (the body should stop; ``check()`` raises then)."""
-        return self.sync.cancelled
+    def _form(self, ask: Ask[FormReply]) -> AsyncAsk[FormReply]:
+        return AsyncAsk(ask, self.token)
 
-    def check(self) -> None:
-        """Raise ``RunInterrupted`` if the run has been interrupted."""
-        self.sync.check()
+    def _tool_call(self, call: ToolCall) -> AsyncToolCall:
+        return AsyncToolCall(call, self.token)
+
+    # --- waiting (awaitable) ---------------------------------------------------------------------
 
     async def sleep(self, seconds: float) -> None:
         """Pause, waking early (with ``RunInterrupted``) if the run is interrupted."""
@@ -320,29 +295,6 @@ class AsyncRunContext:
             with gate._lock:
                 gate._waiters.discard(self.token)
 
-    # --- progress (non-blocking, as in RunContext) -----------------------------------------------
-
-    def heartbeat(self) -> None:
-        """``RunContext.heartbeat``: the body is making progress (not stalled); cheap, non-blocking;
-        raises ``RunInterrupted`` if the run has been interrupted."""
-        self.sync.heartbeat()
-
-    def next_step_id(self, kind: StepKind | str) -> str:
-        """A fresh step id for a step of ``kind`` (``step_started`` / ``step_finished`` take it)."""
-        return self.sync.next_step_id(kind)
-
-    def step_started(
-        self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
-    ) -> None:
-        """The first half of ``step()``, for a step that does not fit a block: announce it started."""
-        self.sync.step_started(step_id, kind, tool=tool, call_id=call_id)
-
-    def step_finished(
-        self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
-    ) -> None:
-        """The second half of ``step()``: announce the step ``step_started`` began has ended."""
-        self.sync.step_finished(step_id, kind, tool=tool, call_id=call_id)
-
     def step(
         self, kind: StepKind | str, step_id: str | None = None, *, call: AsyncToolCall | None = None
     ) -> _Step:
@@ -352,27 +304,7 @@ class AsyncRunContext:
         tool, call_id = (call.tool, call.call_id) if call is not None else (None, None)
         return _Step(self.sync, kind, step_id or self.next_step_id(kind), tool, call_id)
 
-    def tool(self, tool: str, *, call_id: str | None = None) -> AsyncToolCall:
-        """Begin a tool part: the model starts generating this tool call's input."""
-        return AsyncToolCall(self.sync.tool(tool, call_id=call_id), self.token)
-
-    # --- asking the user (as in RunContext; the waits are awaitable) ------------------------------
-
-    def open_permission(
-        self,
-        *,
-        tool: str | None = None,
-        call_id: str | None = None,
-        title: str | None = None,
-        command: str | None = None,
-        options: Iterable[str] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> AsyncAsk[PermissionReply]:
-        """Ask the user to allow a tool call, without waiting (see ``RunContext.open_permission``)."""
-        ask = self.sync.open_permission(
-            tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
-        )
-        return AsyncAsk(ask, self.token)
+    # --- asking the user and waiting (awaitable) ---------------------------------------------------
 
     async def ask_permission(
         self,
@@ -391,19 +323,6 @@ class AsyncRunContext:
         )
         return await ask.wait(timeout)
 
-    def open_form(
-        self,
-        *,
-        tool: str | None = None,
-        call_id: str | None = None,
-        title: str | None = None,
-        questions: Iterable[QuestionLike] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> AsyncAsk[FormReply]:
-        """Raise a question form without waiting (see ``RunContext.open_form``)."""
-        ask = self.sync.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data)
-        return AsyncAsk(ask, self.token)
-
     async def ask_form(
         self,
         timeout: float | None = None,
@@ -417,13 +336,6 @@ class AsyncRunContext:
         """Raise a question form and wait (see ``RunContext.ask_form``)."""
         ask = self.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data)
         return await ask.wait(timeout)
-
-    # --- retries -------------------------------------------------------------------------------
-
-    def retrying(self, attempt: int, message: str, next_at: datetime | float | None = None) -> None:
-        """Say that the run is retrying (see ``RunContext.retrying``): its session shows ``retry``
-        until the attempt goes on. Non-blocking, like the other reports."""
-        self.sync.retrying(attempt, message, next_at)
 
     # --- the instance ----------------------------------------------------------------------------
 

@@ -9,6 +9,10 @@ for exactly that ask) and return an ``Ask`` handle; ``ask_permission`` / ``ask_f
 wait for it. The supervisor registers the ask before it publishes ``ask.requested``, so a reply
 fired from that event always finds it. Any number of asks may be open at once (one per parallel
 tool call, from the body's own threads if it likes: the context is thread-safe).
+
+The non-blocking calls (checks, steps, tool parts, opening an ask, retries) are written once, in
+``_RunReports`` and ``_ToolReports``, and shared by ``RunContext`` and the async body's
+``AsyncRunContext`` (actors/_async_body.py), which adds only its awaitable waits.
 """
 
 from __future__ import annotations
@@ -65,6 +69,9 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+P = TypeVar("P")  # how a body holds an open permission ask (Ask, or AsyncAsk in an async body)
+F = TypeVar("F")  # how a body holds an open form ask
+C = TypeVar("C")  # how a body holds a tool part (ToolCall, or AsyncToolCall)
 
 
 class CancelToken:
@@ -283,7 +290,67 @@ QuestionLike = Question | Mapping[str, Any] | str
 """A form question: a ``Question``, a mapping of its fields, or just its text."""
 
 
-class ToolCall:
+class _ToolReports(Generic[P, F]):
+    """The non-blocking calls of a tool part, shared by ``ToolCall`` and ``AsyncToolCall``: its
+    reports, and opening an ask tied to it (handed to the body as ``P`` or ``F``)."""
+
+    tool: str
+    call_id: str
+    _reporter: ToolCall  # the part that tells the supervisor (a ToolCall is its own)
+
+    def _permission(self, ask: Ask[PermissionReply]) -> P:
+        raise NotImplementedError
+
+    def _form(self, ask: Ask[FormReply]) -> F:
+        raise NotImplementedError
+
+    def prepared(self) -> None:
+        """The call's input is complete (materialized); the tool has not started."""
+        self._reporter._ctx.check()
+        self._reporter._report(PartState.PREPARED)
+
+    def running(self) -> None:
+        """The tool starts to run."""
+        self._reporter._ctx.check()
+        self._reporter._report(PartState.RUNNING)
+
+    def completed(self) -> None:
+        """The tool ran and succeeded: the card settles ``completed``."""
+        self._reporter._report(PartState.COMPLETED)
+
+    def failed(self, message: str) -> None:
+        """The tool itself failed (not an interruption): the part ends ``error`` and the run goes on."""
+        self._reporter._report(PartState.ERROR, message)
+
+    def open_permission(
+        self,
+        *,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> P:
+        """``RunContext.open_permission`` for this call."""
+        ask = self._reporter._ctx.open_permission(
+            tool=self.tool, call_id=self.call_id, title=title, command=command, options=options, data=data
+        )
+        return self._permission(ask)
+
+    def open_form(
+        self,
+        *,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> F:
+        """``RunContext.open_form`` for this call."""
+        ask = self._reporter._ctx.open_form(
+            tool=self.tool, call_id=self.call_id, title=title, questions=questions, data=data
+        )
+        return self._form(ask)
+
+
+class ToolCall(_ToolReports[Ask[PermissionReply], Ask[FormReply]]):
     """One tool part of a run: generating its input, prepared, running, then completed or failed.
 
     Its asks (``ask_permission``, ``ask_form``...) are tied to this call: the UI draws them on its
@@ -291,6 +358,7 @@ class ToolCall:
 
     def __init__(self, ctx: RunContext, tool: str, call_id: str) -> None:
         self._ctx = ctx
+        self._reporter = self
         self.tool = tool
         self.call_id = call_id
         self._report(PartState.PENDING)
@@ -305,36 +373,11 @@ class ToolCall:
             )
         )
 
-    def prepared(self) -> None:
-        """The call's input is complete (materialized); the tool has not started."""
-        self._ctx.check()
-        self._report(PartState.PREPARED)
+    def _permission(self, ask: Ask[PermissionReply]) -> Ask[PermissionReply]:
+        return ask
 
-    def running(self) -> None:
-        """The tool starts to run."""
-        self._ctx.check()
-        self._report(PartState.RUNNING)
-
-    def completed(self) -> None:
-        """The tool ran and succeeded: the card settles ``completed``."""
-        self._report(PartState.COMPLETED)
-
-    def failed(self, message: str) -> None:
-        """The tool itself failed (not an interruption): the part ends ``error`` and the run goes on."""
-        self._report(PartState.ERROR, message)
-
-    def open_permission(
-        self,
-        *,
-        title: str | None = None,
-        command: str | None = None,
-        options: Iterable[str] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> Ask[PermissionReply]:
-        """``RunContext.open_permission`` for this call."""
-        return self._ctx.open_permission(
-            tool=self.tool, call_id=self.call_id, title=title, command=command, options=options, data=data
-        )
+    def _form(self, ask: Ask[FormReply]) -> Ask[FormReply]:
+        return ask
 
     def ask_permission(
         self,
@@ -347,18 +390,6 @@ class ToolCall:
     ) -> PermissionReply:
         """``RunContext.ask_permission`` for this call: ask before the tool does its work."""
         return self.open_permission(title=title, command=command, options=options, data=data).wait(timeout)
-
-    def open_form(
-        self,
-        *,
-        title: str | None = None,
-        questions: Iterable[QuestionLike] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> Ask[FormReply]:
-        """``RunContext.open_form`` for this call."""
-        return self._ctx.open_form(
-            tool=self.tool, call_id=self.call_id, title=title, questions=questions, data=data
-        )
 
     def ask_form(
         self,
@@ -377,7 +408,161 @@ RunBody = Callable[["RunContext"], Any] | Callable[["AsyncRunContext"], Awaitabl
 or an ``async def`` that runs as a task on an event loop, given an ``AsyncRunContext``."""
 
 
-class RunContext:
+class _RunReports(Generic[P, F, C]):
+    """The non-blocking calls of a run body's context, shared by ``RunContext`` and
+    ``AsyncRunContext``: checks, steps, tool parts (handed to the body as ``C``), opening an ask
+    (as ``P`` or ``F``) and retries. None of them waits; each tells the supervisor by ``tell``."""
+
+    run_id: str
+    token: CancelToken
+    _reporter: RunContext  # the context that tells the supervisor (a RunContext is its own)
+
+    def _permission(self, ask: Ask[PermissionReply]) -> P:
+        raise NotImplementedError
+
+    def _form(self, ask: Ask[FormReply]) -> F:
+        raise NotImplementedError
+
+    def _tool_call(self, call: ToolCall) -> C:
+        raise NotImplementedError
+
+    # --- cancellation ----------------------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the run was interrupted (the body should stop; ``check()`` raises then)."""
+        return self.token.cancelled
+
+    def check(self) -> None:
+        """Raise ``RunInterrupted`` if the run has been interrupted."""
+        if self.token.cancelled:
+            raise RunInterrupted._for(self.token.reason, self.token)
+
+    # --- progress --------------------------------------------------------------------------------
+
+    def next_step_id(self, kind: StepKind | str) -> str:
+        """A fresh step id for a step of ``kind`` (``step_started`` / ``step_finished`` take it)."""
+        kind = StepKind(kind)
+        counts = self._reporter._step_counts
+        count = counts.get(kind, 0) + 1
+        counts[kind] = count
+        return kind.value if count == 1 else f"{kind.value}-{count}"
+
+    def step_started(
+        self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
+    ) -> None:
+        """The first half of ``step()``, for a step that does not fit a block: announce it started."""
+        self.check()
+        self._reporter._tell(
+            StepReport(
+                run_id=self.run_id, step=step_id, kind=kind, finished=False, tool=tool, call_id=call_id
+            )
+        )
+
+    def step_finished(
+        self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
+    ) -> None:
+        """The second half of ``step()``: announce the step ``step_started`` began has ended."""
+        self._reporter._tell(
+            StepReport(run_id=self.run_id, step=step_id, kind=kind, finished=True, tool=tool, call_id=call_id)
+        )
+
+    def tool(self, tool: str, *, call_id: str | None = None) -> C:
+        """Begin a tool part: the model starts generating this tool call's input. ``call_id``
+        (unique within the run; default ``call-1``, ``call-2``...) names it in events and asks."""
+        self.check()
+        if not tool:
+            raise InvalidRequest("tool: the tool name must not be empty")
+        reporter = self._reporter
+        with reporter._lock:
+            if call_id is None:
+                n = len(reporter._call_ids) + 1
+                while f"call-{n}" in reporter._call_ids:
+                    n += 1
+                call_id = f"call-{n}"
+            elif not call_id or call_id in reporter._call_ids:
+                raise InvalidRequest(
+                    f"tool: call_id {call_id!r} is empty or already used in run {self.run_id!r}"
+                )
+            reporter._call_ids.add(call_id)
+        return self._tool_call(ToolCall(reporter, tool, call_id))
+
+    def heartbeat(self) -> None:
+        """Say the body is making progress (e.g. on each chunk of a provider stream), so the run is
+        not flagged stalled (``stall_after_ms``). Cheap enough to call on every chunk: it records the
+        time, and tells the supervisor only while the run is flagged (``run.unstalled`` follows).
+        Steps, tool-part changes and asks count as progress already. After ``retrying()`` the first
+        heartbeat is the attempt going on: it tells the supervisor too, and the session's ``retry``
+        status ends. Like ``check()``, it raises ``RunInterrupted`` if the run has been interrupted."""
+        self.check()
+        if self.token.progress.beat():
+            self._reporter._tell(Heartbeat(run_id=self.run_id))
+
+    # --- asking the user -------------------------------------------------------------------------
+
+    def open_permission(
+        self,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> P:
+        """Ask the user to allow a tool call, without waiting: returns the open ask.
+
+        ``tool`` and ``call_id`` tie it to a tool part (default: the run's latest unfinished
+        part); ``title``, ``command``, ``options`` and ``data`` (a JSON object) are what the UI
+        shows -- all of it travels in ``ask.requested``. Bad values raise ``InvalidRequest``."""
+        payload = _payload("open_permission", title=title, command=command, options=options, data=data)
+        return self._permission(
+            self._reporter._open(AskKind.PERMISSION, _permission_reply, payload, tool, call_id)
+        )
+
+    def open_form(
+        self,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> F:
+        """Raise a question form without waiting: returns the open ask. ``questions`` are
+        ``Question``s, mappings of their fields, or plain text."""
+        payload = _payload("open_form", title=title, questions=questions, data=data)
+        return self._form(self._reporter._open(AskKind.FORM, _form_reply, payload, tool, call_id))
+
+    # --- retries -------------------------------------------------------------------------------
+
+    def retrying(self, attempt: int, message: str, next_at: datetime | float | None = None) -> None:
+        """Say that the run is retrying (a provider call failed and will be tried again): its
+        session's status becomes ``retry`` with ``attempt`` (1 for the first retry), ``message``
+        (why, for the user) and ``next_at`` (when the next attempt is due: an aware ``datetime``,
+        or Unix epoch seconds as ``time.time()`` gives them; None: unknown). It goes back to
+        ``busy`` at the run's next step, tool-part change, ask or heartbeat (the attempt goes on),
+        and ends with the run. Never blocks; ``RunInterrupted`` if the run was interrupted meanwhile."""
+        self.check()
+        self._reporter._tell(
+            RetryReport(
+                run_id=self.run_id,
+                attempt=_attempt(attempt),
+                message=_retry_message(message),
+                next_at_ms=_epoch_ms(next_at),
+            )
+        )
+        self.token.progress.retrying = True  # the next heartbeat is the attempt going on: say so once
+
+
+def _payload(verb: str, **fields: Any) -> AskPayload:
+    try:
+        return make_payload(verb, **fields)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+class RunContext(_RunReports[Ask[PermissionReply], Ask[FormReply], ToolCall]):
     """Given to a run body. Report progress, wait interruptibly, ask the user, read the instance."""
 
     def __init__(
@@ -398,6 +583,7 @@ class RunContext:
         self.generation = generation
         """The instance generation this run is pinned to; it stays loaded until the run ends."""
         self.token = token
+        self._reporter = self
         self._supervisor = supervisor
         self._instance = instance
         self._ask_timeout = ask_timeout
@@ -406,17 +592,16 @@ class RunContext:
         self._call_ids: set[str] = set()
         self._ask_numbers = itertools.count(1)
 
-    # --- cancellation ----------------------------------------------------------------------------
+    def _permission(self, ask: Ask[PermissionReply]) -> Ask[PermissionReply]:
+        return ask
 
-    @property
-    def cancelled(self) -> bool:
-        """Whether the run was interrupted (the body should stop; ``check()`` raises then)."""
-        return self.token.cancelled
+    def _form(self, ask: Ask[FormReply]) -> Ask[FormReply]:
+        return ask
 
-    def check(self) -> None:
-        """Raise ``RunInterrupted`` if the run has been interrupted."""
-        if self.token.cancelled:
-            raise RunInterrupted._for(self.token.reason, self.token)
+    def _tool_call(self, call: ToolCall) -> ToolCall:
+        return call
+
+    # --- waiting ---------------------------------------------------------------------------------
 
     def sleep(self, seconds: float) -> None:
         """Pause, waking early (with ``RunInterrupted``) if the run is interrupted."""
@@ -436,32 +621,6 @@ class RunContext:
             # The supervisor is gone: this body was abandoned at shutdown. Unwind it.
             raise RunInterrupted._for(self.token.reason, self.token) from None
 
-    def next_step_id(self, kind: StepKind | str) -> str:
-        """A fresh step id for a step of ``kind`` (``step_started`` / ``step_finished`` take it)."""
-        kind = StepKind(kind)
-        count = self._step_counts.get(kind, 0) + 1
-        self._step_counts[kind] = count
-        return kind.value if count == 1 else f"{kind.value}-{count}"
-
-    def step_started(
-        self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
-    ) -> None:
-        """The first half of ``step()``, for a step that does not fit a block: announce it started."""
-        self.check()
-        self._tell(
-            StepReport(
-                run_id=self.run_id, step=step_id, kind=kind, finished=False, tool=tool, call_id=call_id
-            )
-        )
-
-    def step_finished(
-        self, step_id: str, kind: StepKind, *, tool: str | None = None, call_id: str | None = None
-    ) -> None:
-        """The second half of ``step()``: announce the step ``step_started`` began has ended."""
-        self._tell(
-            StepReport(run_id=self.run_id, step=step_id, kind=kind, finished=True, tool=tool, call_id=call_id)
-        )
-
     @contextmanager
     def step(
         self, kind: StepKind | str, step_id: str | None = None, *, call: ToolCall | None = None
@@ -474,38 +633,6 @@ class RunContext:
         self.step_started(step_id, kind, tool=tool, call_id=call_id)
         yield step_id
         self.step_finished(step_id, kind, tool=tool, call_id=call_id)
-
-    def tool(self, tool: str, *, call_id: str | None = None) -> ToolCall:
-        """Begin a tool part: the model starts generating this tool call's input. ``call_id``
-        (unique within the run; default ``call-1``, ``call-2``...) names it in events and asks."""
-        self.check()
-        if not tool:
-            raise InvalidRequest("tool: the tool name must not be empty")
-        with self._lock:
-            if call_id is None:
-                n = len(self._call_ids) + 1
-                while f"call-{n}" in self._call_ids:
-                    n += 1
-                call_id = f"call-{n}"
-            elif not call_id or call_id in self._call_ids:
-                raise InvalidRequest(
-                    f"tool: call_id {call_id!r} is empty or already used in run {self.run_id!r}"
-                )
-            self._call_ids.add(call_id)
-        return ToolCall(self, tool, call_id)
-
-    # --- progress and stalls ----------------------------------------------------------------------
-
-    def heartbeat(self) -> None:
-        """Say the body is making progress (e.g. on each chunk of a provider stream), so the run is
-        not flagged stalled (``stall_after_ms``). Cheap enough to call on every chunk: it records the
-        time, and tells the supervisor only while the run is flagged (``run.unstalled`` follows).
-        Steps, tool-part changes and asks count as progress already. After ``retrying()`` the first
-        heartbeat is the attempt going on: it tells the supervisor too, and the session's ``retry``
-        status ends. Like ``check()``, it raises ``RunInterrupted`` if the run has been interrupted."""
-        self.check()
-        if self.token.progress.beat():
-            self._tell(Heartbeat(run_id=self.run_id))
 
     # --- asking the user -------------------------------------------------------------------------
 
@@ -526,31 +653,6 @@ class RunContext:
         )
         return ask
 
-    @staticmethod
-    def _payload(verb: str, **fields: Any) -> AskPayload:
-        try:
-            return make_payload(verb, **fields)
-        except ValueError as exc:
-            raise InvalidRequest(str(exc)) from None
-
-    def open_permission(
-        self,
-        *,
-        tool: str | None = None,
-        call_id: str | None = None,
-        title: str | None = None,
-        command: str | None = None,
-        options: Iterable[str] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> Ask[PermissionReply]:
-        """Ask the user to allow a tool call, without waiting: returns the open ``Ask``.
-
-        ``tool`` and ``call_id`` tie it to a tool part (default: the run's latest unfinished
-        part); ``title``, ``command``, ``options`` and ``data`` (a JSON object) are what the UI
-        shows -- all of it travels in ``ask.requested``. Bad values raise ``InvalidRequest``."""
-        payload = self._payload("open_permission", title=title, command=command, options=options, data=data)
-        return self._open(AskKind.PERMISSION, _permission_reply, payload, tool, call_id)
-
     def ask_permission(
         self,
         timeout: float | None = None,
@@ -570,20 +672,6 @@ class RunContext:
             tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
         ).wait(timeout)
 
-    def open_form(
-        self,
-        *,
-        tool: str | None = None,
-        call_id: str | None = None,
-        title: str | None = None,
-        questions: Iterable[QuestionLike] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> Ask[FormReply]:
-        """Raise a question form without waiting: returns the open ``Ask``. ``questions`` are
-        ``Question``s, mappings of their fields, or plain text."""
-        payload = self._payload("open_form", title=title, questions=questions, data=data)
-        return self._open(AskKind.FORM, _form_reply, payload, tool, call_id)
-
     def ask_form(
         self,
         timeout: float | None = None,
@@ -601,26 +689,6 @@ class RunContext:
         return self.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data).wait(
             timeout
         )
-
-    # --- retries -------------------------------------------------------------------------------
-
-    def retrying(self, attempt: int, message: str, next_at: datetime | float | None = None) -> None:
-        """Say that the run is retrying (a provider call failed and will be tried again): its
-        session's status becomes ``retry`` with ``attempt`` (1 for the first retry), ``message``
-        (why, for the user) and ``next_at`` (when the next attempt is due: an aware ``datetime``,
-        or Unix epoch seconds as ``time.time()`` gives them; None: unknown). It goes back to
-        ``busy`` at the run's next step, tool-part change, ask or heartbeat (the attempt goes on),
-        and ends with the run. Never blocks; ``RunInterrupted`` if the run was interrupted meanwhile."""
-        self.check()
-        self._tell(
-            RetryReport(
-                run_id=self.run_id,
-                attempt=_attempt(attempt),
-                message=_retry_message(message),
-                next_at_ms=_epoch_ms(next_at),
-            )
-        )
-        self.token.progress.retrying = True  # the next heartbeat is the attempt going on: say so once
 
     # --- the instance ----------------------------------------------------------------------------
 

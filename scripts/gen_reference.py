@@ -114,12 +114,19 @@ def _alias_docs() -> dict[str, str]:
     return found
 
 
-def _annotation(value: Any) -> str:
+def _as_written(value: Any) -> str:
     # Under ``from __future__ import annotations`` an annotation is its source text: show it as written.
     return value if isinstance(value, str) else inspect.formatannotation(value)
 
 
-def _signature(call: Callable[..., Any], name: str) -> str:
+def _signature(call: Callable[..., Any], name: str, bound: dict[str, str] | None = None) -> str:
+    """How ``name(...)`` reads; ``bound`` names what a shared base's type variables stand for here."""
+    bound = bound or {}
+
+    def _annotation(value: Any) -> str:
+        text = _as_written(value)
+        return bound.get(text, text)
+
     try:
         signature = inspect.signature(call)
     except (TypeError, ValueError):
@@ -147,17 +154,46 @@ def _signature(call: Callable[..., Any], name: str) -> str:
 
 
 def _members(cls: type) -> Iterator[tuple[str, str, str]]:
-    """(name, how it reads, docstring) of the class's own public methods and properties."""
-    for name, value in vars(cls).items():
+    """(name, how it reads, docstring) of the class's own public methods and properties, with those
+    it takes from a private base of this package (one implementation shared by a sync class and its
+    async twin, e.g. ``_RunReports``), its own last."""
+    shared = [
+        base
+        for base in reversed(cls.__mro__[1:])
+        if base.__name__.startswith("_") and base.__module__.startswith("run_supervisor.")
+    ]
+    own = {name: value for base in (*shared, cls) for name, value in vars(base).items()}
+    bound = _bound_type_variables(cls)
+    for name, value in own.items():
         if name.startswith("_"):
             continue
         if isinstance(value, property):
             yield name, f"{name}  (property)", _doc(value.__doc__)
         elif isinstance(value, classmethod | staticmethod):
             func = value.__func__
-            yield name, _signature(func, name), _doc(func.__doc__)
+            yield name, _signature(func, name, bound), _doc(func.__doc__)
         elif inspect.isfunction(value):
-            yield name, _signature(value, name), _doc(value.__doc__)
+            yield name, _signature(value, name, bound), _doc(value.__doc__)
+
+
+def _bound_type_variables(cls: type) -> dict[str, str]:
+    """What each type variable of a generic base stands for in ``cls`` (``class RunContext(
+    _RunReports[Ask[PermissionReply], ...])``: ``P`` is ``Ask[PermissionReply]``), by name."""
+    bound: dict[str, str] = {}
+    for base in getattr(cls, "__orig_bases__", ()):
+        origin = typing.get_origin(base)
+        variables = getattr(origin, "__parameters__", ())
+        for variable, value in zip(variables, typing.get_args(base), strict=False):
+            bound[variable.__name__] = _plain(value)
+    return bound
+
+
+def _plain(kind: Any) -> str:
+    """A type as a host writes it: ``Ask[PermissionReply]``, not its module path."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is not None and args:
+        return f"{_plain(origin)}[{', '.join(_plain(arg) for arg in args)}]"
+    return kind.__name__ if isinstance(kind, type) else str(kind)
 
 
 def _fields(cls: type) -> list[str]:

@@ -4,6 +4,7 @@ through the same connection to the supervisor, so they answer and refuse alike."
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import inspect
 import threading
@@ -27,6 +28,7 @@ from run_supervisor import (
     SupervisorConfig,
     ToolCall,
 )
+from run_supervisor.actors import _async_api as async_api
 from run_supervisor.actors._async_body import AsyncAsk
 from run_supervisor.actors._context import Ask
 from run_supervisor.actors._journal import JournaledPublisher
@@ -186,3 +188,37 @@ def test_after_a_journal_failure_the_async_facade_raises_journal_failed_as_the_s
     failure, start_error, cancel_error = run_async(host)
     assert isinstance(failure, JournalFailed) and "SQLITE_FULL" in failure.error
     assert (start_error, cancel_error) == (JournalFailed, JournalFailed)
+
+
+def test_the_async_facade_reaches_into_no_private_name_of_the_sync_one() -> None:
+    """Both facades drive the supervisor through its link (actors/_link.py): the async one takes only
+    public names from the sync one, and no private attribute of a sync facade or handle."""
+    tree = ast.parse(inspect.getsource(async_api))
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "run_supervisor.actors._api"
+        for alias in node.names
+    }
+    reached = sorted(
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr in ("sync", "_handle")
+    )
+    assert imported == {"RunHandle", "Supervisor", "SupervisorConfig"}
+    assert reached == []
+
+
+def test_an_async_body_context_shares_the_sync_one_s_reports_and_defines_only_its_waits() -> None:
+    """The non-blocking calls of a body's context and tool part are written once (in the shared
+    base ``RunContext`` and ``ToolCall`` take them from); the async twins define only what waits."""
+    for sync, twin in ((RunContext, AsyncRunContext), (ToolCall, AsyncToolCall)):
+        own = {name for name in vars(twin) if not name.startswith("_")}
+        waits = {name for name in own if inspect.iscoroutinefunction(vars(twin)[name])}
+        assert own - waits <= {"step"}, f"{twin.__name__} restates {sorted(own - waits - {'step'})}"
+        shared = public(sync) & public(twin)
+        assert all(getattr(sync, name) is getattr(twin, name) for name in shared - own), twin.__name__
