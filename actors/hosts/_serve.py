@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from run_supervisor.actors._api import Supervisor, SupervisorConfig
-from run_supervisor.actors._errors import JournalError
+from run_supervisor.actors._errors import JournalError, SupervisorError
 from run_supervisor.actors._validate import MAX_MS
 from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS, MAX_LEASE_MS, MIN_LEASE_MS
 from run_supervisor.protocol import ReloadPolicy, Shutdown
@@ -44,7 +44,7 @@ FORCED_EXIT = 1
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback)")
     parser.add_argument(
-        "--port", type=int, default=0, help="port (default 0: a free one, printed when ready)"
+        "--port", type=int, default=0, help="port, 0 to 65535 (default 0: a free one, printed when ready)"
     )
     parser.add_argument(
         "--token-file",
@@ -65,10 +65,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--buffer", type=int, default=10_000, help="events kept for Last-Event-ID replay")
     parser.add_argument(
-        "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="default lease of an external run (ms)"
+        "--lease-ms",
+        type=int,
+        default=DEFAULT_LEASE_MS,
+        help=f"default lease of an external run, {MIN_LEASE_MS} to {MAX_LEASE_MS} ms",
     )
     parser.add_argument("--max-body", type=int, default=1 << 20, help="largest request body in bytes")
-    parser.add_argument("--grace-ms", type=int, default=1000, help="shutdown grace on a signal (ms)")
+    parser.add_argument(
+        "--grace-ms",
+        type=int,
+        default=1000,
+        help=f"shutdown grace on a signal, 1 to {MAX_MS} ms; a second signal stops at once",
+    )
     _add_stall_argument(parser)
     _add_reload_policy(parser)
     _add_journal_arguments(parser)
@@ -159,8 +167,15 @@ def serve_command(args: argparse.Namespace) -> int:
         sock.close()
         return 2
     host = WireHost(supervisor, buffer=args.buffer, default_lease_ms=args.lease_ms)
-    if args.directory:
-        supervisor.load(*args.directory)  # after the hub subscribed: their events are in the stream
+    try:
+        if args.directory:
+            supervisor.load(*args.directory)  # after the hub subscribed: their events are in the stream
+    except SupervisorError as exc:  # an empty or malformed --directory
+        sys.stderr.write(f"run-supervisor serve: --directory: {exc}\n")
+        supervisor.shutdown(grace_ms=0)
+        host.hub.join(5.0)
+        sock.close()
+        return 2
     app = create_app(host, settings)
     server = uvicorn_server(app)
     shown = f"[{args.host}]" if ":" in args.host else args.host
@@ -302,11 +317,16 @@ def add_stdio_arguments(parser: argparse.ArgumentParser) -> None:
         help="load this directory's instance at start (repeatable)",
     )
     parser.add_argument("--no-events", action="store_true", help="write answers and errors only, no events")
-    parser.add_argument("--grace-ms", type=int, default=1000, help="shutdown grace when stdin closes (ms)")
+    parser.add_argument(
+        "--grace-ms", type=int, default=1000, help=f"shutdown grace when stdin closes, 1 to {MAX_MS} ms"
+    )
     _add_stall_argument(parser)
     _add_reload_policy(parser)
     parser.add_argument(
-        "--lease-ms", type=int, default=DEFAULT_LEASE_MS, help="default lease of an external run (ms)"
+        "--lease-ms",
+        type=int,
+        default=DEFAULT_LEASE_MS,
+        help=f"default lease of an external run, {MIN_LEASE_MS} to {MAX_LEASE_MS} ms",
     )
     _add_journal_arguments(parser)
 

@@ -113,8 +113,9 @@ class WireHost:
 
     async def submit(self, request: Request, *, lease_ms: int | None = None) -> CloseOutcome | RequestOutcome:
         """Submit any protocol request; a ``start_run`` starts an external run."""
-        if isinstance(request, StartRun):
-            future = self.external.start(request, lease_ms=lease_ms or self.default_lease_ms)
+        if isinstance(request, StartRun):  # a lease of 0 is refused by the start, never taken as "none"
+            lease = self.default_lease_ms if lease_ms is None else lease_ms
+            future = self.external.start(request, lease_ms=lease)
         else:
             future = self.supervisor.submit(request)
         outcome: CloseOutcome | RequestOutcome = await self._await(future)
