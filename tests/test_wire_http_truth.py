@@ -297,6 +297,10 @@ def test_every_request_route_refuses_a_field_it_does_not_take_by_name() -> None:
             # The route's own fields in the body would be overridden by the path: refused too.
             by_path = await client.post("/runs/r1/cancel", json={"run_id": "r2"})
             assert by_path.status_code == 422 and "`run_id`" in by_path.json()["error"], by_path.text
+            # A query's misspelt filter would answer every ask as if it filtered them.
+            unfiltered = await client.get("/asks", params={"runId": "r1"})
+            assert unfiltered.status_code == 422 and "`runId`" in unfiltered.json()["error"], unfiltered.text
+            assert (await client.get("/asks", params={"run_id": "r1"})).json() == []
             assert (await client.get("/health")).json() == {"status": "ok"}  # the shutdown was refused
             assert (await client.get("/runs/r1")).json()["state"] == "active"
 

@@ -537,6 +537,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         )
 
     async def get_asks(request: HttpRequest) -> Response:
+        _only(dict(request.query_params), ("run_id",), "GET /asks")  # a misspelt filter is no filter
         run_id = request.query_params.get("run_id")
         return _json(encode(host.read(lambda sup: sup.pending_asks(run_id=run_id))))
 
