@@ -1,23 +1,36 @@
-"""A host with its own ``protocol.py`` and ``actors/`` uses the supervisor from a NON-editable install.
+"""How the package is made and installed: one namespace from three tracked folders, and no links.
 
-The project is copied (its tracked files) to a temporary folder, built and installed with pip into a
-target folder (not editable: the package's files are copied), and a host program in another temporary
-folder, next to its own ``protocol`` and ``actors`` modules, imports ``run_supervisor`` from there and
-uses it: a supervisor, a run, a maintenance close that waits for the run, shutdown.
+pyproject.toml maps ``run_supervisor`` to ``src/run_supervisor/``, ``run_supervisor.actors`` to ``actors/``
+and ``run_supervisor.protocol`` to ``protocol/``. What that must give: git tracks no link (a clone without
+symlink support has the whole package); the package list names every package folder; this checkout's own
+install imports the tracked files, so tracebacks and coverage name them; the sdist carries what builds the
+wheel and no tests; the wheel built from it holds every tracked file of the three folders, as copies; and a
+host program with its own ``protocol.py`` and ``actors/``, next to a NON-editable install of that wheel,
+uses the supervisor and type-checks against it.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
 
+import run_supervisor
+from run_supervisor.protocol import ProtocolDecodeError, decode_request
+
 ROOT = Path(__file__).resolve().parents[1]
+SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+FOLDERS: dict[str, str] = SETUPTOOLS["package-dir"]  # package -> the folder git keeps it in
+EXAMPLES = ROOT / "docs" / "examples"
 
 HOST_PROTOCOL = '''"""The host's own protocol module: nothing to do with run_supervisor's."""
 
@@ -34,6 +47,7 @@ ROLE = "the host's own actors"
 '''
 
 HOST_APP = """
+import importlib
 import json
 import sys
 
@@ -71,46 +85,122 @@ print(json.dumps({
 """
 
 
-def _copy_project(to: Path) -> None:
-    """The tracked files only: no virtualenv, no build output, no caches."""
+def _tracked() -> list[str]:
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=False, timeout=30)
     if listed.returncode != 0:
         pytest.skip("not a git checkout: cannot tell the project's files from build output")
-    for name in listed.stdout.decode().split("\0"):
-        if not name:
-            continue
+    return [name for name in listed.stdout.decode().split("\0") if name]
+
+
+def _shipped(tracked: list[str]) -> dict[str, str]:
+    """Each tracked file of the three folders, by its path inside the installed package."""
+    shipped = {}
+    for package, folder in FOLDERS.items():
+        for name in tracked:
+            if name.startswith(folder + "/"):
+                shipped[package.replace(".", "/") + name.removeprefix(folder)] = name
+    return shipped
+
+
+def test_git_tracks_no_symbolic_link() -> None:
+    listed = subprocess.run(
+        ["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=False, timeout=30
+    )
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    links = [line.split("\t")[1] for line in listed.stdout.splitlines() if line.startswith("120000 ")]
+    assert links == []
+
+
+def test_the_package_list_names_every_package_folder_of_the_three_folders() -> None:
+    found = {
+        ".".join((package, *init.parent.relative_to(ROOT / folder).parts))
+        for package, folder in FOLDERS.items()
+        for init in (ROOT / folder).rglob("__init__.py")
+    }
+    assert sorted(found) == sorted(SETUPTOOLS["packages"])
+
+
+def test_this_checkout_s_install_imports_the_files_git_tracks_and_tracebacks_name_them() -> None:
+    if Path(run_supervisor.__file__).resolve() != ROOT / "src" / "run_supervisor" / "__init__.py":
+        pytest.skip(f"run_supervisor is not this checkout's editable install: {run_supervisor.__file__}")
+    for module in ("actors.hosts", "actors.scenarios", "protocol.testing"):
+        importlib.import_module(f"run_supervisor.{module}")
+    tracked = set(_tracked())
+    files = {
+        module: Path(value.__file__).relative_to(ROOT).as_posix()
+        for module, value in sorted(sys.modules.items())
+        if (module == "run_supervisor" or module.startswith("run_supervisor.")) and value.__file__
+    }
+    assert {module: name for module, name in files.items() if name not in tracked} == {}
+    assert files["run_supervisor.actors._api"] == "actors/_api.py"
+    with pytest.raises(ProtocolDecodeError) as raised:
+        decode_request(b"{")
+    assert Path(raised.traceback[-1].path).relative_to(ROOT).as_posix() in tracked
+
+
+def _copy_project(to: Path) -> None:
+    """The tracked files only: no virtualenv, no build output, no caches."""
+    for name in _tracked():
         source, target = ROOT / name, to / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_symlink():
-            target.symlink_to(os.readlink(source))
-        elif source.is_file():
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
 
 
-def _pip_install(project: Path, target: Path) -> None:
-    """Non-editable, without dependencies (the test's interpreter has them). Prefer the build tools at
-    hand; fall back to pip's isolated build (which may fetch setuptools and wheel) where they fall short."""
-    base = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(project)]
-    attempts = [[*base[:4], "--no-build-isolation", *base[4:]], base]
-    errors = []
-    for command in attempts:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
-        if done.returncode == 0:
-            return
-        errors.append(done.stderr[-2000:])
-        shutil.rmtree(target, ignore_errors=True)
-    pytest.fail("pip could not install the project:\n" + "\n---\n".join(errors))
-
-
-@pytest.mark.timeout(240)
-def test_a_host_with_its_own_protocol_and_actors_uses_a_non_editable_install(tmp_path: Path) -> None:
-    project, site, host = tmp_path / "project", tmp_path / "site", tmp_path / "host"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sdist, and the wheel ``python -m build`` builds from that sdist (not from the tree)."""
+    project, out = tmp_path_factory.mktemp("project"), tmp_path_factory.mktemp("dist")
     _copy_project(project)
-    _pip_install(project, site)
-    installed = site / "run_supervisor"
-    assert (installed / "actors" / "scenarios" / "_play.py").is_file()
-    assert not (installed / "actors").is_symlink(), "a non-editable install holds copies, not links"
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(project)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (sdist,), (wheel,) = sorted(out.glob("*.tar.gz")), sorted(out.glob("*.whl"))
+    return sdist, wheel
 
+
+@pytest.fixture(scope="module")
+def site(built: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel installed, not editable, without dependencies (the test's interpreter has them)."""
+    target = tmp_path_factory.mktemp("site")
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
+    done = subprocess.run([*pip, str(built[1])], capture_output=True, text=True, timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return target
+
+
+@pytest.mark.timeout(300)
+def test_the_sdist_carries_the_three_folders_and_no_tests(built: tuple[Path, Path]) -> None:
+    with tarfile.open(built[0]) as sdist:
+        names = {member.name.split("/", 1)[1] for member in sdist.getmembers() if "/" in member.name}
+    tracked = _tracked()
+    assert set(_shipped(tracked).values()) <= names
+    assert {"pyproject.toml", "README.md"} <= names
+    assert sorted({name.split("/")[0] for name in names} & {"tests", "docs", "scripts"}) == []
+
+
+@pytest.mark.timeout(300)
+def test_the_wheel_built_from_the_sdist_holds_every_tracked_file_of_the_three_folders_as_copies(
+    built: tuple[Path, Path], site: Path
+) -> None:
+    with zipfile.ZipFile(built[1]) as wheel:
+        packaged = {name for name in wheel.namelist() if not name.split("/")[0].endswith(".dist-info")}
+    assert sorted(packaged) == sorted(_shipped(_tracked()))
+    installed = site / "run_supervisor"
+    assert [path for path in installed.rglob("*") if path.is_symlink()] == []
+
+
+@pytest.mark.timeout(300)
+def test_a_host_with_its_own_protocol_and_actors_uses_a_non_editable_install(
+    site: Path, tmp_path: Path
+) -> None:
+    host = tmp_path / "host"
     (host / "actors").mkdir(parents=True)
     (host / "protocol.py").write_text(HOST_PROTOCOL)
     (host / "actors" / "__init__.py").write_text(HOST_ACTORS)
@@ -135,3 +225,25 @@ def test_a_host_with_its_own_protocol_and_actors_uses_a_non_editable_install(tmp
         "shutdown": True,
         "closed": True,
     }
+
+
+@pytest.mark.timeout(300)
+def test_the_host_examples_pass_mypy_strict_against_a_non_editable_install_without_plugins(
+    site: Path, tmp_path: Path
+) -> None:
+    """A type checker reads folders, not import hooks: a host type-checks against an installed copy (an
+    editable install is a finder that mypy cannot see)."""
+    pytest.importorskip("mypy")
+    env = {**os.environ, "PYTHONPATH": str(site)}  # the copy comes before the test interpreter's packages
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--config-file", ""]  # no plugins
+    done = subprocess.run(
+        [*mypy, "--cache-dir", str(tmp_path / "cache")]
+        + [str(EXAMPLES / name) for name in ("typed_host.py", "asyncio_host.py")],
+        cwd=tmp_path,  # nothing local to find: the package comes from the install, as in a host
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
