@@ -113,7 +113,17 @@ def test_the_import_check_catches_private_modules_private_names_and_unexported_n
     ]
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "actors" / "scenarios").rglob("*.py")), ids=lambda p: p.name)
+def _scenario_tooling() -> list[Path]:
+    """The scenario tooling's modules. A tree without them (an unpacked sdist, say) fails here, at
+    collection, rather than passing the check below by collecting no case."""
+    folder = ROOT / "actors" / "scenarios"
+    found = sorted(folder.rglob("*.py"))
+    if not found:
+        pytest.fail(f"no scenario tooling under {folder}: not the repository's tree", pytrace=False)
+    return found
+
+
+@pytest.mark.parametrize("path", _scenario_tooling(), ids=lambda p: p.name)
 def test_the_scenario_tooling_uses_only_the_public_api_of_the_rest_of_the_package(path: Path) -> None:
     assert private_imports(path.read_text()) == []
 
