@@ -17,277 +17,135 @@ default; turn it on with ``loguru.logger.enable("run_supervisor")``.
 
 from __future__ import annotations
 
-import importlib
+import ast as _ast
+import sys as _sys
+from pathlib import Path as _Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # what type checkers see; at run time each name is imported on first use
-    from run_supervisor.actors import (
-        ActionAlreadyCompleted,
-        AlreadyInterrupting,
-        Ask,
-        AskAlreadyAnswered,
-        AskWithdrawn,
-        AsyncAsk,
-        AsyncRunBody,
-        AsyncRunContext,
-        AsyncRunHandle,
-        AsyncSubscription,
-        AsyncSupervisor,
-        AsyncToolCall,
-        CancelToken,
-        CloseActionName,
-        CloseModeName,
-        FormReply,
-        Gate,
-        InstanceHooks,
-        InvalidRequest,
-        JournalError,
-        JournalFailed,
-        JournalLocked,
-        JournalUnreadable,
-        LoadFailed,
-        NoInstanceHooks,
-        NotConfirmable,
-        NothingPending,
-        PermissionReply,
-        QueuePolicyName,
-        ReloadPolicyName,
-        RunAlreadyExists,
-        RunAlreadyFinished,
-        RunBody,
-        RunContext,
-        RunHandle,
-        RunInterrupted,
-        SessionBusy,
-        ShutdownReasonName,
-        Subscription,
-        Supervisor,
-        SupervisorClosed,
-        SupervisorConfig,
-        SupervisorError,
-        SupervisorTimeout,
-        ToolCall,
-        UnknownAction,
-        UnknownAsk,
-        UnknownDirectory,
-        UnknownRun,
-    )
-    from run_supervisor.protocol import (
-        ActionSnapshot,
-        AskKind,
-        AskPayload,
-        AskSnapshot,
-        AskState,
-        CloseAction,
-        CloseMode,
-        CloseOutcome,
-        CloseResult,
-        CoreStatistics,
-        Event,
-        InterruptReason,
-        LoadCause,
-        Outcome,
-        PartSnapshot,
-        PartState,
-        Phase,
-        Question,
-        QueuePolicy,
-        RejectCode,
-        ReloadPolicy,
-        RequestOutcome,
-        RequestResult,
-        RunSnapshot,
-        RunState,
-        SessionSnapshot,
-        SessionStatus,
-        ShutdownReason,
-        StepKind,
-        WithdrawReason,
-        part_label,
-        part_note,
-    )
 
-# Names are resolved on first use, so ``import run_supervisor.protocol`` stays pure: it must not
-# start pykka (or anything else of the actor shell) through this package's __init__.
-_HOME: dict[str, str] = {
-    "QueuePolicy": "run_supervisor.protocol",
-    "QueuePolicyName": "run_supervisor.actors",
-    "SessionBusy": "run_supervisor.actors",
-    # confirm_close's rejections (issue 12 item 5)
-    "ActionAlreadyCompleted": "run_supervisor.actors",
-    "NotConfirmable": "run_supervisor.actors",
-    "UnknownAction": "run_supervisor.actors",
-    "Ask": "run_supervisor.actors",
-    "AskAlreadyAnswered": "run_supervisor.actors",
-    "AskWithdrawn": "run_supervisor.actors",
-    "FormReply": "run_supervisor.actors",
-    "UnknownAsk": "run_supervisor.actors",
-    "AskKind": "run_supervisor.protocol",
-    "AskPayload": "run_supervisor.protocol",
-    "AskSnapshot": "run_supervisor.protocol",
-    "AskState": "run_supervisor.protocol",
-    "Question": "run_supervisor.protocol",
-    "WithdrawReason": "run_supervisor.protocol",
-    "part_note": "run_supervisor.protocol",
-    "AlreadyInterrupting": "run_supervisor.actors",
-    "AsyncAsk": "run_supervisor.actors",
-    "AsyncRunBody": "run_supervisor.actors",
-    "AsyncRunContext": "run_supervisor.actors",
-    "AsyncRunHandle": "run_supervisor.actors",
-    "AsyncSubscription": "run_supervisor.actors",
-    "AsyncSupervisor": "run_supervisor.actors",
-    "AsyncToolCall": "run_supervisor.actors",
-    "ShutdownReasonName": "run_supervisor.actors",
-    "LoadFailed": "run_supervisor.actors",
-    "CloseModeName": "run_supervisor.actors",
-    "CloseActionName": "run_supervisor.actors",
-    "CancelToken": "run_supervisor.actors",
-    "Gate": "run_supervisor.actors",
-    "InstanceHooks": "run_supervisor.actors",
-    "InvalidRequest": "run_supervisor.actors",
-    "JournalError": "run_supervisor.actors",
-    "JournalFailed": "run_supervisor.actors",
-    "JournalLocked": "run_supervisor.actors",
-    "JournalUnreadable": "run_supervisor.actors",
-    "NoInstanceHooks": "run_supervisor.actors",
-    "NothingPending": "run_supervisor.actors",
-    "PermissionReply": "run_supervisor.actors",
-    "RunAlreadyExists": "run_supervisor.actors",
-    "RunAlreadyFinished": "run_supervisor.actors",
-    "RunBody": "run_supervisor.actors",
-    "RunContext": "run_supervisor.actors",
-    "RunHandle": "run_supervisor.actors",
-    "RunInterrupted": "run_supervisor.actors",
-    "ReloadPolicyName": "run_supervisor.actors",
-    "Subscription": "run_supervisor.actors",
-    "Supervisor": "run_supervisor.actors",
-    "SupervisorClosed": "run_supervisor.actors",
-    "SupervisorConfig": "run_supervisor.actors",
-    "SupervisorError": "run_supervisor.actors",
-    "SupervisorTimeout": "run_supervisor.actors",
-    "ToolCall": "run_supervisor.actors",
-    "UnknownDirectory": "run_supervisor.actors",
-    "UnknownRun": "run_supervisor.actors",
-    "ActionSnapshot": "run_supervisor.protocol",
-    "CloseAction": "run_supervisor.protocol",
-    "CloseMode": "run_supervisor.protocol",
-    "CloseOutcome": "run_supervisor.protocol",
-    "CloseResult": "run_supervisor.protocol",
-    "CoreStatistics": "run_supervisor.protocol",
-    "Event": "run_supervisor.protocol",
-    "InterruptReason": "run_supervisor.protocol",
-    "LoadCause": "run_supervisor.protocol",
-    "ReloadPolicy": "run_supervisor.protocol",
-    "Outcome": "run_supervisor.protocol",
-    "PartSnapshot": "run_supervisor.protocol",
-    "PartState": "run_supervisor.protocol",
-    "Phase": "run_supervisor.protocol",
-    "RejectCode": "run_supervisor.protocol",
-    "RequestOutcome": "run_supervisor.protocol",
-    "RequestResult": "run_supervisor.protocol",
-    "RunSnapshot": "run_supervisor.protocol",
-    "RunState": "run_supervisor.protocol",
-    "SessionSnapshot": "run_supervisor.protocol",
-    "SessionStatus": "run_supervisor.protocol",
-    "ShutdownReason": "run_supervisor.protocol",
-    "StepKind": "run_supervisor.protocol",
-    "part_label": "run_supervisor.protocol",
-}
-
-__all__ = [
-    "ActionAlreadyCompleted",
-    "ActionSnapshot",
-    "AlreadyInterrupting",
-    "Ask",
-    "AskAlreadyAnswered",
-    "AskKind",
-    "AskPayload",
-    "AskSnapshot",
-    "AskState",
-    "AskWithdrawn",
-    "AsyncAsk",
-    "AsyncRunBody",
-    "AsyncRunContext",
-    "AsyncRunHandle",
-    "AsyncSubscription",
-    "AsyncSupervisor",
-    "AsyncToolCall",
-    "CancelToken",
-    "CloseAction",
-    "CloseActionName",
-    "CloseMode",
-    "CloseModeName",
-    "CloseOutcome",
-    "CloseResult",
-    "CoreStatistics",
-    "Event",
-    "FormReply",
-    "Gate",
-    "InstanceHooks",
-    "InterruptReason",
-    "InvalidRequest",
-    "JournalError",
-    "JournalFailed",
-    "JournalLocked",
-    "JournalUnreadable",
-    "LoadCause",
-    "LoadFailed",
-    "NoInstanceHooks",
-    "NotConfirmable",
-    "NothingPending",
-    "Outcome",
-    "PartSnapshot",
-    "PartState",
-    "PermissionReply",
-    "Phase",
-    "Question",
-    "QueuePolicy",
-    "QueuePolicyName",
-    "RejectCode",
-    "ReloadPolicy",
-    "ReloadPolicyName",
-    "RequestOutcome",
-    "RequestResult",
-    "RunAlreadyExists",
-    "RunAlreadyFinished",
-    "RunBody",
-    "RunContext",
-    "RunHandle",
-    "RunInterrupted",
-    "RunSnapshot",
-    "RunState",
-    "SessionBusy",
-    "SessionSnapshot",
-    "SessionStatus",
-    "ShutdownReason",
-    "ShutdownReasonName",
-    "StepKind",
-    "Subscription",
-    "Supervisor",
-    "SupervisorClosed",
-    "SupervisorConfig",
-    "SupervisorError",
-    "SupervisorTimeout",
-    "ToolCall",
-    "UnknownAction",
-    "UnknownAsk",
-    "UnknownDirectory",
-    "UnknownRun",
-    "WithdrawReason",
-    "part_label",
-    "part_note",
-]
+def _homes(source: str) -> dict[str, str]:
+    """The names the ``if TYPE_CHECKING or not _HOMES`` block of ``source`` imports, each with its module."""
+    return {
+        alias.asname or alias.name: statement.module
+        for block in _ast.parse(source).body
+        if isinstance(block, _ast.If) and _ast.unparse(block.test) == "TYPE_CHECKING or not _HOMES"
+        for statement in block.body
+        if isinstance(statement, _ast.ImportFrom) and statement.module
+        for alias in statement.names
+    }
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        home = _HOME[name]
-    except KeyError:
-        raise AttributeError(f"module 'run_supervisor' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+# The public names, each imported once, from its home. Type checkers read these imports. At run time they
+# are read from this file's source and not run: each name is imported on first use, so that
+# ``import run_supervisor.protocol`` stays pure (it must not start pykka, or anything else of the actor
+# shell, through this package's __init__). Without a readable source (a frozen app, say), they are run.
+try:
+    _HOMES = _homes(_Path(__file__).read_text(encoding="utf-8"))
+except OSError:
+    _HOMES = {}
 
+if TYPE_CHECKING or not _HOMES:
+    from run_supervisor.actors import ActionAlreadyCompleted as ActionAlreadyCompleted
+    from run_supervisor.actors import AlreadyInterrupting as AlreadyInterrupting
+    from run_supervisor.actors import Ask as Ask
+    from run_supervisor.actors import AskAlreadyAnswered as AskAlreadyAnswered
+    from run_supervisor.actors import AskWithdrawn as AskWithdrawn
+    from run_supervisor.actors import AsyncAsk as AsyncAsk
+    from run_supervisor.actors import AsyncRunBody as AsyncRunBody
+    from run_supervisor.actors import AsyncRunContext as AsyncRunContext
+    from run_supervisor.actors import AsyncRunHandle as AsyncRunHandle
+    from run_supervisor.actors import AsyncSubscription as AsyncSubscription
+    from run_supervisor.actors import AsyncSupervisor as AsyncSupervisor
+    from run_supervisor.actors import AsyncToolCall as AsyncToolCall
+    from run_supervisor.actors import CancelToken as CancelToken
+    from run_supervisor.actors import CloseActionName as CloseActionName
+    from run_supervisor.actors import CloseModeName as CloseModeName
+    from run_supervisor.actors import FormReply as FormReply
+    from run_supervisor.actors import Gate as Gate
+    from run_supervisor.actors import InstanceHooks as InstanceHooks
+    from run_supervisor.actors import InvalidRequest as InvalidRequest
+    from run_supervisor.actors import JournalError as JournalError
+    from run_supervisor.actors import JournalFailed as JournalFailed
+    from run_supervisor.actors import JournalLocked as JournalLocked
+    from run_supervisor.actors import JournalUnreadable as JournalUnreadable
+    from run_supervisor.actors import LoadFailed as LoadFailed
+    from run_supervisor.actors import NoInstanceHooks as NoInstanceHooks
+    from run_supervisor.actors import NotConfirmable as NotConfirmable
+    from run_supervisor.actors import NothingPending as NothingPending
+    from run_supervisor.actors import PermissionReply as PermissionReply
+    from run_supervisor.actors import QueuePolicyName as QueuePolicyName
+    from run_supervisor.actors import ReloadPolicyName as ReloadPolicyName
+    from run_supervisor.actors import RunAlreadyExists as RunAlreadyExists
+    from run_supervisor.actors import RunAlreadyFinished as RunAlreadyFinished
+    from run_supervisor.actors import RunBody as RunBody
+    from run_supervisor.actors import RunContext as RunContext
+    from run_supervisor.actors import RunHandle as RunHandle
+    from run_supervisor.actors import RunInterrupted as RunInterrupted
+    from run_supervisor.actors import SessionBusy as SessionBusy
+    from run_supervisor.actors import ShutdownReasonName as ShutdownReasonName
+    from run_supervisor.actors import Subscription as Subscription
+    from run_supervisor.actors import Supervisor as Supervisor
+    from run_supervisor.actors import SupervisorClosed as SupervisorClosed
+    from run_supervisor.actors import SupervisorConfig as SupervisorConfig
+    from run_supervisor.actors import SupervisorError as SupervisorError
+    from run_supervisor.actors import SupervisorTimeout as SupervisorTimeout
+    from run_supervisor.actors import ToolCall as ToolCall
+    from run_supervisor.actors import UnknownAction as UnknownAction
+    from run_supervisor.actors import UnknownAsk as UnknownAsk
+    from run_supervisor.actors import UnknownDirectory as UnknownDirectory
+    from run_supervisor.actors import UnknownRun as UnknownRun
+    from run_supervisor.protocol import ActionSnapshot as ActionSnapshot
+    from run_supervisor.protocol import AskKind as AskKind
+    from run_supervisor.protocol import AskPayload as AskPayload
+    from run_supervisor.protocol import AskSnapshot as AskSnapshot
+    from run_supervisor.protocol import AskState as AskState
+    from run_supervisor.protocol import CloseAction as CloseAction
+    from run_supervisor.protocol import CloseMode as CloseMode
+    from run_supervisor.protocol import CloseOutcome as CloseOutcome
+    from run_supervisor.protocol import CloseResult as CloseResult
+    from run_supervisor.protocol import CoreStatistics as CoreStatistics
+    from run_supervisor.protocol import Event as Event
+    from run_supervisor.protocol import InterruptReason as InterruptReason
+    from run_supervisor.protocol import LoadCause as LoadCause
+    from run_supervisor.protocol import Outcome as Outcome
+    from run_supervisor.protocol import PartSnapshot as PartSnapshot
+    from run_supervisor.protocol import PartState as PartState
+    from run_supervisor.protocol import Phase as Phase
+    from run_supervisor.protocol import Question as Question
+    from run_supervisor.protocol import QueuePolicy as QueuePolicy
+    from run_supervisor.protocol import RejectCode as RejectCode
+    from run_supervisor.protocol import ReloadPolicy as ReloadPolicy
+    from run_supervisor.protocol import RequestOutcome as RequestOutcome
+    from run_supervisor.protocol import RequestResult as RequestResult
+    from run_supervisor.protocol import RunSnapshot as RunSnapshot
+    from run_supervisor.protocol import RunState as RunState
+    from run_supervisor.protocol import SessionSnapshot as SessionSnapshot
+    from run_supervisor.protocol import SessionStatus as SessionStatus
+    from run_supervisor.protocol import ShutdownReason as ShutdownReason
+    from run_supervisor.protocol import StepKind as StepKind
+    from run_supervisor.protocol import WithdrawReason as WithdrawReason
+    from run_supervisor.protocol import part_label as part_label
+    from run_supervisor.protocol import part_note as part_note
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise take any unknown name for Any
+    if not _HOMES:  # the imports above ran: each name's home is the package whose __all__ lists it
+        _HOMES = {
+            name: home
+            for home in ("run_supervisor.actors", "run_supervisor.protocol")
+            for name in _sys.modules[home].__all__
+            if name in globals()
+        }
+    __all__ = list(_HOMES)
+
+    def __getattr__(name: str) -> Any:
+        try:
+            home = _HOMES[name]
+        except KeyError:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        __import__(home)
+        value = getattr(_sys.modules[home], name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_HOMES})
