@@ -44,7 +44,7 @@ try:
 except OSError:
     _HOMES = {}
 
-if TYPE_CHECKING or not _HOMES:
+if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the source cannot be read)
     from run_supervisor.actors import ActionAlreadyCompleted as ActionAlreadyCompleted
     from run_supervisor.actors import AlreadyInterrupting as AlreadyInterrupting
     from run_supervisor.actors import Ask as Ask
