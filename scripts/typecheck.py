@@ -10,8 +10,8 @@ setuptools reads (``packages`` and ``package-dir``), and passes the rest of the 
     .venv/bin/python scripts/typecheck.py --strict scripts/*.py     # the package and the tools
 
 Errors name the tracked files (``actors/_api.py:12: error: ...``); the options come from
-pyproject.toml's ``[tool.mypy]`` as for ``mypy`` itself. The exit status is mypy's: 0 clean, 1 errors,
-2 a blocking error.
+pyproject.toml's ``[tool.mypy]``, whatever the current folder (``--config-file`` overrides). The exit
+status is mypy's: 0 clean, 1 errors, 2 a blocking error.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ def package_sources(root: Path = ROOT) -> list[BuildSource]:
 
 
 def main(argv: Sequence[str]) -> int:
+    if not any(arg.startswith("--config-file") for arg in argv):  # the project's settings, from any folder
+        argv = ["--config-file", str(ROOT / "pyproject.toml"), *argv]
     extra, options = process_options(list(argv), require_targets=False, program="scripts/typecheck.py")
     sources = package_sources() + extra
     formatter = util.FancyFormatter(sys.stdout, sys.stderr, options.hide_error_codes)
