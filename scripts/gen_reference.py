@@ -249,7 +249,7 @@ def render() -> tuple[str, list[str]]:
     problems: list[str] = []
     aliases = _alias_docs()
     by_section: dict[str, list[str]] = {key: [] for key, _ in SECTIONS}
-    for name in sorted(run_supervisor.__all__):
+    for name in sorted(vars(run_supervisor)["__all__"]):  # a run-time attribute: type checkers do not see it
         obj = getattr(run_supervisor, name)
         section = _section(name, obj)
         if inspect.isclass(obj):
