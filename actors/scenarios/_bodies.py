@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from run_supervisor import Ask, Gate, RunContext, SupervisorTimeout, ToolCall
+from run_supervisor.actors import Ask, Gate, RunContext, SupervisorTimeout, ToolCall
 from run_supervisor.actors.scenarios._format import RunSpec, Scenario, StepSpec
 from run_supervisor.protocol import PartState, StepKind
 

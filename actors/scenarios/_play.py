@@ -34,7 +34,14 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from run_supervisor import Gate, RunContext, Subscription, Supervisor, SupervisorConfig, SupervisorTimeout
+from run_supervisor.actors import (
+    Gate,
+    RunContext,
+    Subscription,
+    Supervisor,
+    SupervisorConfig,
+    SupervisorTimeout,
+)
 from run_supervisor.actors.scenarios._bodies import ScenarioHooks, make_body
 from run_supervisor.actors.scenarios._format import (
     CLOSES,
