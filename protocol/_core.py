@@ -12,8 +12,9 @@ Costs: a request touches only the runs and instances of the directories and sess
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -69,6 +70,7 @@ from run_supervisor.protocol._requests import (
     CloseRequest,
     ConfirmClose,
     DeadlineExpired,
+    DismissForm,
     DisposeDone,
     GraceExpired,
     Heartbeat,
@@ -103,7 +105,7 @@ from run_supervisor.protocol._rules import (
     next_instance_state,
     next_run_state,
 )
-from run_supervisor.protocol._stalls import PROGRESS_REPORTS, StallsMixin
+from run_supervisor.protocol._stalls import StallsMixin
 
 __all__ = ["ActionSnapshot", "CoreStatistics", "Report", "ReportEcho", "SupervisorCore"]
 
@@ -121,10 +123,6 @@ Report = (
     | NoProgress
 )
 """Inputs that come from inside the supervisor (bodies, instances, timers), not from hosts."""
-
-BODY_REPORTS = (StepReport, PartReport, AskRaised, WithdrawAsk, BodyEnded, RetryReport, Heartbeat)
-"""The reports a run's body makes (the others come from instances and timers): one the core does not
-apply is counted on its run (``ReportEcho.refused``) as well as in ``reports_ignored``."""
 
 
 class ReportEcho(msgspec.Struct, frozen=True, kw_only=True):
@@ -374,63 +372,23 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 close=isinstance(request, CloseRequest | ConfirmClose),
             )
             return
-        if isinstance(request, StartRun):
-            self._start_run(request, reply_to)
-        elif isinstance(request, CancelRun):
-            self._cancel(request, reply_to)
-        elif isinstance(request, CloseRequest):
-            self._close(request, reply_to)
-        elif isinstance(request, Shutdown):
-            self._shutdown_request(request, reply_to)
-        elif isinstance(request, ReplyPermission):
-            self._reply_permission(request, reply_to)
-        elif isinstance(request, AnswerForm):
-            self._answer_form(request, reply_to)
-        elif isinstance(request, SetQueuePolicy):
-            self._set_queue_policy(request, reply_to)
-        elif isinstance(request, ConfirmClose):
-            self._confirm_close(request, reply_to)
-        else:
-            self._dismiss_form(request, reply_to)
+        _routed(_REQUEST_HANDLERS, request)(self, request, reply_to)
 
     def report(self, report: Report) -> list[Command]:
         """Handle what a body, an instance or a timer reports."""
         return self._atomically(self._report, report)
 
     def _report(self, report: Report) -> None:
+        route = _routed(_REPORT_ROUTES, report)
         ignored = self._reports_ignored
-        self._dispatch_report(report)
-        if self._reports_ignored != ignored and isinstance(report, BODY_REPORTS):
-            run = self._runs.get(report.run_id)
+        if route.progress:
+            self._stall_progress(report.run_id)  # type: ignore[union-attr]  # a body's report
+        route.handle(self, report)
+        if route.body and self._reports_ignored != ignored:
+            run = self._runs.get(report.run_id)  # type: ignore[union-attr]  # a body's report
             if run is not None:  # its body learns it (``report_echo``)
                 self._touch(run)
                 run.refused += 1
-
-    def _dispatch_report(self, report: Report) -> None:
-        if isinstance(report, PROGRESS_REPORTS):
-            self._stall_progress(report.run_id)
-        if isinstance(report, StepReport):
-            self._step(report)
-        elif isinstance(report, PartReport):
-            self._part(report)
-        elif isinstance(report, AskRaised):
-            self._ask_raised(report)
-        elif isinstance(report, WithdrawAsk):
-            self._withdraw_request(report)
-        elif isinstance(report, BodyEnded):
-            self._body_ended(report)
-        elif isinstance(report, DisposeDone):
-            self._dispose_done(report)
-        elif isinstance(report, DeadlineExpired):
-            self._deadline_expired(report)
-        elif isinstance(report, RetryReport):
-            self._retry(report)
-        elif isinstance(report, Heartbeat):
-            self._heartbeat(report)
-        elif isinstance(report, NoProgress):
-            self._no_progress(report)
-        else:
-            self._grace_expired(report)
 
     def _atomically(self, decide: Callable[..., object], *args: Any) -> list[Command]:
         """Decide one input; on any exception, undo all of it (records, tables, counters, the
@@ -1117,3 +1075,56 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
 
 
 _OK = RequestOutcome(result=RequestResult.OK)
+
+
+T = TypeVar("T")
+
+
+def _routed(table: Mapping[type, T], value: object) -> T:
+    """The entry of ``table`` for ``value``'s type (or the nearest base class that has one)."""
+    for cls in type(value).__mro__:
+        if cls in table:
+            return table[cls]
+    raise TypeError(f"the core takes no {type(value).__name__}: {value!r}")
+
+
+_REQUEST_HANDLERS: Mapping[type, Callable[[SupervisorCore, Any, Any], None]] = {
+    StartRun: SupervisorCore._start_run,
+    CancelRun: SupervisorCore._cancel,
+    CloseRequest: SupervisorCore._close,
+    Shutdown: SupervisorCore._shutdown_request,
+    ReplyPermission: SupervisorCore._reply_permission,
+    AnswerForm: SupervisorCore._answer_form,
+    DismissForm: SupervisorCore._dismiss_form,
+    SetQueuePolicy: SupervisorCore._set_queue_policy,
+    ConfirmClose: SupervisorCore._confirm_close,
+}
+"""Who decides each request (``SupervisorCore.request``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ReportRoute:
+    handle: Callable[[SupervisorCore, Any], None]
+    body: bool
+    """Made by a run's body (the others come from instances and timers): one the core does not
+    apply is counted on its run (``ReportEcho.refused``) as well as in ``reports_ignored``."""
+    progress: bool
+    """Progress of its run: it clears the run's stalled flag before it is handled. A retry is
+    progress too (the body is alive and tries its provider call again); a body's end is not (the
+    run leaves ``active`` or waits for its children)."""
+
+
+_REPORT_ROUTES: Mapping[type, _ReportRoute] = {
+    StepReport: _ReportRoute(SupervisorCore._step, body=True, progress=True),
+    PartReport: _ReportRoute(SupervisorCore._part, body=True, progress=True),
+    AskRaised: _ReportRoute(SupervisorCore._ask_raised, body=True, progress=True),
+    WithdrawAsk: _ReportRoute(SupervisorCore._withdraw_request, body=True, progress=True),
+    BodyEnded: _ReportRoute(SupervisorCore._body_ended, body=True, progress=False),
+    RetryReport: _ReportRoute(SupervisorCore._retry, body=True, progress=True),
+    Heartbeat: _ReportRoute(SupervisorCore._heartbeat, body=True, progress=True),
+    DisposeDone: _ReportRoute(SupervisorCore._dispose_done, body=False, progress=False),
+    DeadlineExpired: _ReportRoute(SupervisorCore._deadline_expired, body=False, progress=False),
+    NoProgress: _ReportRoute(SupervisorCore._no_progress, body=False, progress=False),
+    GraceExpired: _ReportRoute(SupervisorCore._grace_expired, body=False, progress=False),
+}
+"""Who decides each report (``SupervisorCore.report``), and what kind of report it is."""

@@ -28,15 +28,10 @@ from run_supervisor.protocol._enums import InterruptReason, RejectCode
 from run_supervisor.protocol._events import Event, LifecycleConfirmed, RunStalled, RunUnstalled
 from run_supervisor.protocol._records import _Run
 from run_supervisor.protocol._requests import (
-    AskRaised,
     CloseOutcome,
     ConfirmClose,
     Heartbeat,
     NoProgress,
-    PartReport,
-    RetryReport,
-    StepReport,
-    WithdrawAsk,
 )
 from run_supervisor.protocol._rules import (
     CLOSE_RULES,
@@ -54,11 +49,7 @@ if TYPE_CHECKING:
     from run_supervisor.protocol._lifecycle import _Action
     from run_supervisor.protocol._records import _Directory, _Instance, _Session
 
-__all__ = ["PROGRESS_REPORTS", "StallsMixin"]
-
-PROGRESS_REPORTS = (StepReport, PartReport, AskRaised, WithdrawAsk, Heartbeat, RetryReport)
-"""The body reports that are progress: each clears its run's stalled flag (before it is handled). A
-retry is one too: the body is alive and tries its provider call again."""
+__all__ = ["StallsMixin"]
 
 
 class StallsMixin:
