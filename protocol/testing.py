@@ -389,56 +389,59 @@ class InvariantChecker:
     def command(self, command: Command) -> None:
         """One command of a core (``commands`` is the usual entry: it also checks batch order)."""
         self.commands_seen = True
-        if isinstance(command, Emit):
-            self.event(command.event)
-        elif isinstance(command, Reply):
-            asked = self.asked.get(command.reply_to) if command.reply_to is not None else None
-            confirm = asked is not None and isinstance(asked.request, ConfirmClose)
-            self._reply_order(command.answer, confirm=confirm)
-            if command.reply_to is not None:
-                self.answer(command.reply_to, command.answer)
-        elif isinstance(command, SpawnRun):
-            self._spawn(command)
-        elif isinstance(command, DisposeInstance):
-            self._dispose(command)
-        elif isinstance(command, LoadInstance):
-            if self.newest.get(command.directory) != command.generation:
-                self.violation(
-                    f"LoadInstance {command.directory} {command.generation} without its instance.started"
-                )
-        elif isinstance(command, SignalInterrupt):
-            self._signal(command)
-        elif isinstance(command, AbandonRun):
-            run = self.runs.get(command.run_id)
-            if run is None or run.signalled is None or not self.grace_expired:
-                self.violation(f"{command.run_id} abandoned without an interrupt and an expired grace")
-            elif run.finished is not None:
-                self.violation(f"{command.run_id} abandoned after it finished")
-            else:
-                run.abandoned = True
-        elif isinstance(command, ReleaseRun):
-            run = self.runs.get(command.run_id)
-            if run is None or run.finished is None:
-                self.violation(f"{command.run_id} released before it finished")
-            elif run.released:
-                self.violation(f"{command.run_id} released twice")
-            else:
-                run.released = True
-        elif isinstance(command, DeliverAnswer):
-            run = self.runs.get(command.run_id)
-            if run is None or run.state != "active" or run.signalled is not None:
-                self.violation(f"an answer delivered to {command.run_id}, which is not running undisturbed")
-        elif isinstance(command, StartGraceTimer):
-            if command.action_id != self.shutdown_id:
-                self.violation(f"a grace timer for {command.action_id}, which is not the shutdown")
-        elif isinstance(command, ArmDeadline | DisarmDeadline):
-            self._deadline_command(command)
-        elif isinstance(command, ShutdownComplete):
-            if self.shutdown_complete_sent:
-                self.violation("ShutdownComplete sent twice")
-            self.shutdown_complete_sent = True
-            if command.action_id != self.shutdown_id or not self.shutdown_done:
-                self.violation(f"ShutdownComplete for {command.action_id} before the shutdown completed")
+        check = _COMMAND_HANDLERS.get(type(command))
+        if check is not None:
+            check(self, command)
+
+    def _emit_command(self, command: Emit) -> None:
+        self.event(command.event)
+
+    def _reply_command(self, command: Reply) -> None:
+        asked = self.asked.get(command.reply_to) if command.reply_to is not None else None
+        confirm = asked is not None and isinstance(asked.request, ConfirmClose)
+        self._reply_order(command.answer, confirm=confirm)
+        if command.reply_to is not None:
+            self.answer(command.reply_to, command.answer)
+
+    def _load_command(self, command: LoadInstance) -> None:
+        if self.newest.get(command.directory) != command.generation:
+            self.violation(
+                f"LoadInstance {command.directory} {command.generation} without its instance.started"
+            )
+
+    def _abandon_command(self, command: AbandonRun) -> None:
+        run = self.runs.get(command.run_id)
+        if run is None or run.signalled is None or not self.grace_expired:
+            self.violation(f"{command.run_id} abandoned without an interrupt and an expired grace")
+        elif run.finished is not None:
+            self.violation(f"{command.run_id} abandoned after it finished")
+        else:
+            run.abandoned = True
+
+    def _release_command(self, command: ReleaseRun) -> None:
+        run = self.runs.get(command.run_id)
+        if run is None or run.finished is None:
+            self.violation(f"{command.run_id} released before it finished")
+        elif run.released:
+            self.violation(f"{command.run_id} released twice")
+        else:
+            run.released = True
+
+    def _deliver_command(self, command: DeliverAnswer) -> None:
+        run = self.runs.get(command.run_id)
+        if run is None or run.state != "active" or run.signalled is not None:
+            self.violation(f"an answer delivered to {command.run_id}, which is not running undisturbed")
+
+    def _grace_timer_command(self, command: StartGraceTimer) -> None:
+        if command.action_id != self.shutdown_id:
+            self.violation(f"a grace timer for {command.action_id}, which is not the shutdown")
+
+    def _shutdown_complete_command(self, command: ShutdownComplete) -> None:
+        if self.shutdown_complete_sent:
+            self.violation("ShutdownComplete sent twice")
+        self.shutdown_complete_sent = True
+        if command.action_id != self.shutdown_id or not self.shutdown_done:
+            self.violation(f"ShutdownComplete for {command.action_id} before the shutdown completed")
 
     def grace_passed(self) -> None:
         """Shutdown's grace deadline passed (the driver delivered ``GraceExpired``)."""
@@ -1424,6 +1427,24 @@ _HANDLERS: dict[type, Callable[[InvariantChecker, Any], None]] = {
     RunUnstalled: InvariantChecker._run_unstalled,
     LifecycleConfirmed: InvariantChecker._lifecycle_confirmed,
 }
+
+
+_COMMAND_HANDLERS: dict[type, Callable[[InvariantChecker, Any], None]] = {
+    Emit: InvariantChecker._emit_command,
+    Reply: InvariantChecker._reply_command,
+    SpawnRun: InvariantChecker._spawn,
+    DisposeInstance: InvariantChecker._dispose,
+    LoadInstance: InvariantChecker._load_command,
+    SignalInterrupt: InvariantChecker._signal,
+    AbandonRun: InvariantChecker._abandon_command,
+    ReleaseRun: InvariantChecker._release_command,
+    DeliverAnswer: InvariantChecker._deliver_command,
+    StartGraceTimer: InvariantChecker._grace_timer_command,
+    ArmDeadline: InvariantChecker._deadline_command,
+    DisarmDeadline: InvariantChecker._deadline_command,
+    ShutdownComplete: InvariantChecker._shutdown_complete_command,
+}
+"""What the oracle checks of each command a core gives (``InvariantChecker.command``)."""
 
 
 # --- the synchronous shell -------------------------------------------------------------------------
