@@ -27,6 +27,7 @@ from wire_support import Served, of_type, served, sse
 from run_supervisor.actors import Supervisor, SupervisorConfig
 from run_supervisor.actors._cli import main
 from run_supervisor.actors.hosts import HttpSettings, ServerThread, WireHost
+from run_supervisor.actors.hosts._hub import parse_event_id
 from run_supervisor.protocol import ProtocolDecodeError, decode_request
 
 CLI = (sys.executable, "-m", "run_supervisor.actors._cli")
@@ -208,6 +209,14 @@ def test_without_a_journal_each_life_has_its_own_epoch_and_an_id_of_another_life
     run(first_life)
     run(second_life)
     assert lives[0].split(":")[0] != lives[1]
+
+
+def test_an_event_id_parses_to_its_life_and_place_and_anything_else_is_no_id() -> None:
+    assert parse_event_id("3:17") == ("3", (17, 0))  # an EventId: (epoch, (seq, suffix))
+    assert parse_event_id("t9f2c4a1e:17.2") == ("t9f2c4a1e", (17, 2))
+    assert parse_event_id("17") == (None, (17, 0))  # a plain number names no life: another one
+    for nonsense in ("", "x", "3:", ":4", "3:-1", "3: 4", "3:17.", "3:\u00b2", "a:b:3", "9" * 5000):
+        assert parse_event_id(nonsense) is None, nonsense
 
 
 # --- unknown fields are refused by name ------------------------------------------------------------

@@ -58,11 +58,15 @@ class EventId(NamedTuple):
     key: Key
 
 
+def _digits(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 20  # no sign, space, "_" or "²"
+
+
 def _key(text: str) -> Key | None:
-    head, _, tail = text.partition(".")
-    if not head.isdigit() or not (tail == "" or tail.isdigit()):
-        return None  # isdigit: no sign, no spaces, no underscores
-    return (int(head), int(tail) if tail else 0)
+    head, dot, tail = text.partition(".")
+    if not _digits(head) or (dot and not _digits(tail)):
+        return None
+    return (int(head), int(tail) if dot else 0)
 
 
 def parse_event_id(text: str | None) -> EventId | None:
