@@ -64,7 +64,7 @@ from run_supervisor.protocol import (
 )
 from run_supervisor.protocol._parts import part_snapshot
 
-__all__ = ["Journal", "JournalSync", "JournaledPublisher", "start_journal"]
+__all__ = ["Journal", "JournalSync", "JournaledPublisher", "is_journal_url", "start_journal"]
 
 JournalSync = Literal["normal", "full"]
 
@@ -145,10 +145,17 @@ class RecoveryPlan:
 
 
 class Journal:
-    """One journal file, held by one live supervisor at a time (see ``_JournalLock``)."""
+    """One journal file, held by one live supervisor at a time (see ``_JournalLock``).
+
+    ``Journal.open`` on a ``postgresql://`` URL opens a journal in PostgreSQL instead (a shard of
+    it, owned through a lease: see actors/_pg_journal.py), a subclass behind the same interface."""
+
+    db_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+    """What the journal's database raises: an error of these at start is told as unreadable or
+    unwritable (``start_error``), never as a bug."""
 
     def __init__(self, path: Path, connection: sqlite3.Connection, lock: _JournalLock, boot: int) -> None:
-        self.path = path
+        self.path: Path | str = path
         self._db = connection
         self._lock = lock
         self.boot = boot
@@ -169,7 +176,15 @@ class Journal:
         Raises :class:`JournalLocked` when a live supervisor (of this process or another) holds it,
         :class:`JournalUnreadable` for a path that is not a run-supervisor journal (another file, a
         directory, a FIFO...: it is never touched) or cannot be opened, and :class:`JournalFailed`
-        when it cannot be written (a full disk), each naming the path and what the OS said."""
+        when it cannot be written (a full disk), each naming the path and what the OS said.
+
+        A ``postgresql://`` (or ``postgres://``) URL opens a PostgreSQL journal: see
+        :func:`run_supervisor.actors._pg_journal.PgJournal.open` for its parameters (``shard``,
+        ``lease_ttl``, ``lease_wait``, ``owner_url``)."""
+        if isinstance(path, str) and is_journal_url(path):
+            from run_supervisor.actors._pg_journal import PgJournal
+
+            return PgJournal.open(path, synchronous=synchronous)
         target = Path(os.fspath(path))
         _refuse_special(target)
         lock = _JournalLock.take(target)
@@ -369,6 +384,22 @@ class Journal:
     def failure(self, exc: BaseException, *, at_start: bool = False) -> JournalFailed:
         """The error to raise (or to fail answers with) for a write of this journal that failed."""
         return JournalFailed(str(self.path), _describe(exc), at_start=at_start)
+
+    def begin_boot(self) -> None:
+        """Record that this boot has begun (not clean until ``close(clean=True)``)."""
+        _begin_boot(self)
+
+    def watch(self, on_lost: Callable[[JournalFailed], object]) -> None:
+        """Have ``on_lost`` called (from any thread) when this journal stops being this process's
+        to write without a write having failed: a lost lease. A file is never lost so: no-op."""
+
+    def start_error(self, exc: Exception) -> Exception:
+        """What a database error at start is told as: ``JournalFailed`` when the journal cannot be
+        written, else ``JournalUnreadable``."""
+        assert isinstance(exc, sqlite3.Error)
+        if _cannot_write(exc):
+            return self.failure(exc, at_start=True)
+        return JournalUnreadable(f"journal {str(self.path)!r} is not a readable journal: {_describe(exc)}")
 
     def statistics(self) -> dict[str, int]:
         return {
@@ -761,6 +792,16 @@ _HANDLERS = {
 _CLOSE: Final = object()
 
 
+def is_journal_url(target: str) -> bool:
+    """``target`` names a PostgreSQL journal (``postgresql://`` or ``postgres://``), not a file."""
+    return target.startswith(("postgresql://", "postgres://"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Lost:
+    failure: JournalFailed
+
+
 @dataclass(frozen=True, slots=True)
 class _Call:
     call: Callable[[], object]
@@ -810,6 +851,12 @@ class JournaledPublisher(Publisher):
         records."""
         self.thread = threading.Thread(target=self._write, name="run-supervisor-journal", daemon=True)
         self.thread.start()
+        journal.watch(self._lost)
+
+    def _lost(self, failure: JournalFailed) -> None:
+        """The journal is no longer ours to write (a lost lease): stop as at a failed batch, now,
+        not at the next event (which could not commit anyway)."""
+        self._queue.put(_Lost(failure))
 
     def publish(self, event: Event) -> None:
         if not self._abandoned:
@@ -853,7 +900,7 @@ class JournaledPublisher(Publisher):
                 self.journal.abandon()
             else:
                 self.journal.close(clean=self.failure is None)
-        except sqlite3.Error:  # the clean mark did not reach the disk: the next start only looks harder
+        except Exception:  # the clean mark did not reach the disk: the next start only looks harder
             logger.opt(exception=True).warning("the run journal could not record its clean shutdown")
         finally:
             super().close_all()
@@ -864,6 +911,11 @@ class JournaledPublisher(Publisher):
                 if isinstance(item, _Call):
                     _run_call(item)
             return
+        lost = next((item for item in batch if isinstance(item, _Lost)), None)
+        if lost is not None:
+            batch = [item for item in batch if not isinstance(item, _Lost)]
+            if self.failure is None:
+                self._failed(lost.failure)
         events = [item for item in batch if not isinstance(item, _Call)]
         if events and self.failure is None:
             try:
@@ -915,14 +967,10 @@ def start_journal(journal: Journal, core: SupervisorCore, *, retain_finished: in
         journal.retain_finished = retain_finished
         plan = journal.read_recovery()
         journal.settle(plan)
-        _begin_boot(journal)
-    except sqlite3.Error as exc:
+        journal.begin_boot()
+    except journal.db_errors as exc:
         journal.abandon()
-        if _cannot_write(exc):
-            raise journal.failure(exc, at_start=True) from None
-        raise JournalUnreadable(
-            f"journal {str(journal.path)!r} is not a readable journal: {_describe(exc)}"
-        ) from None
+        raise journal.start_error(exc) from None
     except BaseException:
         journal.abandon()
         raise

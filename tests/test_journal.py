@@ -1,4 +1,8 @@
-"""The run journal: after a crash every run, tool card and session reaches a true terminal state."""
+"""The run journal: after a crash every run, tool card and session reaches a true terminal state.
+
+The recovery tests run on both journals: the SQLite file and a shard of a PostgreSQL database
+(tests/pg_support.py starts a real server on a unix socket); what only a file can be (foreign,
+corrupt, locked beside it) is tested on the file alone."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_support import BACKENDS, JournalReader, make_journal, without_wait
 
 from run_supervisor import (
     Gate,
@@ -31,9 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = SupervisorConfig(shutdown_at_exit=False)
 
 
-@pytest.fixture
-def journal(tmp_path: Path) -> Path:
-    return tmp_path / "runs.journal"
+@pytest.fixture(params=BACKENDS)
+def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """An SQLite file, or a shard of the session's PostgreSQL database."""
+    return make_journal(request.param, tmp_path)
+
+
+sqlite_only = pytest.mark.parametrize("journal", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
@@ -46,13 +55,13 @@ def opened() -> Iterator[list[Supervisor]]:
             sup.shutdown(grace_ms=500, reason="test_teardown")
 
 
-def start(opened: list[Supervisor], journal: Path, **kwargs: Any) -> Supervisor:
+def start(opened: list[Supervisor], journal: Path | str, **kwargs: Any) -> Supervisor:
     sup = Supervisor.start(CONFIG, journal=journal, **kwargs)
     opened.append(sup)
     return sup
 
 
-def crash_while(opened: list[Supervisor], journal: Path, body: Any, kind: str, **fields: Any) -> None:
+def crash_while(opened: list[Supervisor], journal: Path | str, body: Any, kind: str, **fields: Any) -> None:
     """Start a supervisor on ``journal``, start run r1 with ``body``, wait for its ``kind`` event
     (with ``fields``), then let the supervisor die as a kill would."""
     sup = start(opened, journal, directories=["/w/a"])
@@ -87,7 +96,7 @@ def running_bash(gate: Gate) -> Any:
 
 
 def test_a_run_preparing_a_bash_call_when_the_backend_dies_is_recovered_as_a_crash_whose_tool_did_not_run(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     crash_while(opened, journal, preparing_bash(Gate("never")), "run.part.updated")
 
@@ -105,7 +114,7 @@ def test_a_run_preparing_a_bash_call_when_the_backend_dies_is_recovered_as_a_cra
 
 
 def test_a_tool_that_was_running_at_the_crash_is_reported_as_one_that_may_have_run(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     crash_while(opened, journal, running_bash(Gate("never")), "run.part.updated", state="running")
 
@@ -115,7 +124,7 @@ def test_a_tool_that_was_running_at_the_crash_is_reported_as_one_that_may_have_r
 
 
 def test_queued_runs_and_pending_closes_are_settled_by_the_restart(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     sup = start(opened, journal, directories=["/w/a"])
     log = EventLog(sup)
@@ -133,12 +142,12 @@ def test_queued_runs_and_pending_closes_are_settled_by_the_restart(
     queued = next(r for r in after.recovered() if r.run_id == "r2")
     assert queued.generation is None and queued.parts == ()
     assert after.pending_actions() == ()
-    with sqlite3.connect(journal) as db:
-        assert db.execute("SELECT COUNT(*) FROM actions WHERE completed = 0").fetchone()[0] == 0
+    with JournalReader(journal) as db:
+        assert db.scalar("COUNT(*)", "actions", "completed = 0") == 0
 
 
 def test_recovered_runs_are_published_first_and_a_second_start_does_not_recover_them_again(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     crash_while(opened, journal, preparing_bash(Gate("never")), "run.step.started")
 
@@ -151,7 +160,9 @@ def test_recovered_runs_are_published_first_and_a_second_start_does_not_recover_
     assert start(opened, journal).recovered() == ()
 
 
-def test_a_journal_from_a_clean_shutdown_recovers_nothing(journal: Path, opened: list[Supervisor]) -> None:
+def test_a_journal_from_a_clean_shutdown_recovers_nothing(
+    journal: Path | str, opened: list[Supervisor]
+) -> None:
     sup = start(opened, journal, directories=["/w/a"])
     sup.start_run(preparing_bash(Gate("never")), session="s1", directory="/w/a", run_id="r1")
     sup.shutdown(grace_ms=500)
@@ -159,16 +170,15 @@ def test_a_journal_from_a_clean_shutdown_recovers_nothing(journal: Path, opened:
 
 
 def test_every_event_a_subscriber_sees_is_already_in_the_journal(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     sup = start(opened, journal, directories=["/w/a"])
     seen: list[tuple[str, str | None]] = []
-    reader = sqlite3.connect(journal, check_same_thread=False)
+    reader = JournalReader(journal)
 
     def check(event: Any) -> None:
         if isinstance(event, RunStarted):
-            row = reader.execute("SELECT state FROM runs WHERE run_id = ?", (event.run_id,)).fetchone()
-            seen.append((event.run_id, None if row is None else row[0]))
+            seen.append((event.run_id, reader.scalar("state", "runs", "run_id = ?", event.run_id)))
 
     subscription = sup.subscribe(callback=check)
     runs = [sup.start_run(lambda ctx: None, session=f"s{i}", directory="/w/a") for i in range(20)]
@@ -181,7 +191,7 @@ def test_every_event_a_subscriber_sees_is_already_in_the_journal(
 
 
 def test_a_resumed_run_names_the_run_it_continues_and_an_unknown_one_is_refused(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     sup = start(opened, journal, directories=["/w/a"])
     log = EventLog(sup)
@@ -192,14 +202,16 @@ def test_a_resumed_run_names_the_run_it_continues_and_an_unknown_one_is_refused(
     with pytest.raises(UnknownRun, match="r9"):
         sup.start_run(lambda ctx: None, session="s1", directory="/w/a", resume_of="r9")
     sup.shutdown(grace_ms=500)
-    with sqlite3.connect(journal) as db:
-        assert db.execute("SELECT resume_of FROM runs WHERE run_id = 'r2'").fetchone() == ("r1",)
+    with JournalReader(journal) as db:
+        assert db.scalar("resume_of", "runs", "run_id = 'r2'") == "r1"
 
 
-def test_a_journal_held_by_a_live_supervisor_is_refused(journal: Path, opened: list[Supervisor]) -> None:
+def test_a_journal_held_by_a_live_supervisor_is_refused(
+    journal: Path | str, opened: list[Supervisor]
+) -> None:
     start(opened, journal)
     with pytest.raises(JournalLocked, match="held by a live supervisor"):
-        Supervisor.start(CONFIG, journal=journal)
+        Supervisor.start(CONFIG, journal=without_wait(journal))
 
 
 def test_a_foreign_file_is_refused_and_left_untouched(tmp_path: Path) -> None:
@@ -238,7 +250,7 @@ def test_a_corrupt_journal_is_refused(tmp_path: Path) -> None:
 
 
 def test_finished_runs_are_compacted_by_the_retention_rule_so_the_file_stays_small(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     sup = Supervisor.start(
         SupervisorConfig(shutdown_at_exit=False, retain_finished_runs=50),
@@ -254,8 +266,8 @@ def test_finished_runs_are_compacted_by_the_retention_rule_so_the_file_stays_sma
     log.wait_for("run.finished", run_id="last", timeout=5)
     log.close()
     sup.shutdown(grace_ms=500)
-    with sqlite3.connect(journal) as db:
-        kept = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    with JournalReader(journal) as db:
+        kept = db.scalar("COUNT(*)", "runs")
     assert kept <= 50 + 256, kept  # the retention rule, applied every 256 finished runs
 
 
@@ -275,7 +287,7 @@ def test_the_crash_test_kills_the_supervisor_200_times_and_every_run_is_reported
 
 
 def test_the_stdio_host_on_a_journal_writes_the_recovery_first(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     import io
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_support import BACKENDS, make_journal
 
 from run_supervisor import (
     AskAlreadyAnswered,
@@ -31,6 +32,7 @@ from run_supervisor import (
     SupervisorConfig,
 )
 from run_supervisor.actors._journal import Journal, JournaledPublisher
+from run_supervisor.actors._pg_journal import PgJournal
 from run_supervisor.actors.testing import EventLog, simulate_crash
 from run_supervisor.protocol import AskRequested, CancelRun, Event, RunFinished, RunStarted
 from run_supervisor.protocol import AskWithdrawn as AskWithdrawnEvent
@@ -39,9 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = SupervisorConfig(shutdown_at_exit=False, default_grace_ms=500)
 
 
-@pytest.fixture
-def journal(tmp_path: Path) -> Path:
-    return tmp_path / "runs.journal"
+@pytest.fixture(params=BACKENDS)
+def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """An SQLite file, or a shard of the session's PostgreSQL database (tests/pg_support.py)."""
+    return make_journal(request.param, tmp_path)
+
+
+sqlite_only = pytest.mark.parametrize("journal", ["sqlite"], indirect=True)
 
 
 @pytest.fixture
@@ -54,7 +60,7 @@ def opened() -> Iterator[list[Supervisor]]:
             sup.shutdown(grace_ms=500, reason="test_teardown")
 
 
-def start(opened: list[Supervisor], journal: Path, **kwargs: Any) -> Supervisor:
+def start(opened: list[Supervisor], journal: Path | str, **kwargs: Any) -> Supervisor:
     sup = Supervisor.start(CONFIG, journal=journal, **kwargs)
     opened.append(sup)
     return sup
@@ -68,7 +74,11 @@ def on_the_writer(sup: Supervisor, sql: str) -> None:
     done = threading.Event()
 
     def run() -> None:
-        publisher.journal._db.execute(sql)
+        journal = publisher.journal
+        if isinstance(journal, PgJournal):
+            journal._pg.execute(sql)
+        else:
+            journal._db.execute(sql)
         done.set()
 
     publisher.after(run)
@@ -77,8 +87,38 @@ def on_the_writer(sup: Supervisor, sql: str) -> None:
 
 def fill_the_disk(sup: Supervisor) -> None:
     """From now on the journal file cannot grow: SQLite answers a write that needs a new page with
-    SQLITE_FULL, the code a full disk gives (max_page_count clamps to the current size)."""
-    on_the_writer(sup, "PRAGMA max_page_count = 1")
+    SQLITE_FULL, the code a full disk gives (max_page_count clamps to the current size). On
+    PostgreSQL a check on the shard's asks refuses a big one: the write that needs room fails, as
+    on a server whose disk is full (SQLSTATE 23514 where a full disk says 53100)."""
+    journal = journal_of(sup)
+    if isinstance(journal, PgJournal):
+        import psycopg
+
+        with psycopg.connect(journal.target.conninfo, autocommit=True) as db:
+            db.execute(
+                f'ALTER TABLE rs_asks ADD CONSTRAINT "full_{journal.shard}"'
+                f" CHECK (shard <> '{journal.shard}' OR length(payload) < 100000) NOT VALID"
+            )
+    else:
+        on_the_writer(sup, "PRAGMA max_page_count = 1")
+
+
+def journal_of(sup: Supervisor) -> Journal:
+    publisher = sup._publisher
+    assert isinstance(publisher, JournaledPublisher)
+    return publisher.journal
+
+
+WRITE_FAILED = {"sqlite": "SQLITE_FULL", "postgresql": "SQLSTATE 23514"}
+
+
+def backend(journal: Path | str) -> str:
+    return "sqlite" if isinstance(journal, Path) else "postgresql"
+
+
+def name_in_messages(journal: Path | str) -> str:
+    """What of the journal's name its messages carry: the file's name, or the shard's."""
+    return journal.name if isinstance(journal, Path) else journal.split("shard=", 1)[1].split("&")[0]
 
 
 def read_to_the_end(subscription: Any, timeout: float = 10.0) -> tuple[list[Event], bool]:
@@ -116,7 +156,7 @@ def held_in_a_big_form(gate: Gate, go: Gate | None = None) -> Any:
 
 
 def test_a_full_disk_stops_the_supervisor_and_no_subscriber_sees_an_event_the_journal_does_not_hold(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     sup = start(opened, journal, directories=["/w/a"])
     subscription = sup.subscribe()
@@ -134,7 +174,7 @@ def test_a_full_disk_stops_the_supervisor_and_no_subscriber_sees_an_event_the_jo
     assert "ask.requested" not in [type(e).__struct_config__.tag for e in seen]
     failure = sup.journal_failure
     assert isinstance(failure, JournalFailed) and isinstance(failure, SupervisorClosed)
-    assert failure.path == str(journal) and "SQLITE_FULL" in failure.error
+    assert failure.path == str(journal) and WRITE_FAILED[backend(journal)] in failure.error
     with pytest.raises(JournalFailed, match="could not record"):
         sup.start_run(lambda ctx: None, session="s3", directory="/w/a")
     refused = sup.submit(CancelRun(run_id="r2", origin="user")).result(timeout=5)  # as the wire hosts see it
@@ -155,20 +195,20 @@ def test_a_full_disk_stops_the_supervisor_and_no_subscriber_sees_an_event_the_jo
 
 
 def test_every_answer_waiting_behind_a_batch_that_did_not_commit_fails_with_the_journal_s_error(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     sup = start(opened, journal, directories=["/w/a"])
     fill_the_disk(sup)
     go = Gate("go")
     handle = sup.start_run(held_in_a_big_form(Gate("never"), go), session="s1", directory="/w/a")
     go.open()
-    with pytest.raises(JournalFailed, match=str(journal.name)):
+    with pytest.raises(JournalFailed, match=name_in_messages(journal)):
         handle.wait(5)  # its end was never journaled: no snapshot says how it ended
     assert sup.wait_closed(timeout=5).result is not None
 
 
 def test_a_restart_that_cannot_write_the_journal_raises_journal_failed_and_lets_the_file_go(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     sup = start(opened, journal, directories=["/w/a"])
     log = EventLog(sup)
@@ -178,7 +218,10 @@ def test_a_restart_that_cannot_write_the_journal_raises_journal_failed_and_lets_
     simulate_crash(sup)
 
     unwritable = Journal.open(journal)
-    unwritable._db.execute("PRAGMA query_only = 1")  # the settle's first write fails, as on a full disk
+    if isinstance(unwritable, PgJournal):  # the settle's first write fails, as on a full disk
+        unwritable._pg.execute("SET default_transaction_read_only = on")
+    else:
+        unwritable._db.execute("PRAGMA query_only = 1")
     with pytest.raises(JournalFailed, match="cannot be written") as failed:
         Supervisor(CONFIG, NoInstanceHooks(), unwritable)
     assert failed.value.path == str(journal) and failed.value.at_start
@@ -188,6 +231,7 @@ def test_a_restart_that_cannot_write_the_journal_raises_journal_failed_and_lets_
 
 @pytest.mark.skipif(sys.platform == "win32", reason="RLIMIT_FSIZE is POSIX")
 @pytest.mark.parametrize("command", ["stdio", "serve"])
+@sqlite_only  # a file that cannot grow; the server's disk is not ours to fill
 def test_a_wire_host_on_a_journal_it_cannot_write_exits_2_with_one_line_naming_it_and_the_error(
     journal: Path, opened: list[Supervisor], command: str
 ) -> None:
@@ -227,7 +271,7 @@ def test_a_wire_host_on_a_journal_it_cannot_write_exits_2_with_one_line_naming_i
 
 
 def test_after_a_crash_a_late_answer_to_an_ask_the_crash_withdrew_is_rejected_ask_withdrawn(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     sup = start(opened, journal, directories=["/w/a"])
     log = EventLog(sup)
@@ -249,7 +293,7 @@ def test_after_a_crash_a_late_answer_to_an_ask_the_crash_withdrew_is_rejected_as
 
 
 def test_after_a_crash_asks_closed_before_it_keep_what_became_of_them(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     gate = Gate("never")
     answered = Gate("answered")
@@ -280,6 +324,7 @@ def test_after_a_crash_asks_closed_before_it_keep_what_became_of_them(
         after.answer_form(form, answer="again")
 
 
+@sqlite_only  # the first journals were files
 def test_a_journal_written_before_asks_were_kept_gains_their_columns_and_recovers(
     journal: Path, opened: list[Supervisor]
 ) -> None:
@@ -304,7 +349,7 @@ def test_a_journal_written_before_asks_were_kept_gains_their_columns_and_recover
 
 
 def test_fifty_crash_and_restart_cycles_never_find_the_journal_locked(
-    journal: Path, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor]
 ) -> None:
     gate = Gate("never")
 
@@ -324,6 +369,7 @@ def test_fifty_crash_and_restart_cycles_never_find_the_journal_locked(
 
 
 @pytest.mark.parametrize("ending", ["crash", "shutdown"])
+@sqlite_only  # the file's close and abandon are slowed (tests/test_shards.py has the lease's)
 def test_a_crash_or_a_shutdown_returns_only_once_the_journal_is_let_go(
     journal: Path, opened: list[Supervisor], monkeypatch: pytest.MonkeyPatch, ending: str
 ) -> None:
@@ -385,6 +431,7 @@ _HOLD_WITHOUT_FCNTL = textwrap.dedent(
 )
 
 
+@sqlite_only
 def test_the_journal_locks_without_fcntl_and_a_second_opener_anywhere_is_refused(journal: Path) -> None:
     def other(mode: str) -> str:
         done = subprocess.run(
@@ -420,6 +467,7 @@ def test_the_journal_locks_without_fcntl_and_a_second_opener_anywhere_is_refused
     assert other("open") == "opened"
 
 
+@sqlite_only
 def test_a_second_opener_in_the_process_that_holds_the_journal_does_not_loosen_its_lock(
     journal: Path, opened: list[Supervisor]
 ) -> None:
@@ -451,6 +499,7 @@ def test_a_fifo_named_as_the_journal_is_refused_at_once_and_left_untouched(tmp_p
     assert not (tmp_path / "runs.journal-lock").exists()
 
 
+@sqlite_only
 def test_the_lock_file_sits_beside_the_journal_and_holds_nothing_but_the_lock(
     journal: Path, opened: list[Supervisor]
 ) -> None:

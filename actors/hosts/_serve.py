@@ -85,8 +85,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_journal_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--journal",
-        type=Path,
-        help="keep a run journal in this SQLite file; what a dead process left unfinished is recovered",
+        type=_journal_target,
+        help="keep a run journal in this SQLite file (or a postgresql:// URL: a shard of a PostgreSQL"
+        " journal); what a dead process left unfinished is recovered",
     )
     parser.add_argument(
         "--journal-sync",
@@ -259,10 +260,15 @@ def _in_range(command: str, args: argparse.Namespace, names: Iterable[str]) -> b
     return True
 
 
-def _journal_path_ok(command: str, path: Path | None) -> bool:
+def _journal_target(value: str) -> Path | str:
+    """A ``postgresql://`` URL stays a string (a Path would fold its ``//``); anything else is a file."""
+    return value if value.startswith(("postgresql://", "postgres://")) else Path(value)
+
+
+def _journal_path_ok(command: str, path: Path | str | None) -> bool:
     """A journal path that names something other than a file (a FIFO would block the start until a
     writer came; a directory or a device is no journal) is refused before anything starts."""
-    if path is None:
+    if path is None or isinstance(path, str):  # a URL: Journal.open tells what is wrong with it
         return True
     try:
         mode = path.stat().st_mode

@@ -1,0 +1,816 @@
+"""The run journal in PostgreSQL: one shard of a shared database, owned through a lease.
+
+Behind the same interface as the SQLite journal (actors/_journal.py: ``read_recovery``, ``settle``,
+``apply``, ``close``, ``abandon``), with the same durability rule (the writer commits a batch and
+only then delivers it) and the same recovery (reason ``crash``, settled cards, withdrawn asks, once
+per run). What it adds is ownership across machines:
+
+* ``rs_leases`` has one row per shard: ``epoch`` (counted up at every acquisition), ``holder``,
+  ``expires_at`` (the database's clock, so the machines' clocks never matter). A start takes the
+  lease only when it is free or expired, and only then reads what the shard left unfinished: a
+  successor declares ``crash`` only once it holds the lease.
+* The journal's ``boot`` is the lease epoch, so ``Supervisor.epoch`` and the event ids the hosts
+  build from it (``<epoch>:<seq>``) name the lease they were written under.
+* Every transaction that writes the shard (recovery, each batch, the clean mark) begins by renewing
+  the lease *conditionally*: ``UPDATE rs_leases ... WHERE shard AND epoch = ours AND expires_at >
+  now``. No row: the lease is lost, nothing of the batch commits, and the journal fails with
+  ``LeaseLost``. The row lock that UPDATE takes orders each batch against a takeover: a batch that
+  renewed commits before the successor can see the row expired, one that comes after finds a newer
+  epoch.
+* A renewer thread renews every third of the TTL on its own connection. When it cannot (the lease
+  was taken, or the database did not answer before the lease would have expired by our own
+  monotonic clock) it tells the publisher, which stops the supervisor at once: requests are refused
+  with ``LeaseLost`` and it shuts down, writing nothing more.
+* Takeovers, releases and owner URLs are told on ``NOTIFY run_supervisor_owner`` (the owner
+  directory: actors/_shards.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+from loguru import logger
+
+from run_supervisor.actors._errors import JournalFailed, JournalLocked, JournalUnreadable
+from run_supervisor.actors._journal import (
+    _PHASE_OF,
+    _UNFINISHED_PARTS,
+    Journal,
+    JournalSync,
+    RecoveryPlan,
+    _ask_payload,
+)
+from run_supervisor.actors._shards import NOTIFY_CHANNEL, JournalTarget, LeaseLost, parse_journal_url
+from run_supervisor.protocol import (
+    AskKind,
+    AskSnapshot,
+    AskState,
+    InterruptReason,
+    PartSnapshot,
+    PartState,
+    RecoveredRun,
+    WithdrawReason,
+)
+from run_supervisor.protocol._parts import part_snapshot
+
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - the extra is not installed
+    psycopg = None  # type: ignore[assignment]
+
+__all__ = ["PgJournal"]
+
+SCHEMA_VERSION: Final = 1
+_SCHEMA_LOCK: Final = 0x52535631  # pg_advisory_xact_lock key while creating the tables ("RSV1")
+_ASK_STATES: Final = frozenset(state.value for state in AskState)
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS rs_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rs_leases (
+    shard TEXT PRIMARY KEY,
+    epoch BIGINT NOT NULL,
+    holder TEXT,
+    owner_url TEXT,
+    acquired_at TIMESTAMPTZ,
+    expires_at TIMESTAMPTZ NOT NULL,
+    clean INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS rs_epochs (      -- every lease taken: who, when, how many batches it wrote
+    shard TEXT NOT NULL,
+    epoch BIGINT NOT NULL,
+    holder TEXT NOT NULL,
+    owner_url TEXT,
+    acquired_at TIMESTAMPTZ NOT NULL,
+    released_at TIMESTAMPTZ,
+    batches BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (shard, epoch)
+);
+CREATE TABLE IF NOT EXISTS rs_runs (
+    shard TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    seq BIGSERIAL,
+    session TEXT NOT NULL,
+    directory TEXT,
+    generation INTEGER,
+    parent_run_id TEXT,
+    resume_of TEXT,
+    state TEXT NOT NULL,
+    outcome TEXT,
+    reason TEXT,
+    origin TEXT,
+    action_id TEXT,
+    finished_order BIGINT,
+    PRIMARY KEY (shard, run_id)
+);
+CREATE INDEX IF NOT EXISTS rs_runs_unfinished ON rs_runs (shard, seq) WHERE state != 'finished';
+CREATE INDEX IF NOT EXISTS rs_runs_finished_order ON rs_runs (shard, finished_order)
+    WHERE finished_order IS NOT NULL;
+CREATE TABLE IF NOT EXISTS rs_parts (
+    shard TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    part_key TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    state TEXT NOT NULL,
+    phase TEXT,
+    tool_started INTEGER NOT NULL,
+    PRIMARY KEY (shard, run_id, part_key)
+);
+CREATE TABLE IF NOT EXISTS rs_asks (
+    shard TEXT NOT NULL,
+    ask_id TEXT NOT NULL,
+    seq BIGSERIAL,
+    run_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    payload TEXT,
+    kind TEXT,
+    tool TEXT,
+    call_id TEXT,
+    withdraw_reason TEXT,
+    PRIMARY KEY (shard, ask_id)
+);
+CREATE INDEX IF NOT EXISTS rs_asks_run ON rs_asks (shard, run_id);
+CREATE TABLE IF NOT EXISTS rs_actions (
+    shard TEXT NOT NULL,
+    boot BIGINT NOT NULL,
+    action_id TEXT NOT NULL,
+    seq BIGSERIAL,
+    what TEXT,
+    mode TEXT,
+    origin TEXT,
+    directories TEXT,
+    result TEXT,
+    completed INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (shard, boot, action_id)
+);
+"""
+
+_RENEW: Final = (
+    "UPDATE rs_leases SET expires_at = clock_timestamp() + make_interval(secs => %s)"
+    " WHERE shard = %s AND epoch = %s AND holder = %s AND expires_at > clock_timestamp() RETURNING epoch"
+)
+
+
+def _need_psycopg() -> None:
+    if psycopg is None:
+        raise JournalUnreadable(
+            "a postgresql:// journal needs psycopg 3: pip install 'run-supervisor[postgresql]'"
+        )
+
+
+class PgJournal(Journal):
+    """One shard of a PostgreSQL journal, held under its lease (see the module's docstring)."""
+
+    db_errors: tuple[type[Exception], ...] = ()  # set at import below, when psycopg is there
+
+    def __init__(self, target: JournalTarget, db: Any, holder: str, epoch: int, clean: bool) -> None:
+        # Not Journal.__init__: that one is the SQLite file's. The attributes Journal's callers read:
+        self.path = target.display
+        self.boot = epoch
+        self.retain_finished = 10_000
+        self.target = target
+        self.shard = target.shard
+        self.holder = holder
+        self._pg = db
+        self._was_clean = clean
+        self._closed = False
+        self._parts: dict[str, dict[str, int]] = {}
+        self._asking: dict[str, int] = {}
+        self._since_compaction = 0
+        self._finished_order = self._scalar(
+            "SELECT COALESCE(MAX(finished_order), 0) FROM rs_runs WHERE shard = %s", self.shard
+        )
+        self._lost: LeaseLost | None = None
+        self._on_lost: Callable[[JournalFailed], object] | None = None
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self.renewals = 0
+        self.batches = 0
+
+    # --- opening: the schema, then the lease ------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Any, *, synchronous: JournalSync = "normal") -> PgJournal:
+        """Open shard ``shard`` of the journal in the database ``path`` names (a ``postgresql://``
+        URL; see ``actors._shards.parse_journal_url`` for ``shard``, ``lease_ttl``, ``lease_wait``
+        and ``owner_url``). The tables are created if missing. The lease is taken if it is free or
+        expired (waiting up to ``lease_wait`` seconds for one that is held, woken by a release's
+        NOTIFY); one still held raises ``JournalLocked`` naming its holder and when it expires.
+        ``synchronous="full"`` asks the server to commit synchronously whatever its default is."""
+        _need_psycopg()
+        target = parse_journal_url(str(path))
+        try:
+            db = psycopg.connect(target.conninfo, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise JournalUnreadable(f"journal {target.display!r}: cannot connect ({_pg_text(exc)})") from None
+        try:
+            if synchronous == "full":
+                db.execute("SET synchronous_commit = on")
+            _prepare(db, target)
+            holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+            epoch, clean = _take_lease(db, target, holder)
+            journal = cls(target, db, holder, epoch, clean)
+        except psycopg.Error as exc:
+            db.close()
+            raise _open_error(target, exc) from None
+        except BaseException:
+            db.close()
+            raise
+        journal._start_renewer()
+        return journal
+
+    def _scalar(self, sql: str, *args: Any) -> int:
+        row = self._pg.execute(sql, args).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    # --- the lease ---------------------------------------------------------------------------------
+
+    def _fence(self, cur: Any) -> None:
+        """The first statement of every writing transaction: renew the lease if it is still ours
+        and unexpired, else fail the transaction (nothing of it commits) with ``LeaseLost``."""
+        if self._lost is not None:
+            raise self._lost
+        row = cur.execute(_RENEW, (self.target.lease_ttl_s, self.shard, self.boot, self.holder)).fetchone()
+        if row is None:
+            raise self._lose("a write found the lease expired or taken by a newer epoch")
+        cur.execute(
+            "UPDATE rs_epochs SET batches = batches + 1 WHERE shard = %s AND epoch = %s",
+            (self.shard, self.boot),
+        )
+
+    def _lose(self, why: str) -> LeaseLost:
+        if self._lost is None:
+            self._lost = LeaseLost(self.target.display, self.shard, self.boot, why)
+            logger.error(str(self._lost))
+        return self._lost
+
+    def watch(self, on_lost: Callable[[JournalFailed], object]) -> None:
+        self._on_lost = on_lost
+        if self._lost is not None:
+            on_lost(self._lost)
+
+    def _start_renewer(self) -> None:
+        self._renewer = threading.Thread(
+            target=self._renew_loop, name=f"run-supervisor-lease-{self.shard}", daemon=True
+        )
+        self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        """Renew every third of the TTL; give up -- and stop the supervisor -- when the lease was
+        taken, or when the database has not confirmed a renewal for a whole TTL (by our own clock:
+        past that a successor may hold it)."""
+        ttl = self.target.lease_ttl_s
+        confirmed = time.monotonic()
+        db: Any = None
+        while not self._stop.wait(ttl / 3):
+            try:
+                if db is None:
+                    db = psycopg.connect(
+                        self.target.conninfo, autocommit=True, connect_timeout=max(1, int(ttl))
+                    )
+                    db.execute(
+                        "SELECT set_config('statement_timeout', %s, false)", (str(max(100, int(ttl * 500))),)
+                    )
+                started = time.monotonic()
+                row = db.execute(_RENEW, (ttl, self.shard, self.boot, self.holder)).fetchone()
+                if row is None:
+                    self._give_up("the lease expired or a successor took it (a renewal found a newer epoch)")
+                    break
+                confirmed = started
+                self.renewals += 1
+            except psycopg.Error as exc:
+                if db is not None:
+                    db.close()
+                    db = None
+                if time.monotonic() - confirmed >= ttl:
+                    self._give_up(f"no renewal was confirmed for {ttl:g} s ({_pg_text(exc)})")
+                    break
+            if time.monotonic() - confirmed >= ttl:  # frozen, or the database too slow to tell
+                self._give_up(f"no renewal was confirmed for {ttl:g} s")
+                break
+        if db is not None:
+            db.close()
+
+    def _give_up(self, why: str) -> None:
+        lost = self._lose(why)
+        callback = self._on_lost
+        if callback is not None:
+            try:
+                callback(lost)
+            except Exception:
+                logger.opt(exception=True).error("the supervisor could not be told its lease was lost")
+
+    def _stop_renewer(self) -> None:
+        self._stop.set()
+        renewer = self._renewer
+        if renewer is not None and renewer is not threading.current_thread():
+            renewer.join(timeout=self.target.lease_ttl_s + 5)
+
+    # --- recovery ------------------------------------------------------------------------------------
+
+    def read_recovery(self) -> RecoveryPlan:
+        plan = RecoveryPlan(clean=self._was_clean)
+        rows = self._pg.execute(
+            "SELECT run_id, session, directory, generation, parent_run_id, state FROM rs_runs"
+            " WHERE shard = %s AND state != 'finished' ORDER BY seq",
+            (self.shard,),
+        ).fetchall()
+        for run_id, session, directory, generation, parent, state in rows:
+            parts = self._settled_parts(run_id)
+            open_phase = next(
+                (p.phase for p in parts if p.phase is not None and p.state is PartState.INTERRUPTED), None
+            )
+            withdrawn, asks = self._settled_asks(run_id, session)
+            plan.runs.append(
+                RecoveredRun(
+                    run_id=run_id,
+                    session=session,
+                    directory=directory,
+                    generation=generation if state != "queued" else None,
+                    parent_run_id=parent,
+                    phase=open_phase,
+                    parts=parts,
+                    withdrawn_asks=withdrawn,
+                    asks=asks,
+                )
+            )
+        plan.pending_actions = [
+            (int(boot), str(action_id))
+            for boot, action_id in self._pg.execute(
+                "SELECT boot, action_id FROM rs_actions WHERE shard = %s AND completed = 0 ORDER BY seq",
+                (self.shard,),
+            ).fetchall()
+        ]
+        return plan
+
+    def _settled_parts(self, run_id: str) -> tuple[PartSnapshot, ...]:
+        rows = self._pg.execute(
+            "SELECT part_key, tool, state, tool_started FROM rs_parts WHERE shard = %s AND run_id = %s"
+            " ORDER BY position",
+            (self.shard, run_id),
+        ).fetchall()
+        parts: list[PartSnapshot] = []
+        for call_id, tool, state, started in rows:
+            if state in _UNFINISHED_PARTS:
+                parts.append(
+                    part_snapshot(
+                        tool=tool,
+                        state=PartState.INTERRUPTED,
+                        tool_started=bool(started),
+                        reason=InterruptReason.CRASH,
+                        origin="crash",
+                        phase=_PHASE_OF[state],
+                        call_id=call_id,
+                    )
+                )
+            else:
+                parts.append(
+                    part_snapshot(
+                        tool=tool, state=PartState(state), tool_started=bool(started), call_id=call_id
+                    )
+                )
+        return tuple(parts)
+
+    def _settled_asks(self, run_id: str, session: str) -> tuple[tuple[str, ...], tuple[AskSnapshot, ...]]:
+        withdrawn: list[str] = []
+        asks: list[AskSnapshot] = []
+        rows = self._pg.execute(
+            "SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM rs_asks"
+            " WHERE shard = %s AND run_id = %s ORDER BY seq",
+            (self.shard, run_id),
+        ).fetchall()
+        for ask_id, recorded, payload, kind, tool, call_id, reason in rows:
+            state = AskState(recorded) if recorded in _ASK_STATES else AskState.WITHDRAWN
+            withdraw_reason = None if reason is None else WithdrawReason(reason)
+            if state is AskState.OPEN:
+                withdrawn.append(ask_id)
+                state, withdraw_reason = AskState.WITHDRAWN, WithdrawReason.INTERRUPTED
+            if kind is None:
+                continue
+            asks.append(
+                AskSnapshot(
+                    ask_id=ask_id,
+                    run_id=run_id,
+                    session=session,
+                    kind=AskKind(kind),
+                    state=state,
+                    tool=tool,
+                    call_id=call_id,
+                    payload=_ask_payload(payload),
+                    withdraw_reason=withdraw_reason,
+                )
+            )
+        return tuple(withdrawn), tuple(asks)
+
+    def settle(self, plan: RecoveryPlan) -> None:
+        """Every unfinished run ends interrupted/crash, pending closes count as completed: one
+        fenced transaction, so a successor that lost the lease meanwhile settles nothing."""
+        with self._pg.transaction():
+            cur = self._pg.cursor()
+            self._fence(cur)
+            for run in plan.runs:
+                self._finished_order += 1
+                cur.execute(
+                    "UPDATE rs_runs SET state = 'finished', outcome = 'interrupted', reason = 'crash',"
+                    " origin = 'crash', finished_order = %s WHERE shard = %s AND run_id = %s",
+                    (self._finished_order, self.shard, run.run_id),
+                )
+                cur.execute("DELETE FROM rs_parts WHERE shard = %s AND run_id = %s", (self.shard, run.run_id))
+                cur.execute("DELETE FROM rs_asks WHERE shard = %s AND run_id = %s", (self.shard, run.run_id))
+            cur.execute(
+                "UPDATE rs_actions SET completed = 1, result = COALESCE(result, 'completed')"
+                " WHERE shard = %s",
+                (self.shard,),
+            )
+
+    def begin_boot(self) -> None:
+        with self._pg.transaction():
+            cur = self._pg.cursor()
+            self._fence(cur)
+            cur.execute(
+                "UPDATE rs_leases SET clean = 0 WHERE shard = %s AND epoch = %s", (self.shard, self.boot)
+            )
+
+    # --- writing ---------------------------------------------------------------------------------------
+
+    def apply(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """A batch in one transaction that first renews the lease at our epoch (``_fence``)."""
+        with self._pg.transaction():
+            cur = self._pg.cursor()
+            self._fence(cur)
+            for event in events:
+                handler = _HANDLERS.get(event.get("type", ""))
+                if handler is not None:
+                    handler(self, cur, event)
+            if self._since_compaction >= 256:
+                self._compact_rows(cur)
+        self.batches += 1
+
+    def _compact_rows(self, cur: Any) -> None:
+        self._since_compaction = 0
+        floor = self._finished_order - self.retain_finished
+        if floor > 0:
+            cur.execute(
+                "DELETE FROM rs_runs WHERE shard = %s AND finished_order IS NOT NULL"
+                " AND finished_order <= %s",
+                (self.shard, floor),
+            )
+        cur.execute(
+            "DELETE FROM rs_actions WHERE shard = %s AND completed = 1 AND boot < %s", (self.shard, self.boot)
+        )
+
+    def close(self, *, clean: bool) -> None:
+        """Let the lease go (a successor may take it at once, told by NOTIFY); ``clean`` records a
+        clean shutdown first, in the same fenced transaction. A journal whose lease was lost writes
+        nothing: not even its clean mark."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_renewer()
+        try:
+            if self._lost is None:
+                with self._pg.transaction():
+                    cur = self._pg.cursor()
+                    self._fence(cur)
+                    cur.execute(
+                        "UPDATE rs_leases SET clean = %s, holder = NULL, owner_url = NULL,"
+                        " expires_at = clock_timestamp() WHERE shard = %s AND epoch = %s",
+                        (1 if clean else 0, self.shard, self.boot),
+                    )
+                    cur.execute(
+                        "UPDATE rs_epochs SET released_at = clock_timestamp()"
+                        " WHERE shard = %s AND epoch = %s",
+                        (self.shard, self.boot),
+                    )
+                    _notify(cur, self.shard, self.boot, None, None, "released")
+        finally:
+            self._pg.close()
+
+    def abandon(self) -> None:
+        """As a killed process, as far as the journal goes: no clean mark, nothing more written.
+        The lease is let go (expired now, epoch kept) when the database can still be told, as a
+        kill lets go of an SQLite file's lock; a real kill leaves it to expire at its TTL."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_renewer()
+        try:
+            if self._lost is None:
+                with self._pg.transaction():
+                    cur = self._pg.cursor()
+                    cur.execute(
+                        "UPDATE rs_leases SET expires_at = clock_timestamp()"
+                        " WHERE shard = %s AND epoch = %s AND holder = %s",
+                        (self.shard, self.boot, self.holder),
+                    )
+                    _notify(cur, self.shard, self.boot, None, None, "abandoned")
+        except psycopg.Error:
+            pass
+        finally:
+            self._pg.close()
+
+    def failure(self, exc: BaseException, *, at_start: bool = False) -> JournalFailed:
+        if isinstance(exc, JournalFailed):
+            return exc
+        return JournalFailed(self.target.display, _pg_text(exc), at_start=at_start)
+
+    def start_error(self, exc: Exception) -> Exception:
+        if isinstance(exc, JournalFailed):
+            return exc
+        return _open_error(self.target, exc)
+
+    def statistics(self) -> dict[str, int]:
+        shard = self.shard
+        return {
+            "runs": self._scalar("SELECT COUNT(*) FROM rs_runs WHERE shard = %s", shard),
+            "unfinished_runs": self._scalar(
+                "SELECT COUNT(*) FROM rs_runs WHERE shard = %s AND state != 'finished'", shard
+            ),
+            "parts": self._scalar("SELECT COUNT(*) FROM rs_parts WHERE shard = %s", shard),
+            "open_asks": self._scalar(
+                "SELECT COUNT(*) FROM rs_asks WHERE shard = %s AND state = 'open'", shard
+            ),
+            "pending_actions": self._scalar(
+                "SELECT COUNT(*) FROM rs_actions WHERE shard = %s AND completed = 0", shard
+            ),
+            "lease_epoch": self.boot,
+            "lease_renewals": self.renewals,
+            "lease_lost": int(self._lost is not None),
+        }
+
+    @property
+    def lease_lost(self) -> LeaseLost | None:
+        """Why this journal stopped being ours to write (None while we hold the lease)."""
+        return self._lost
+
+
+if psycopg is not None:
+    PgJournal.db_errors = (psycopg.Error,)
+
+
+# --- opening --------------------------------------------------------------------------------------------
+
+
+def _prepare(db: Any, target: JournalTarget) -> None:
+    with db.transaction():
+        db.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        db.execute(_SCHEMA)
+        row = db.execute("SELECT value FROM rs_meta WHERE key = 'schema_version'").fetchone()
+        if row is None:
+            db.execute(
+                "INSERT INTO rs_meta (key, value) VALUES ('schema_version', %s)", (str(SCHEMA_VERSION),)
+            )
+        elif row[0] != str(SCHEMA_VERSION):
+            raise JournalUnreadable(
+                f"journal {target.display!r} has schema version {row[0]}; this run-supervisor reads version "
+                f"{SCHEMA_VERSION}"
+            )
+
+
+def _take_lease(db: Any, target: JournalTarget, holder: str) -> tuple[int, bool]:
+    """Take the shard's lease (epoch + 1) once it is free or expired; wait for it up to
+    ``lease_wait`` seconds, woken by a release's NOTIFY or at the holder's expiry."""
+    deadline = time.monotonic() + target.lease_wait_s
+    listening = False
+    try:
+        while True:
+            taken, state = _try_lease(db, target, holder)
+            if taken is not None:
+                return taken
+            held_by, left = state
+            now = time.monotonic()
+            if now >= deadline:
+                raise JournalLocked(
+                    f"journal {target.display!r}: shard {target.shard!r} is held by a live supervisor "
+                    f"({held_by}, its lease expires in {left:.2f} s unless renewed); a shard has one owner"
+                )
+            if not listening:
+                db.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                listening = True
+                continue  # a release between the try and the LISTEN is seen by trying again
+            wait = max(0.01, min(deadline - now, left + 0.01))
+            for _ in db.notifies(timeout=wait, stop_after=1):
+                pass
+    finally:
+        if listening:
+            db.execute(f"UNLISTEN {NOTIFY_CHANNEL}")
+
+
+def _try_lease(
+    db: Any, target: JournalTarget, holder: str
+) -> tuple[tuple[int, bool] | None, tuple[str, float]]:
+    with db.transaction():
+        db.execute(
+            "INSERT INTO rs_leases (shard, epoch, expires_at) VALUES (%s, 0, TIMESTAMPTZ 'epoch')"
+            " ON CONFLICT (shard) DO NOTHING",
+            (target.shard,),
+        )
+        row = db.execute(
+            "SELECT holder, expires_at > clock_timestamp(),"
+            " EXTRACT(EPOCH FROM expires_at - clock_timestamp()),"
+            " clean FROM rs_leases WHERE shard = %s FOR UPDATE",
+            (target.shard,),
+        ).fetchone()
+        held_by, live, left, clean = row
+        if live:
+            return None, (str(held_by), float(left))
+        (epoch,) = db.execute(
+            "UPDATE rs_leases SET epoch = epoch + 1, holder = %s, owner_url = %s,"
+            " acquired_at = clock_timestamp(),"
+            " expires_at = clock_timestamp() + make_interval(secs => %s) WHERE shard = %s RETURNING epoch",
+            (holder, target.owner_url, target.lease_ttl_s, target.shard),
+        ).fetchone()
+        db.execute(
+            "INSERT INTO rs_epochs (shard, epoch, holder, owner_url, acquired_at)"
+            " VALUES (%s, %s, %s, %s, clock_timestamp())",
+            (target.shard, epoch, holder, target.owner_url),
+        )
+        _notify(db, target.shard, int(epoch), holder, target.owner_url, "acquired")
+        return (int(epoch), bool(clean)), ("", 0.0)
+
+
+def _notify(cur: Any, shard: str, epoch: int, holder: str | None, url: str | None, what: str) -> None:
+    payload = json.dumps({"shard": shard, "epoch": epoch, "holder": holder, "url": url, "what": what})
+    cur.execute("SELECT pg_notify(%s, %s)", (NOTIFY_CHANNEL, payload))
+
+
+def _pg_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    state = getattr(exc, "sqlstate", None)
+    return f"{text} (SQLSTATE {state})" if state else text
+
+
+def _open_error(target: JournalTarget, exc: BaseException) -> Exception:
+    state = str(getattr(exc, "sqlstate", "") or "")
+    if state.startswith(("53", "58")) or state in ("25006", "42501"):  # no space, I/O, read-only, no right
+        return JournalFailed(target.display, _pg_text(exc), at_start=True)
+    return JournalUnreadable(f"journal {target.display!r} is not a usable journal: {_pg_text(exc)}")
+
+
+# --- events into rows (the same handlers as the SQLite journal's, in PostgreSQL's SQL) -------------------
+
+
+def _on_run_queued(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    cur.execute("DELETE FROM rs_runs WHERE shard = %s AND run_id = %s", (j.shard, e["run_id"]))
+    cur.execute(
+        "INSERT INTO rs_runs (shard, run_id, session, state, parent_run_id)"
+        " VALUES (%s, %s, %s, 'queued', %s)",
+        (j.shard, e["run_id"], e["session"], e.get("parent_run_id")),
+    )
+
+
+def _on_run_started(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    cur.execute(
+        "INSERT INTO rs_runs (shard, run_id, session, directory, generation, parent_run_id, resume_of, state)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, 'active')"
+        " ON CONFLICT (shard, run_id) DO UPDATE SET session = excluded.session,"
+        " directory = excluded.directory,"
+        " generation = excluded.generation, parent_run_id = excluded.parent_run_id,"
+        " resume_of = excluded.resume_of, state = 'active', outcome = NULL, reason = NULL,"
+        " origin = NULL, action_id = NULL, finished_order = NULL",
+        (
+            j.shard,
+            e["run_id"],
+            e["session"],
+            e["directory"],
+            e["generation"],
+            e.get("parent_run_id"),
+            e.get("resume_of"),
+        ),
+    )
+    if j._parts.pop(e["run_id"], None) is not None:
+        cur.execute("DELETE FROM rs_parts WHERE shard = %s AND run_id = %s", (j.shard, e["run_id"]))
+
+
+def _on_part(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    key = str(e.get("call_id") or e.get("part_id") or e.get("index") or e.get("tool"))
+    keys = j._parts.setdefault(e["run_id"], {})
+    position = keys.setdefault(key, len(keys))
+    cur.execute(
+        "INSERT INTO rs_parts (shard, run_id, part_key, position, tool, state, phase, tool_started)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+        " ON CONFLICT (shard, run_id, part_key) DO UPDATE SET state = excluded.state, phase = excluded.phase,"
+        " tool_started = excluded.tool_started",
+        (
+            j.shard,
+            e["run_id"],
+            key,
+            position,
+            e["tool"],
+            e["state"],
+            e.get("phase"),
+            int(bool(e.get("tool_started"))),
+        ),
+    )
+
+
+def _on_run_finished(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    j._finished_order += 1
+    j._since_compaction += 1
+    cur.execute(
+        "UPDATE rs_runs SET state = 'finished', outcome = %s, reason = %s, origin = %s, action_id = %s,"
+        " finished_order = %s WHERE shard = %s AND run_id = %s",
+        (
+            e["outcome"],
+            e.get("reason"),
+            e.get("origin"),
+            e.get("action_id"),
+            j._finished_order,
+            j.shard,
+            e["run_id"],
+        ),
+    )
+    if j._parts.pop(e["run_id"], None) is not None:
+        cur.execute("DELETE FROM rs_parts WHERE shard = %s AND run_id = %s", (j.shard, e["run_id"]))
+    if j._asking.pop(e["run_id"], 0):
+        cur.execute("DELETE FROM rs_asks WHERE shard = %s AND run_id = %s", (j.shard, e["run_id"]))
+
+
+def _on_ask_requested(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    payload = e.get("payload")
+    cur.execute("DELETE FROM rs_asks WHERE shard = %s AND ask_id = %s", (j.shard, e["ask_id"]))
+    cur.execute(
+        "INSERT INTO rs_asks (shard, ask_id, run_id, state, payload, kind, tool, call_id, withdraw_reason)"
+        " VALUES (%s, %s, %s, 'open', %s, %s, %s, %s, NULL)",
+        (
+            j.shard,
+            e["ask_id"],
+            e["run_id"],
+            None if payload is None else json.dumps(payload),
+            e.get("kind"),
+            e.get("tool"),
+            e.get("call_id"),
+        ),
+    )
+    j._asking[e["run_id"]] = j._asking.get(e["run_id"], 0) + 1
+
+
+def _on_ask_replied(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    cur.execute(
+        "UPDATE rs_asks SET state = 'replied' WHERE shard = %s AND ask_id = %s", (j.shard, e["ask_id"])
+    )
+
+
+def _on_ask_dismissed(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    cur.execute(
+        "UPDATE rs_asks SET state = 'dismissed' WHERE shard = %s AND ask_id = %s", (j.shard, e["ask_id"])
+    )
+
+
+def _on_ask_withdrawn(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    cur.execute(
+        "UPDATE rs_asks SET state = 'withdrawn', withdraw_reason = %s WHERE shard = %s AND ask_id = %s",
+        (e.get("reason"), j.shard, e["ask_id"]),
+    )
+
+
+def _on_lifecycle_requested(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    cur.execute(
+        "INSERT INTO rs_actions (shard, boot, action_id, what, mode, origin, directories)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+        (
+            j.shard,
+            j.boot,
+            e["action_id"],
+            e.get("do"),
+            e.get("mode"),
+            e.get("origin"),
+            json.dumps(e.get("directories")),
+        ),
+    )
+
+
+def _on_lifecycle_completed(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    cur.execute(
+        "UPDATE rs_actions SET completed = 1 WHERE shard = %s AND boot = %s AND action_id = %s",
+        (j.shard, j.boot, e["action_id"]),
+    )
+
+
+def _on_action_result(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
+    cur.execute(
+        "UPDATE rs_actions SET result = %s WHERE shard = %s AND boot = %s AND action_id = %s",
+        (e["result"], j.shard, j.boot, e["action_id"]),
+    )
+
+
+_HANDLERS: Final[dict[str, Callable[[PgJournal, Any, Mapping[str, Any]], None]]] = {
+    "run.queued": _on_run_queued,
+    "run.started": _on_run_started,
+    "run.part.updated": _on_part,
+    "run.finished": _on_run_finished,
+    "ask.requested": _on_ask_requested,
+    "ask.replied": _on_ask_replied,
+    "ask.dismissed": _on_ask_dismissed,
+    "ask.withdrawn": _on_ask_withdrawn,
+    "lifecycle.requested": _on_lifecycle_requested,
+    "lifecycle.completed": _on_lifecycle_completed,
+    "action.result": _on_action_result,
+}

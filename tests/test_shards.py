@@ -1,0 +1,89 @@
+"""Past one machine: a shard's journal in PostgreSQL, owned through a lease with a fencing epoch.
+
+In-process tests here; the contention between real processes (SIGKILL, SIGSTOP) is in
+tests/test_shards_processes.py. The server is a real PostgreSQL on a unix socket (tests/pg_support.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from pg_support import shared_database, with_shard
+
+from run_supervisor import JournalLocked, Supervisor, SupervisorConfig
+from run_supervisor.actors._shards import parse_journal_url
+
+CONFIG = SupervisorConfig(shutdown_at_exit=False, default_grace_ms=500)
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Supervisor]]:
+    started: list[Supervisor] = []
+    yield started
+    for sup in started:
+        if not sup.closed:
+            sup.shutdown(grace_ms=500, reason="test_teardown")
+
+
+def shard_url(name: str, **params: object) -> str:
+    return with_shard(shared_database(), name, **params)
+
+
+def lease_row(url: str) -> tuple[Any, ...] | None:
+    target = parse_journal_url(url)
+    with psycopg.connect(target.conninfo, autocommit=True) as db:
+        return db.execute(
+            "SELECT epoch, holder, expires_at > clock_timestamp(), clean FROM rs_leases WHERE shard = %s",
+            (target.shard,),
+        ).fetchone()
+
+
+def test_the_stdio_host_takes_a_postgresql_url_as_its_journal_and_lets_the_lease_go_at_its_end() -> None:
+    url = shard_url("stdio-" + uuid.uuid4().hex[:8])
+    for epoch in (1, 2):
+        done = subprocess.run(
+            [sys.executable, "-m", "run_supervisor.actors._cli", "stdio", "--journal", url],
+            input=b"",
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr.decode()
+        assert lease_row(url) == (epoch, None, False, 1)  # released cleanly: the next start at once
+
+
+def test_a_shard_has_one_owner_and_the_next_start_takes_the_lease_with_a_newer_epoch(
+    opened: list[Supervisor],
+) -> None:
+    url = shard_url("one-owner")
+    first = Supervisor.start(CONFIG, journal=url)
+    opened.append(first)
+    assert first.epoch == 1
+    with pytest.raises(JournalLocked, match="held by a live supervisor"):
+        Supervisor.start(CONFIG, journal=url)
+    other = Supervisor.start(CONFIG, journal=shard_url("one-owner-other"))  # another shard: its own lease
+    opened.append(other)
+    assert other.epoch == 1
+    first.shutdown(grace_ms=200)
+    second = Supervisor.start(CONFIG, journal=url)
+    opened.append(second)
+    assert second.epoch == 2 and second.recovered() == ()
+
+
+def test_a_journal_url_names_its_shard_and_lease_and_hides_the_password() -> None:
+    target = parse_journal_url(
+        "postgresql://me:secret@db.example/runs?sslmode=require&shard=w-1&lease_ttl=2&lease_wait=5"
+        "&owner_url=http://10.0.0.7:8080"
+    )
+    assert (target.shard, target.lease_ttl_s, target.lease_wait_s) == ("w-1", 2.0, 5.0)
+    assert target.owner_url == "http://10.0.0.7:8080"
+    assert target.conninfo == "postgresql://me:secret@db.example/runs?sslmode=require"
+    assert "secret" not in target.display and "***" in target.display
+    assert json.dumps(target.display)
