@@ -2,16 +2,14 @@
 
 Every call checks its arguments first (``InvalidRequest`` naming the argument; nothing has changed
 then), then sends them through the supervisor's link (actors/_link.py, shared with the asyncio
-facade). Blocking calls wait on the answer with a timeout (``SupervisorTimeout``); every ``*_async``
-call returns a future of its own, completed off the supervisor's thread, that raises what the
-blocking call would raise. An asyncio host can await one without blocking its loop:
-``await asyncio.wrap_future(fut)``.
+facade, ``AsyncSupervisor``). Every call waits on the answer with a timeout (``SupervisorTimeout``);
+an asyncio host uses ``AsyncSupervisor`` instead, whose calls are coroutines. The raw ``submit``
+alone returns a ``concurrent.futures.Future`` (of the outcome, a rejection as a value).
 """
 
 from __future__ import annotations
 
 import atexit
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
@@ -67,7 +65,6 @@ from run_supervisor.protocol import (
     RunRecovered,
     RunSnapshot,
     SessionSnapshot,
-    Shutdown,
     ShutdownReason,
     StartRun,
     SupervisorCore,
@@ -167,10 +164,6 @@ class RunHandle:
             raise link.unknown_or_closed(self.run_id)
         result: RunSnapshot = snapshot
         return result
-
-    def wait_async(self) -> Future[RunSnapshot]:
-        """Like ``wait`` (without a timeout); the future raises what ``wait`` would."""
-        return self._supervisor._link.finished_future(self.run_id, self._finished)
 
     def cancel(self, *, origin: str = "user", timeout: float | None = None) -> None:
         """Interrupt this run now (``user_cancel``), or end it unstarted if it is queued."""
@@ -310,33 +303,6 @@ class Supervisor:
         """``Link.preload_future``, for the wire hosts."""
         return self._link.preload_future(directories, load=load, fingerprint=fingerprint)
 
-    def _shutdown_future(self, request: Shutdown) -> Future[CloseOutcome]:
-        """A host-facing future of the shutdown's final outcome: done once it has completed and our
-        threads have ended (or been left behind); a rejection raises from it."""
-        link = self._link
-        finished: Future[CloseOutcome] = Future()
-        limit = request.grace_ms / 1000.0 + self.config.request_timeout_s
-
-        def close_into() -> None:  # joining threads blocks: on a short-lived closer thread
-            try:
-                complete(finished, self.wait_closed(timeout=limit))
-            except BaseException as exc:
-                complete(finished, error=exc)
-
-        def answered(answer: Future[CloseOutcome | RequestOutcome]) -> None:
-            if answer.cancelled():
-                finished.cancel()
-                return
-            try:
-                link.raise_for_rejection(answer.result())
-            except BaseException as exc:
-                link.relay.settle(finished, error=exc)
-                return
-            threading.Thread(target=close_into, name="run-supervisor-closer", daemon=True).start()
-
-        link.call(request).add_done_callback(answered)
-        return finished
-
     def _add_subscription(self, subscription: Subscription) -> None:
         """The one path by which a subscription (sync or async) joins the publisher (closed at
         once if shutdown has completed meanwhile)."""
@@ -467,29 +433,6 @@ class Supervisor:
             idle.cancel()
             raise self._link.still_busy(name, limit) from None
 
-    def close_async(
-        self,
-        do: CloseActionName | CloseAction,
-        *,
-        mode: CloseModeName | CloseMode,
-        origin: str,
-        directory: str | PathLike[str] | None = None,
-        tag: str | None = None,
-        fingerprint: str | None = None,
-        reload_policy: ReloadPolicyName | ReloadPolicy | None = None,
-    ) -> Future[CloseOutcome]:
-        """Like ``close``; the future raises what ``close`` would (bad arguments raise at once)."""
-        request = check.close(
-            do,
-            mode=mode,
-            origin=origin,
-            directory=directory,
-            tag=tag,
-            fingerprint=fingerprint,
-            reload_policy=reload_policy,
-        )
-        return self._link.future(request)
-
     def close(
         self,
         do: CloseActionName | CloseAction,
@@ -531,12 +474,6 @@ class Supervisor:
         return outcome
 
     # --- stalls: turn a deferred close into a confirmed one ----------------------------------
-
-    def confirm_close_async(
-        self, action_id: str, *, origin: str | None = None, tag: str | None = None
-    ) -> Future[CloseOutcome]:
-        """Like ``confirm_close``; the future raises what ``confirm_close`` would."""
-        return self._link.future(check.confirm_close(action_id, origin=origin, tag=tag))
 
     def confirm_close(
         self,
@@ -646,22 +583,6 @@ class Supervisor:
         self._link.get(self._link.post(lambda reply: Preload(names, False, reply)), limit)
 
     # --- shutdown ----------------------------------------------------------------------------
-
-    def shutdown_async(
-        self,
-        *,
-        grace_ms: int | None = None,
-        reason: ShutdownReasonName | ShutdownReason = "shutdown",
-        origin: str | None = None,
-        tag: str | None = None,
-    ) -> Future[CloseOutcome]:
-        """Start a shutdown (see ``shutdown``). The future is done when the shutdown has completed
-        -- every run ended or abandoned, every dispose done, our threads ended or left behind --
-        with its final outcome; it raises what ``shutdown`` would. Its done-callbacks never run on
-        the supervisor's own thread."""
-        return self._shutdown_future(
-            self._link.shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
-        )
 
     def shutdown(
         self,

@@ -184,8 +184,13 @@ class AsyncRunHandle:
 
 
 def _shut_down_unwanted(started: Future[Supervisor]) -> None:
+    """A start the host gave up on: shut it down, on a closer thread (this may run on the loop)."""
     if not started.cancelled() and started.exception() is None:
-        started.result().shutdown_async(grace_ms=0)
+        supervisor = started.result()
+        closer = threading.Thread(
+            target=supervisor.shutdown, kwargs={"grace_ms": 0}, name="run-supervisor-closer", daemon=True
+        )
+        closer.start()
 
 
 class _Starting:

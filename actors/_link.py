@@ -341,19 +341,6 @@ class Link:
         self.raise_for_rejection(outcome)
         return outcome
 
-    def future(self, request: Request) -> Future[Any]:
-        """A host-facing future for a checked request: completed off the supervisor's thread,
-        raising the rejection's exception."""
-        outer: Future[Any] = Future()
-
-        def outcome_of(done: Future[Any]) -> Any:
-            outcome = done.result()
-            self.raise_for_rejection(outcome)
-            return outcome
-
-        self.relay.chain(self.call(request), outer, outcome_of)
-        return outer
-
     def query_future(self, read: Callable[[SupervisorCore], T]) -> Future[T]:
         """A host-facing future of ``read(core)``, read on the supervisor's thread."""
         outer: Future[T] = Future()

@@ -31,7 +31,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +61,7 @@ from run_supervisor.protocol import (
     RunFinished,
     RunQueued,
     RunStarted,
+    Shutdown,
     ShutdownReason,
     StepStarted,
 )
@@ -801,19 +801,29 @@ class Soak:
             self.checker.lifecycle[tag] = LifecycleRecord(tag=tag, do=reason.value, mode=reason.value)
             self.actions[f"{reason.value} (final)" if tag == tags[0] else f"{reason.value} (joins)"] += 1
         grace = self.options.grace_ms
-        futures: list[Future[CloseOutcome]] = [
-            self.supervisor.shutdown_async(grace_ms=grace, reason=first, origin="soak.end", tag=tags[0]),
-            self.supervisor.shutdown_async(
-                grace_ms=grace, reason=second, origin="soak.end.again", tag=tags[1]
+        # Both sent at once, in this order; each, once accepted, ends in the shutdown's final outcome.
+        answers = [
+            self.supervisor.submit(Shutdown(grace_ms=grace, reason=first, origin="soak.end", tag=tags[0])),
+            self.supervisor.submit(
+                Shutdown(grace_ms=grace, reason=second, origin="soak.end.again", tag=tags[1])
             ),
         ]
         limit = grace / 1000 + CALL_TIMEOUT_S
         outcomes: list[CloseOutcome | RequestOutcome | None] = []
-        for future in futures:
+        for answer in answers:
             try:
-                outcomes.append(future.result(timeout=limit))
+                outcome = answer.result(timeout=limit)
             except TimeoutError:
                 self.violation("a shutdown was not answered in time")
+                outcomes.append(None)
+                continue
+            if not isinstance(outcome, CloseOutcome) or outcome.result is CloseResult.REJECTED:
+                outcomes.append(outcome)
+                continue
+            try:
+                outcomes.append(self.supervisor.wait_closed(timeout=limit))
+            except SupervisorError as error:
+                self.violation(f"a shutdown did not complete: {error}")
                 outcomes.append(None)
         main_outcome = outcomes[0]
         if isinstance(main_outcome, CloseOutcome):

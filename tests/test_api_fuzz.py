@@ -168,7 +168,6 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
                 "start_run",
                 "cancel",
                 "close",
-                "close_async",
                 "reply_permission",
                 "answer_form",
                 "dismiss_form",
@@ -186,7 +185,6 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
                 "set_queue_policy",
                 "await_idle",
                 "confirm_close",
-                "confirm_close_async",
                 "shutdown",
             ]
         )
@@ -213,15 +211,13 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
     if name == "await_idle":
         a = (arg(st.sampled_from(["s1", "s2", "nobody", ""])), arg(st.sampled_from([0, 0.05, -1])))
         return name, lambda s: s.await_idle(a[0], timeout=a[1]), a
-    if name in ("confirm_close", "confirm_close_async"):  # stalls: any action id, known or not
+    if name == "confirm_close":  # stalls: any action id, known or not
         a = (arg(ACTION_IDS), arg(st.one_of(st.none(), ORIGINS)), arg(TEXTS), arg(TIMEOUTS))
-        if name == "confirm_close":
-            return name, lambda s: s.confirm_close(a[0], origin=a[1], tag=a[2], timeout=a[3]), a
-        return name, lambda s: s.confirm_close_async(a[0], origin=a[1], tag=a[2]).result(10), a
+        return name, lambda s: s.confirm_close(a[0], origin=a[1], tag=a[2], timeout=a[3]), a
     if name == "cancel":
         a = (arg(IDS), arg(ORIGINS), arg(TIMEOUTS))
         return name, lambda s: s.cancel(a[0], origin=a[1], timeout=a[2]), a
-    if name in ("close", "close_async"):
+    if name == "close":
         a = (
             arg(DOS),
             arg(MODES),
@@ -231,19 +227,11 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
             arg(TIMEOUTS),
             arg(RELOAD_POLICIES),
         )
-        if name == "close":
-            return (
-                name,
-                lambda s: s.close(
-                    a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4], timeout=a[5], reload_policy=a[6]
-                ),
-                a,
-            )
         return (
             name,
-            lambda s: s.close_async(
-                a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4], reload_policy=a[6]
-            ).result(10),
+            lambda s: s.close(
+                a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4], timeout=a[5], reload_policy=a[6]
+            ),
             a,
         )
     if name in ("reply_permission", "answer_form", "dismiss_form"):

@@ -37,15 +37,13 @@ from run_supervisor.protocol import RunStarted
 T = TypeVar("T")
 CONFIG = SupervisorConfig(shutdown_at_exit=False, default_grace_ms=500)
 
-# What the sync facade has and its twin does not, and why (each is a thread-side way of waiting).
+# What the sync facade has and its twin does not, and why. There is no third style: the sync facade
+# blocks, the async one awaits (the raw submit alone hands back a future, on either).
 ONLY_SYNC: dict[type, dict[str, str]] = {
     Supervisor: {
         "subscribe": "a callback subscription for threads; the loop's is events()",
-        "close_async": "a concurrent.futures twin of close for thread-based hosts",
-        "confirm_close_async": "a concurrent.futures twin of confirm_close for thread-based hosts",
-        "shutdown_async": "a concurrent.futures twin of shutdown for thread-based hosts",
     },
-    RunHandle: {"wait_async": "a concurrent.futures twin of wait for thread-based hosts"},
+    RunHandle: {},
     RunContext: {},
     ToolCall: {},
     Ask: {},
@@ -120,7 +118,7 @@ def test_each_twin_takes_the_same_parameters_names_kinds_and_defaults(sync: type
 
 
 def test_an_async_start_run_resumes_a_finished_run_as_the_sync_one_does() -> None:
-    async def host() -> tuple[str | None, Outcome]:
+    async def host() -> tuple[str | None, Outcome | None]:
         async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
             events = sup.events()
             first = await sup.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r1")
@@ -163,11 +161,15 @@ def test_after_a_journal_failure_the_async_facade_raises_journal_failed_as_the_s
             await (await sup.start_run(lambda ctx: None, session="s1", directory="/w/a", run_id="r1")).wait(5)
             fill_the_disk(sup.sync)
 
+            go = Gate("go")
+
             def big_form(ctx: RunContext) -> None:
+                ctx.wait(go)  # its start is answered (and journaled) before the disk is found full
                 ctx.open_form(title="Pick one", questions=["Which?"], data={"blob": "x" * 200_000})
                 ctx.wait(Gate("never"))
 
             await sup.start_run(big_form, session="s2", directory="/w/a", run_id="r2")
+            go.open()
             async for _ in events:  # the stream ends once the journal stops recording
                 pass
             failure = sup.journal_failure

@@ -26,6 +26,7 @@ import pytest
 
 from run_supervisor.actors import (
     AsyncRunContext,
+    AsyncSupervisor,
     Gate,
     InvalidRequest,
     LoadFailed,
@@ -42,6 +43,9 @@ from run_supervisor.actors.scenarios import load_scenario, play
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import (
     CancelRun,
+    CloseAction,
+    CloseMode,
+    CloseRequest,
     CloseResult,
     Event,
     Outcome,
@@ -225,14 +229,16 @@ def test_the_raw_submit_answers_a_malformed_request_with_a_rejection_value_and_k
     assert sup.start_run(lambda ctx: None, session="s", directory="/w/a").wait(2).outcome is Outcome.COMPLETED
 
 
-def test_an_async_call_raises_its_rejection_from_the_future_like_the_blocking_call(sup: Supervisor) -> None:
-    close = sup.close_async("dispose", mode="maintenance", origin="x", directory="/nowhere")
+def test_an_async_call_raises_its_rejection_like_the_blocking_call(sup: Supervisor) -> None:
+    async def close(**how: Any) -> None:
+        await AsyncSupervisor(sup).close(origin="x", **how)
+
     with pytest.raises(SupervisorError, match="/nowhere") as rejected:
-        close.result(timeout=2)
+        asyncio.run(close(do="dispose", mode="maintenance", directory="/nowhere"))
     with pytest.raises(type(rejected.value)):
         sup.close("dispose", mode="maintenance", origin="x", directory="/nowhere")
     with pytest.raises(InvalidRequest, match="mode"):
-        sup.close_async("dispose_all", mode="gentle", origin="x")  # type: ignore[arg-type]
+        asyncio.run(close(do="dispose_all", mode="gentle"))
 
 
 # --- 2. a hung load hook is bounded by its budget ----------------------------------------------
@@ -425,7 +431,7 @@ def test_at_shutdown_a_dispose_hook_that_returned_at_once_is_not_blamed_for_a_st
 # --- 4. no host callback runs on the supervisor's thread ----------------------------------------
 
 
-def test_a_done_callback_on_an_async_future_may_call_the_supervisor_back_without_stalling_it(
+def test_a_done_callback_on_a_submit_future_may_call_the_supervisor_back_without_stalling_it(
     sup: Supervisor,
 ) -> None:
     answers: list[object] = []
@@ -439,7 +445,9 @@ def test_a_done_callback_on_an_async_future_may_call_the_supervisor_back_without
         called.set()
 
     started = time.monotonic()
-    sup.close_async("dispose_all", mode="maintenance", origin="x").add_done_callback(callback)
+    sup.submit(
+        CloseRequest(do=CloseAction.DISPOSE_ALL, mode=CloseMode.MAINTENANCE, origin="x")
+    ).add_done_callback(callback)
     assert called.wait(5)
     assert not isinstance(answers[0], SupervisorError), answers
     assert time.monotonic() - started < 2.0
@@ -538,7 +546,9 @@ def test_a_caller_giving_up_before_the_answer_comes_prints_nothing(
     sup = Supervisor.start(config, hooks=hooks, directories=["/w/a", "/w/b"])
     caplog.set_level(logging.DEBUG)
     # The answer to an immediate close waits for its dispose hook, held here: every caller gives up.
-    cancelled = sup.close_async("dispose", mode="maintenance", origin="x", directory="/w/a")
+    cancelled = sup.submit(
+        CloseRequest(do=CloseAction.DISPOSE, mode=CloseMode.MAINTENANCE, origin="x", directories=("/w/a",))
+    )
     assert hooks.dispose_entered.wait(5)
     cancelled.cancel()
     raw = sup.submit(StartRun(run_id="r1", session="s", directory="/w/a"))
@@ -550,7 +560,7 @@ def test_a_caller_giving_up_before_the_answer_comes_prints_nothing(
         for _ in range(8):
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(
-                    asyncio.wrap_future(sup.close_async("dispose_all", mode="maintenance", origin="y")), 0.001
+                    AsyncSupervisor(sup).close("dispose_all", mode="maintenance", origin="y"), 0.001
                 )
 
     asyncio.run(impatient())
@@ -569,7 +579,7 @@ def test_a_grace_that_is_not_a_bounded_number_of_ms_is_refused_and_shutdown_stil
     with pytest.raises(InvalidRequest, match="grace_ms"):
         sup.shutdown(grace_ms=grace)
     with pytest.raises(InvalidRequest, match="grace_ms"):
-        sup.shutdown_async(grace_ms=grace)
+        asyncio.run(AsyncSupervisor(sup).shutdown(grace_ms=grace))
     started = time.monotonic()
     assert sup.shutdown(grace_ms=100).result is CloseResult.FORCED
     assert time.monotonic() - started < 2.0 and not sup.threads.alive()
@@ -616,9 +626,8 @@ def test_waiting_for_a_run_answers_its_outcome_even_when_finished_runs_are_not_r
         quick = sup.start_run(lambda ctx: None, session="s2", directory="/w/a")
         done = quick.wait(timeout=2)  # finished (and forgotten at once) before or during the wait
         assert done.outcome is Outcome.COMPLETED and done.directory == "/w/a" and done.session == "s2"
-        waiting = slow.wait_async()
         gate.open()
-        assert waiting.result(timeout=2).outcome is Outcome.COMPLETED
+        assert slow.wait(timeout=2).outcome is Outcome.COMPLETED  # finished and forgotten, still answered
         assert sup.run(quick.run_id) is None  # not retained, as configured
 
 

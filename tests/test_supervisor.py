@@ -14,6 +14,8 @@ import pydantic
 import pytest
 
 from run_supervisor.actors import (
+    AsyncRunHandle,
+    AsyncSupervisor,
     Gate,
     InvalidRequest,
     LoadFailed,
@@ -566,17 +568,23 @@ def test_a_subscriber_that_raises_is_counted_and_keeps_receiving(supervisor: Sup
     sub.close()
 
 
-def test_cancelling_one_wait_async_future_leaves_the_runs_other_waiters_alone(
-    supervisor: Supervisor, gate: Gate
-) -> None:
+def test_cancelling_one_wait_leaves_the_runs_other_waiters_alone(supervisor: Supervisor, gate: Gate) -> None:
     run = supervisor.start_run(lambda ctx: ctx.wait(gate), session="s1", directory="/w/a")
-    given_up = run.wait_async()
-    still_waiting = run.wait_async()
-    assert given_up.cancel()  # the host stops waiting; the run and everyone else waiting go on
-    gate.open()
-    assert still_waiting.result(timeout=5).outcome is Outcome.COMPLETED
+    handle = AsyncRunHandle(AsyncSupervisor(supervisor), run)
+
+    async def host() -> tuple[bool, Outcome | None, Outcome | None]:
+        given_up = asyncio.create_task(handle.wait(timeout=5))
+        still_waiting = asyncio.create_task(handle.wait(timeout=5))
+        await asyncio.sleep(0)  # both are waiting now
+        cancelled = given_up.cancel()  # the host stops waiting; the run and everyone else waiting go on
+        gate.open()
+        outcome = (await still_waiting).outcome
+        return cancelled, outcome, (await handle.wait(timeout=5)).outcome
+
+    cancelled, still, again = asyncio.run(asyncio.wait_for(host(), timeout=10))
+    assert cancelled and still is Outcome.COMPLETED
     assert run.wait(timeout=5).outcome is Outcome.COMPLETED
-    assert run.wait_async().result(timeout=5).outcome is Outcome.COMPLETED
+    assert again is Outcome.COMPLETED
 
 
 def test_closing_a_subscription_with_a_stuck_callback_waits_only_as_long_as_asked(
@@ -605,8 +613,10 @@ def test_closing_a_subscription_with_a_stuck_callback_waits_only_as_long_as_aske
 def test_an_asyncio_host_awaits_a_close_without_blocking_its_loop(supervisor: Supervisor, gate: Gate) -> None:
     async def host() -> tuple[CloseResult, int]:
         ticks = 0
-        future = asyncio.wrap_future(
-            supervisor.close_async("dispose_all", mode="maintenance", origin="settings.provider.connect")
+        future = asyncio.ensure_future(
+            AsyncSupervisor(supervisor).close(
+                "dispose_all", mode="maintenance", origin="settings.provider.connect"
+            )
         )
         while not future.done():
             ticks += 1

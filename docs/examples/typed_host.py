@@ -56,7 +56,7 @@ def sync_host(mode: CloseModeName) -> CloseOutcome:
         # A misspelt mode is a type error (were it not, this ignore would be unused: an error too),
         # and at run time an InvalidRequest naming the argument.
         try:
-            sup.close_async("dispose_all", mode="maintenace", origin="typo")  # type: ignore[arg-type]
+            sup.close("dispose_all", mode="maintenace", origin="typo")  # type: ignore[arg-type]
         except InvalidRequest as error:
             print(error)
         for event in events.drain():
