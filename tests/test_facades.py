@@ -20,6 +20,7 @@ from run_supervisor import (
     AsyncSupervisor,
     AsyncToolCall,
     Gate,
+    InvalidRequest,
     JournalFailed,
     Outcome,
     RunContext,
@@ -224,3 +225,14 @@ def test_an_async_body_context_shares_the_sync_one_s_reports_and_defines_only_it
         assert own - waits <= {"step"}, f"{twin.__name__} restates {sorted(own - waits - {'step'})}"
         shared = public(sync) & public(twin)
         assert all(getattr(sync, name) is getattr(twin, name) for name in shared - own), twin.__name__
+
+
+def test_an_async_facade_is_made_over_a_supervisor_only() -> None:
+    """``AsyncSupervisor(sup)`` drives ``sup``'s own link; anything else is refused at once, naming it."""
+    with pytest.raises(InvalidRequest, match="must be a Supervisor, not object"):
+        AsyncSupervisor(object())  # type: ignore[arg-type]
+    sup = Supervisor.start(CONFIG)
+    try:
+        assert AsyncSupervisor(sup).sync is sup
+    finally:
+        sup.shutdown(grace_ms=0)
