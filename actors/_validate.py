@@ -49,7 +49,12 @@ from run_supervisor.protocol import (
     ShutdownReason,
     StartRun,
 )
-from run_supervisor.protocol._rules import CLOSE_REQUEST_MODES
+from run_supervisor.protocol._rules import (
+    CLOSE_REQUEST_ACTIONS,
+    CLOSE_REQUEST_MODES,
+    QUEUE_RULES,
+    SHUTDOWN_RULES,
+)
 
 __all__ = [
     "ID_CHARACTERS",
@@ -115,11 +120,11 @@ ShutdownReasonName = Literal["shutdown", "test_teardown", "timeout"]
 QueuePolicyName = Literal["queue", "coalesce", "reject_if_busy"]
 """What a start does while its session is busy (a ``QueuePolicy`` spelled as a string)."""
 
-_CLOSE_ACTIONS = ("dispose", "dispose_all", "reload", "invalidate_config")
+# What is accepted is the rules' (the ``...Name`` types above spell it for type checkers).
+_CLOSE_ACTIONS = tuple(do.value for do in CLOSE_REQUEST_ACTIONS)
 _CLOSE_MODES = tuple(mode.value for mode in CLOSE_REQUEST_MODES)
-"""The modes a close accepts: the rules' (``CloseModeName`` spells them for type checkers)."""
-_SHUTDOWN_REASONS = ("shutdown", "test_teardown", "timeout")
-_QUEUE_POLICIES = ("queue", "coalesce", "reject_if_busy")
+_SHUTDOWN_REASONS = tuple(reason.value for reason in SHUTDOWN_RULES)
+_QUEUE_POLICIES = tuple(policy.value for policy in QUEUE_RULES)
 _RELOAD_POLICIES = ("lazy", "eager")
 
 E = TypeVar("E", CloseAction, CloseMode, ShutdownReason, QueuePolicy, ReloadPolicy)

@@ -718,7 +718,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             self._reject(
                 reply_to,
                 RejectCode.INVALID_REQUEST,
-                f"a cancel's reason is user_cancel or timeout, not {req.reason.value}",
+                f"a cancel's reason is {' or '.join(r for r in InterruptReason if r in CANCEL_REASONS)}, "
+                f"not {req.reason.value}",
             )
             return
         run = self._known_unfinished(req.run_id, reply_to, "cancel")

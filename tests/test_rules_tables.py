@@ -28,10 +28,13 @@ from run_supervisor.protocol._commands import DeliverAnswer
 from run_supervisor.protocol._events import AskWithdrawn
 from run_supervisor.protocol._rules import (
     CLOSE_ANSWERS,
+    CLOSE_REQUEST_ACTIONS,
     CLOSE_REQUEST_MODES,
     CLOSE_RULES,
     DECLINE_RULES,
+    QUEUE_RULES,
     RELOAD_RULES,
+    SHUTDOWN_RULES,
     DeclineEffect,
 )
 from run_supervisor.protocol.testing import CoreShell
@@ -112,6 +115,15 @@ def test_every_list_of_close_modes_is_the_rules_one() -> None:
     assert set(get_args(_validate.CloseModeName)) == set(modes)
     assert _format._CLOSE_MODES == CLOSE_REQUEST_MODES
     assert _model_check().MODES == CLOSE_REQUEST_MODES
+
+
+def test_the_close_actions_shutdown_reasons_and_queue_policies_a_facade_accepts_are_the_rules_ones() -> None:
+    assert tuple(do.value for do in CLOSE_REQUEST_ACTIONS) == _validate._CLOSE_ACTIONS
+    assert set(get_args(_validate.CloseActionName)) == set(_validate._CLOSE_ACTIONS)
+    assert tuple(reason.value for reason in SHUTDOWN_RULES) == _validate._SHUTDOWN_REASONS
+    assert set(get_args(_validate.ShutdownReasonName)) == set(_validate._SHUTDOWN_REASONS)
+    assert tuple(policy.value for policy in QUEUE_RULES) == _validate._QUEUE_POLICIES
+    assert set(get_args(_validate.QueuePolicyName)) == set(_validate._QUEUE_POLICIES)
 
 
 def _decline(kind: AskKind, ask_id: str, message: str | None) -> ReplyPermission | DismissForm:
