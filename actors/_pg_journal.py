@@ -207,7 +207,9 @@ class PgJournal(Journal):
         _need_psycopg()
         target = parse_journal_url(str(path))
         try:
-            db = psycopg.connect(target.conninfo, autocommit=True, connect_timeout=10)
+            db = psycopg.connect(
+                target.conninfo, autocommit=True, connect_timeout=10, application_name=_app_name(target)
+            )
         except psycopg.Error as exc:
             raise JournalUnreadable(f"journal {target.display!r}: cannot connect ({_pg_text(exc)})") from None
         try:
@@ -593,6 +595,7 @@ def _take_lease(db: Any, target: JournalTarget, holder: str) -> tuple[int, bool]
                 )
             if not listening:
                 db.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                db.execute("SELECT set_config('application_name', %s, false)", (_app_name(target, "waiting"),))
                 listening = True
                 continue  # a release between the try and the LISTEN is seen by trying again
             wait = max(0.01, min(deadline - now, left + 0.01))
@@ -601,6 +604,7 @@ def _take_lease(db: Any, target: JournalTarget, holder: str) -> tuple[int, bool]
     finally:
         if listening:
             db.execute(f"UNLISTEN {NOTIFY_CHANNEL}")
+            db.execute("SELECT set_config('application_name', %s, false)", (_app_name(target),))
 
 
 def _try_lease(
@@ -634,6 +638,11 @@ def _try_lease(
         )
         _notify(db, target.shard, int(epoch), holder, target.owner_url, "acquired")
         return (int(epoch), bool(clean)), ("", 0.0)
+
+
+def _app_name(target: JournalTarget, what: str = "owner") -> str:
+    """What ``pg_stat_activity`` shows for our connections: the shard, and whether we own or wait."""
+    return f"run-supervisor {what} {target.shard}"[:63]
 
 
 def _notify(cur: Any, shard: str, epoch: int, holder: str | None, url: str | None, what: str) -> None:

@@ -15,10 +15,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from pg_support import shared_database, with_shard
+from pg_support import JournalReader, shared_database, with_shard
 
-from run_supervisor import JournalLocked, Supervisor, SupervisorConfig
-from run_supervisor.actors._shards import parse_journal_url
+from run_supervisor import Gate, JournalFailed, JournalLocked, Supervisor, SupervisorConfig
+from run_supervisor.actors._journal import Journal
+from run_supervisor.actors._pg_journal import PgJournal
+from run_supervisor.actors._shards import LeaseLost, parse_journal_url
 
 CONFIG = SupervisorConfig(shutdown_at_exit=False, default_grace_ms=500)
 
@@ -87,3 +89,65 @@ def test_a_journal_url_names_its_shard_and_lease_and_hides_the_password() -> Non
     assert target.conninfo == "postgresql://me:secret@db.example/runs?sslmode=require"
     assert "secret" not in target.display and "***" in target.display
     assert json.dumps(target.display)
+
+
+def expire(url: str) -> None:
+    """As if the owner had been frozen past its TTL: its lease row says expired."""
+    target = parse_journal_url(url)
+    with psycopg.connect(target.conninfo, autocommit=True) as db:
+        db.execute(
+            "UPDATE rs_leases SET expires_at = clock_timestamp() - interval '1 second' WHERE shard = %s",
+            (target.shard,),
+        )
+
+
+def test_a_batch_after_a_takeover_commits_nothing_and_fails_with_lease_lost() -> None:
+    url = shard_url("fenced-" + uuid.uuid4().hex[:8], lease_ttl=30)
+    old = Journal.open(url)
+    assert isinstance(old, PgJournal)
+    old._stop_renewer()  # frozen: it renews no more
+    expire(url)
+    new = Journal.open(url)
+    assert isinstance(new, PgJournal) and new.boot == old.boot + 1
+    new.begin_boot()
+    started = {"type": "run.started", "run_id": "r1", "session": "s1", "directory": "/w/a", "generation": 1}
+    with pytest.raises(LeaseLost, match="lease of shard") as lost:
+        old.apply([started])
+    assert lost.value.epoch == 1 and lost.value.shard == old.shard
+    with JournalReader(url) as rows:
+        assert rows.scalar("COUNT(*)", "runs") == 0  # nothing of the fenced batch committed
+    new.apply([started])  # the successor writes at its epoch
+    with JournalReader(url) as rows:
+        assert rows.scalar("state", "runs", "run_id = 'r1'") == "active"
+    old.close(clean=True)  # lost: not even its clean mark is written, and the successor's lease stays
+    assert lease_row(url) == (2, new.holder, True, 0)
+    new.close(clean=True)
+
+
+def test_an_owner_that_cannot_renew_stops_acting_refuses_new_work_and_says_why(
+    opened: list[Supervisor],
+) -> None:
+    url = shard_url("lost-" + uuid.uuid4().hex[:8], lease_ttl=1)
+    sup = Supervisor.start(CONFIG, journal=url, directories=["/w/a"])
+    opened.append(sup)
+    subscription = sup.subscribe()
+    run = sup.start_run(lambda ctx: ctx.wait(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    target = parse_journal_url(url)
+    with psycopg.connect(target.conninfo, autocommit=True) as db:  # a successor took the shard
+        db.execute(
+            "UPDATE rs_leases SET epoch = epoch + 1, holder = 'elsewhere' WHERE shard = %s", (target.shard,)
+        )
+    assert sup.wait_closed(timeout=30).result is not None  # it shut itself down
+    failure = sup.journal_failure
+    assert isinstance(failure, LeaseLost) and failure.shard == target.shard and failure.epoch == 1
+    with pytest.raises(JournalFailed, match="lease of shard"):
+        sup.start_run(lambda ctx: None, session="s2", directory="/w/a")
+    with pytest.raises(JournalFailed):
+        run.wait(5)  # its end was never journaled: what the successor recovers is the truth
+    while True:  # the subscription ends; nothing after the takeover is delivered
+        try:
+            event = subscription.get(timeout=10)
+        except EOFError:
+            break
+        assert type(event).__struct_config__.tag != "run.finished", event
+    assert lease_row(url) == (2, "elsewhere", True, 0)  # the successor's lease is untouched
