@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Future
-from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar, cast
+from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar
 
 import pykka
 
@@ -417,7 +417,7 @@ class AsyncBodies:
         token = AsyncCancelToken()
         loop = self._loop(host_loop)
         ref = AsyncRunActor.start(run_id, body, supervisor, ask_timeout, self._threads, token, loop)
-        return RunSlot(ref=cast("pykka.ActorRef[RunActor]", ref), token=token)
+        return RunSlot(ref=ref, token=token)
 
     def close(self) -> None:
         """The supervisor has stopped: stop the owned loop (after its last body)."""

@@ -1,16 +1,20 @@
-"""RunActor: one per run. Its own thread runs the body; control reaches the body through its token.
+"""RunActor: one per run, the run's owner. Its body runs on a pooled thread from ``Go`` to its end;
+control reaches the body through its token.
 
-The actor is started by the host's call (``Supervisor.start_run``), on the caller's thread, so the
-supervisor never pays for a thread start, and a run costs exactly one actor (one OS thread). It
-waits, idle, until the supervisor tells it ``Go`` (the run may first be queued behind its
-session's active run), then runs the body *in that message's handler*, on the actor's own thread.
+The actor is made by the host's call (``Supervisor.start_run``), on the caller's thread, and holds
+no thread while it waits for the supervisor's ``Go`` (the run may first be queued behind its
+session's active run, or be cancelled there). At ``Go`` its body takes a thread from the thread
+book's ``WorkerPool`` (an idle one, else a new one) and runs there, named after the run; when the
+body ends the actor reports ``BodyEnded`` to the supervisor, stops, and the thread goes back to the
+pool. So N short runs cost a bounded number of threads, not N thread starts.
 
-While the body runs, the actor's mailbox is frozen -- by design nothing needs it then: the
-supervisor cancels, answers and abandons the body through the ``CancelToken``, which is
-thread-safe and needs no hop; a stop sent at shutdown simply waits behind the body. When the body
-ends, the actor reports ``BodyEnded`` to the supervisor and stops itself. A body abandoned at
-shutdown's deadline keeps its thread until it returns; nobody joins it (``ThreadBook`` skips a
-thread whose token is abandoned).
+It is a plain object, not a pykka actor: nothing ever needs its mailbox (the supervisor cancels,
+answers and abandons the body through the ``CancelToken``, which is thread-safe and needs no hop),
+and a pykka actor per run cost a registry entry, a queue and a thread start each (measured in
+scripts/bench.py, ``runs_per_s_thread_ratio``). It keeps the two calls the supervisor and the facades
+make of a run's actor: ``tell(Go(...))`` and ``stop(block=False)``. A body abandoned at shutdown's
+deadline keeps its thread until it returns; nobody joins it (``ThreadBook`` skips a thread whose
+current body's token is abandoned) and the pool lets that thread end when the body returns.
 
 ``RunActor._run`` is the one place where "run the body" happens: a subclass may run it elsewhere
 (a task on an event loop, say) as long as it calls ``_ended`` exactly once when the body is done.
@@ -22,7 +26,8 @@ import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from functools import partial
+from typing import Any, Self, cast
 
 import pykka
 
@@ -51,7 +56,9 @@ class Go:
 class RunSlot:
     """What the supervisor holds of a run it has accepted: its actor and its token."""
 
-    ref: pykka.ActorRef[RunActor]
+    ref: Any
+    """The run's actor (a ``RunActor``): ``tell(Go(...))`` starts its body, ``stop(block=False)``
+    lets go of one never started."""
     token: CancelToken
     started: bool = False
     """The supervisor has told it ``Go``: from then on the actor stops itself when the body ends."""
@@ -60,17 +67,29 @@ class RunSlot:
     stall_check: TimerHandle | None = None
     """Its pending stall check on the supervisor's timer, while it is active and not flagged."""
     thread: threading.Thread | None = None
-    """The actor's thread (booked in the supervisor's ``ThreadBook`` from its start)."""
+    """A thread launched for this run alone, if any (a pooled run has none until its ``Go``)."""
 
     def wait_thread_end(self, timeout: float) -> None:
-        """Wait (bounded) until the actor's thread has ended: a start the supervisor never took on
-        returns to its caller only once the thread launched for it is gone."""
+        """Wait (bounded) until a thread launched for this run alone has ended: a start the
+        supervisor never took on returns to its caller only once nothing of it runs."""
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(timeout=timeout)
 
 
-class RunActor(pykka.ThreadingActor):
-    use_daemon_thread: ClassVar[bool] = True
+class RunActor:
+    """A run's owner: waits (threadless) for ``Go``, then runs the body on a pooled thread."""
+
+    __slots__ = (
+        "__weakref__",
+        "_ask_timeout",
+        "_body",
+        "_stopped",
+        "_supervisor",
+        "_threads",
+        "context",
+        "run_id",
+        "token",
+    )
 
     def __init__(
         self,
@@ -82,15 +101,19 @@ class RunActor(pykka.ThreadingActor):
         token: CancelToken,
         started: list[threading.Thread] | None = None,
     ) -> None:
-        super().__init__()
-        self._started = started  # where _start_actor_loop leaves the thread for launch()
         self.run_id = run_id
         self.token = token
         self._body = body
         self._supervisor = supervisor
         self._ask_timeout = ask_timeout
         self._threads = threads
+        self._stopped = False
         self.context: RunContext | None = None
+
+    @classmethod
+    def start(cls, *args: Any, **kwargs: Any) -> Self:
+        """Make the actor (idle until ``Go``); it is its own reference (``tell``, ``stop``)."""
+        return cls(*args, **kwargs)
 
     @classmethod
     def launch(
@@ -101,42 +124,53 @@ class RunActor(pykka.ThreadingActor):
         ask_timeout: float,
         threads: ThreadBook,
     ) -> RunSlot:
-        """Start the actor (idle until ``Go``) and return what the supervisor keeps of it."""
+        """Make the actor (idle until ``Go``, holding no thread) and return what the supervisor
+        keeps of it."""
         token = CancelToken()
-        started: list[threading.Thread] = []
-        ref = cls.start(run_id, body, supervisor, ask_timeout, threads, token, started)
-        return RunSlot(ref=ref, token=token, thread=started[0] if started else None)
+        return RunSlot(ref=cls(run_id, body, supervisor, ask_timeout, threads, token), token=token)
 
-    def _start_actor_loop(self) -> None:
-        # pykka's own, except that the thread is booked here, on the launching (supervisor) thread,
-        # not in on_start: a shutdown that completes after this launch then always joins it (from
-        # on_start, a thread slow to be scheduled could book itself after shutdown's join began).
-        thread = threading.Thread(target=self._actor_loop, name=f"run-supervisor-run-{self.run_id}")
-        thread.daemon = self.use_daemon_thread
-        thread.start()
-        self._threads.add(thread, token=self.token)  # joined at shutdown unless abandoned
-        if self._started is not None:
-            self._started.append(thread)
+    # --- what the supervisor and the facades call ----------------------------------------------
 
-    def on_receive(self, message: Any) -> None:
-        if isinstance(message, Go) and self.context is None:
-            spawn = message.spawn
-            self.context = RunContext(
-                run_id=spawn.run_id,
-                session=spawn.session,
-                directory=spawn.directory,
-                generation=spawn.generation,
-                token=self.token,
-                supervisor=self._supervisor,
-                instance=message.instance,
-                ask_timeout=self._ask_timeout,
-            )
-            self._run(self.context)
+    def tell(self, message: Any) -> None:
+        """``Go``: start the body (once; never after a stop). Called on the supervisor's thread:
+        it only hands the body to a pooled thread."""
+        if isinstance(message, Go) and self.context is None and not self._stopped:
+            self.context = self._context(message)
+            self._begin(self.context)
+
+    def stop(self, block: bool = False, timeout: float | None = None) -> None:
+        """Let go of the actor. One never started never will be; a started one stops by itself
+        when its body ends (a stop cannot reach a running body: its token does)."""
+        self._stopped = True
+
+    def is_alive(self) -> bool:
+        return not self._stopped
+
+    def _context(self, go: Go) -> RunContext:
+        spawn = go.spawn
+        return RunContext(
+            run_id=spawn.run_id,
+            session=spawn.session,
+            directory=spawn.directory,
+            generation=spawn.generation,
+            token=self.token,
+            supervisor=self._supervisor,
+            instance=go.instance,
+            ask_timeout=self._ask_timeout,
+        )
+
+    def _begin(self, context: RunContext) -> None:
+        """Hand the body to a pooled thread (named after the run while it runs it)."""
+        self._threads.workers.run(
+            partial(self._run, context), token=self.token, name=f"run-supervisor-run-{self.run_id}"
+        )
 
     # --- the seam: where the body runs ---------------------------------------------------------
 
-    def _run(self, context: RunContext) -> None:
-        """Run the body to its end, here, on this actor's thread; then ``_ended``."""
+    def _run(self, context: RunContext) -> Callable[[], None] | None:
+        """Run the body to its end, here, on this pooled thread; return its ``_ended`` (the pool
+        calls it once the thread is parked again). A subclass that runs the body elsewhere returns
+        None and calls ``_ended`` itself."""
         error: str | None = None
         try:
             if self._body is None:
@@ -152,9 +186,9 @@ class RunActor(pykka.ThreadingActor):
                 # Not this run's own interruption (one caught in another run and re-raised): the
                 # body failed; an interrupted run still ends interrupted (the core's rules).
                 error = "the body raised a RunInterrupted that was not its own run's interruption"
-        except BaseException as exc:  # a body's BaseException stays here: it must not stop pykka
+        except BaseException as exc:  # a body's BaseException stays here: it must not end the thread
             error = _describe(exc)
-        self._ended(error)
+        return partial(self._ended, error)
 
     def _ended(self, error: str | None) -> None:
         """The body is done: report it, then stop this actor (a plain tell: no future to make)."""
@@ -162,7 +196,4 @@ class RunActor(pykka.ThreadingActor):
             self._supervisor.tell(BodyEnded(run_id=self.run_id, error=error))
         except pykka.ActorDeadError:
             pass  # abandoned at shutdown: nobody is listening any more
-        try:
-            self.stop()
-        except pykka.ActorDeadError:
-            pass  # cannot happen on its own thread; kept so a subclass calling from elsewhere is safe
+        self.stop()

@@ -229,6 +229,7 @@ class SessionSupervisor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         self.timers.close()
+        self._threads.workers.close()  # idle run threads end now, busy ones when their body returns
         self._settle_leftovers()
         self._on_stopped()
 
@@ -506,6 +507,7 @@ class SessionSupervisor(pykka.ThreadingActor):
 
     def _shutdown_complete(self, command: ShutdownComplete) -> None:
         self.timers.close()  # nothing scheduled matters any more (grace, deadlines)
+        self._threads.workers.close()  # no run starts any more: idle run threads end now
         self._run_deadlines.clear()
         # Stop every child at once (in parallel), then ourselves; never ActorRegistry.stop_all.
         for slot in self._runs.values():
