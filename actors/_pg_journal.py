@@ -547,6 +547,23 @@ class PgJournal(Journal):
             "lease_lost": int(self._lost is not None),
         }
 
+    def publish_owner_url(self, url: str | None) -> None:
+        """Where clients reach this owner, in the owner directory (fenced: a lost lease publishes
+        nothing), told by NOTIFY. Runs on the caller's thread on a connection of its own."""
+        with psycopg.connect(self.target.conninfo, autocommit=True) as db, db.transaction():
+            row = db.execute(_RENEW, (self.target.lease_ttl_s, self.shard, self.boot, self.holder)).fetchone()
+            if row is None:
+                raise self._lose("publishing the owner URL found the lease expired or taken")
+            db.execute(
+                "UPDATE rs_leases SET owner_url = %s WHERE shard = %s AND epoch = %s",
+                (url, self.shard, self.boot),
+            )
+            db.execute(
+                "UPDATE rs_epochs SET owner_url = %s WHERE shard = %s AND epoch = %s",
+                (url, self.shard, self.boot),
+            )
+            _notify(db, self.shard, self.boot, self.holder, url, "url")
+
     @property
     def lease_lost(self) -> LeaseLost | None:
         """Why this journal stopped being ours to write (None while we hold the lease)."""
@@ -595,7 +612,9 @@ def _take_lease(db: Any, target: JournalTarget, holder: str) -> tuple[int, bool]
                 )
             if not listening:
                 db.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                db.execute("SELECT set_config('application_name', %s, false)", (_app_name(target, "waiting"),))
+                db.execute(
+                    "SELECT set_config('application_name', %s, false)", (_app_name(target, "waiting"),)
+                )
                 listening = True
                 continue  # a release between the try and the LISTEN is seen by trying again
             wait = max(0.01, min(deadline - now, left + 0.01))

@@ -18,10 +18,12 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from run_supervisor.actors._errors import InvalidRequest, JournalFailed
@@ -156,6 +158,7 @@ class OwnerDirectory:
         conninfo = self._target.conninfo if self._target is not None else url
         self._db = psycopg.connect(conninfo, autocommit=True)
         self._listening = False
+        self._pending: deque[dict[str, Any]] = deque()
 
     def owner(self, shard: str) -> Owner | None:
         row = self._db.execute(
@@ -179,19 +182,14 @@ class OwnerDirectory:
             self._listening = True
 
     def wait_for_change(self, timeout: float) -> dict[str, Any] | None:
-        """The next change told (``{"shard", "epoch", "holder", "url", "what"}``), or None after
-        ``timeout`` seconds."""
+        """The next change told (``{"shard", "epoch", "holder", "url", "what"}``: ``what`` is
+        ``acquired``, ``url``, ``released`` or ``abandoned``), or None after ``timeout`` seconds."""
         self.listen()
-        for note in self._db.notifies(timeout=timeout, stop_after=1):
-            payload: dict[str, Any] = json.loads(note.payload)
-            return payload
-        return None
-
-    def changes(self, timeout: float) -> Iterator[dict[str, Any]]:
-        """Every change told within ``timeout`` seconds."""
-        self.listen()
-        for note in self._db.notifies(timeout=timeout):
-            yield json.loads(note.payload)
+        if not self._pending:
+            # stop_after=1 may still yield more (those that came in the same packet): keep them all
+            for note in self._db.notifies(timeout=timeout, stop_after=1):
+                self._pending.append(json.loads(note.payload))
+        return self._pending.popleft() if self._pending else None
 
     def close(self) -> None:
         self._db.close()
@@ -221,9 +219,9 @@ def _owner(row: tuple[Any, ...]) -> Owner:
 @dataclass(frozen=True, slots=True)
 class ShardOutcome:
     """One shard's part of a global close: ``result`` as its owner answered (``completed``,
-    ``deferred``, ``already_completed``...), ``completed`` once that shard's close has completed
-    (a deferred one when its runs ended), ``error`` if the shard could not be reached or did not
-    complete by the deadline."""
+    ``deferred``, ``rejected``...), ``completed`` once that shard's close has completed (a deferred
+    one when its runs ended), ``error`` if the shard could not be reached or did not complete by the
+    deadline. ``epoch`` is the owner's lease epoch the close was sent to."""
 
     shard: str
     epoch: int | None
@@ -231,13 +229,15 @@ class ShardOutcome:
     result: str | None
     completed: bool
     error: str | None = None
-    elapsed_ms: float = 0.0
+    answered_ms: float = 0.0
+    completed_ms: float | None = None
 
 
 @dataclass(slots=True)
 class GlobalClose:
     """The structured result of a global close: every shard's outcome, and whether all completed.
-    ``completed`` is set once, when the last shard's close completed (or the deadline passed)."""
+    Returned (and ``on_complete`` called) once, when every shard's close completed or the one
+    absolute deadline passed."""
 
     action_id: str
     shards: dict[str, ShardOutcome] = field(default_factory=dict)
@@ -256,83 +256,225 @@ class GlobalClose:
                     "result": o.result,
                     "completed": o.completed,
                     "error": o.error,
-                    "elapsed_ms": round(o.elapsed_ms, 3),
+                    "answered_ms": round(o.answered_ms, 3),
+                    "completed_ms": None if o.completed_ms is None else round(o.completed_ms, 3),
                 }
                 for name, o in sorted(self.shards.items())
             },
         }
 
 
-ShardClose = Callable[[str, str, float], ShardOutcome]
-"""How the coordinator closes one shard: ``(shard, action_id, deadline) -> ShardOutcome``, the
-outcome once that shard's close completed (or failed by the absolute ``deadline``, a
-``time.monotonic()`` value)."""
+@dataclass(frozen=True, slots=True)
+class ShardAnswer:
+    """A shard owner's answer to the close: its own action id, its result, whether it completed."""
+
+    action_id: str | None
+    result: str
+    completed: bool
+    epoch: int | None = None
+    error: str | None = None
+
+
+class ShardCloser(Protocol):
+    """How the coordinator reaches one shard's owner: send the close (``begin``), then wait until
+    that close has completed (``wait_completed``, by an absolute ``time.monotonic()`` deadline)."""
+
+    def begin(self, global_id: str) -> ShardAnswer: ...
+
+    def wait_completed(self, answer: ShardAnswer, deadline: float) -> bool: ...
+
+
+class LocalShard:
+    """A shard whose owner is a supervisor of this process."""
+
+    def __init__(self, supervisor: Any, *, origin: str = "global.dispose") -> None:
+        from run_supervisor.protocol import LifecycleCompleted
+
+        self._supervisor = supervisor
+        self._origin = origin
+        self._done: set[str] = set()
+        self._changed = threading.Condition()
+        self._kind = LifecycleCompleted
+        self._subscription: Any = None
+
+    def _seen(self, event: object) -> None:
+        if isinstance(event, self._kind):
+            with self._changed:
+                self._done.add(event.action_id)
+                self._changed.notify_all()
+
+    def begin(self, global_id: str) -> ShardAnswer:
+        self._subscription = self._supervisor.subscribe(callback=self._seen)  # before: no completion missed
+        answer = self._supervisor.close("dispose_all", mode="maintenance", origin=self._origin, tag=global_id)
+        return ShardAnswer(
+            action_id=answer.action_id,
+            result=answer.result.value,
+            completed=bool(answer.completed),
+            epoch=self._supervisor.epoch,
+            error=answer.error,
+        )
+
+    def wait_completed(self, answer: ShardAnswer, deadline: float) -> bool:
+        try:
+            if answer.completed or answer.action_id is None:
+                return answer.completed
+            with self._changed:
+                return self._changed.wait_for(
+                    lambda: answer.action_id in self._done, max(0.0, deadline - time.monotonic())
+                )
+        finally:
+            if self._subscription is not None:
+                self._subscription.close()
+
+
+class HttpShard:
+    """A shard whose owner is a ``run-supervisor serve`` at ``url`` (from the owner directory):
+    ``POST /close`` with the global action's id as its tag, then ``GET /actions`` (every 20 ms,
+    bounded) until that close is no longer pending. ``headers`` carries the bearer token."""
+
+    def __init__(self, url: str, *, headers: Mapping[str, str], epoch: int | None = None) -> None:
+        self._url = url.rstrip("/")
+        self._headers = {"Content-Type": "application/json", **headers}
+        self._epoch = epoch
+
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None, timeout: float) -> Any:
+        import urllib.request
+
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self._url + path, data=data, method=method, headers=self._headers)
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    def begin(self, global_id: str) -> ShardAnswer:
+        body = {"do": "dispose_all", "mode": "maintenance", "origin": "global.dispose", "tag": global_id}
+        answer = self._call("POST", "/close", body, 10.0)
+        return ShardAnswer(
+            action_id=answer.get("action_id"),
+            result=str(answer.get("result")),
+            completed=bool(answer.get("completed")),
+            epoch=self._epoch,
+            error=answer.get("error"),
+        )
+
+    def wait_completed(self, answer: ShardAnswer, deadline: float) -> bool:
+        if answer.completed or answer.action_id is None:
+            return answer.completed
+        pause = threading.Event()
+        while True:
+            pending = self._call("GET", "/actions", None, max(0.1, min(5.0, deadline - time.monotonic())))
+            if not any(item.get("action_id") == answer.action_id for item in pending):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            pause.wait(0.02)
 
 
 def global_dispose_all(
-    shards: Mapping[str, ShardClose],
+    shards: Mapping[str, ShardCloser],
     *,
     action_id: str,
     timeout: float,
+    on_answer: Callable[[str, ShardAnswer], object] | None = None,
     on_complete: Callable[[GlobalClose], object] | None = None,
 ) -> GlobalClose:
-    """Scatter ``dispose_all`` to every shard at once, gather every shard's outcome: the result
-    names each shard's, and completes once, when every shard's close has completed (one absolute
-    deadline for all of them: a shard that has not completed by then is named with an error). The
-    coordinator holds no run state: each shard's owner decides (defers for its active runs,
-    completes when they end)."""
+    """Scatter ``dispose_all`` to every shard at once and gather every shard's outcome: the result
+    names each shard's (its answer, whether its close completed), and is returned -- and
+    ``on_complete`` called -- once, when every shard's close has completed or the one absolute
+    deadline (``timeout`` from now) passed; a shard that had not completed by then, or could not
+    be reached, is named with an error. ``on_answer`` is told each shard's answer as it comes
+    (``deferred`` where runs are active). The coordinator holds no run state: each shard's owner
+    decides, as it does for a close of its own."""
     started = time.monotonic()
     deadline = started + timeout
     result = GlobalClose(action_id=action_id)
-    lock = threading.Lock()
-    with ThreadPoolExecutor(max_workers=max(1, len(shards)), thread_name_prefix="rs-global-close") as pool:
-        futures = {name: pool.submit(close, name, action_id, deadline) for name, close in shards.items()}
+
+    def one(name: str, closer: ShardCloser) -> ShardOutcome:
+        t0 = time.monotonic()
+        try:
+            answer = closer.begin(action_id)
+        except Exception as exc:  # unreachable, refused: named, the others still count
+            return ShardOutcome(name, None, None, None, False, error=f"{type(exc).__name__}: {exc}")
+        answered = (time.monotonic() - t0) * 1000
+        if on_answer is not None:
+            on_answer(name, answer)
+        try:
+            done = closer.wait_completed(answer, deadline)
+            error = answer.error if done or answer.error else "the close did not complete by the deadline"
+        except Exception as exc:
+            done, error = False, f"{type(exc).__name__}: {exc}"
+        return ShardOutcome(
+            shard=name,
+            epoch=answer.epoch,
+            action_id=answer.action_id,
+            result=answer.result,
+            completed=done,
+            error=None if done and not answer.error else error,
+            answered_ms=answered,
+            completed_ms=(time.monotonic() - t0) * 1000 if done else None,
+        )
+
+    workers = max(1, len(shards))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rs-global-close") as pool:
+        futures = {name: pool.submit(one, name, closer) for name, closer in shards.items()}
         for name, future in futures.items():
-            try:
-                outcome = future.result(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
-            except Exception as exc:  # a shard that failed or hung: named, the others still count
-                outcome = ShardOutcome(name, None, None, None, False, error=f"{type(exc).__name__}: {exc}")
-            with lock:
-                result.shards[name] = outcome
-    result.completed = all(o.completed for o in result.shards.values())
+            result.shards[name] = future.result()
+    result.completed = bool(result.shards) and all(o.completed for o in result.shards.values())
     result.elapsed_ms = (time.monotonic() - started) * 1000
     if on_complete is not None:
         on_complete(result)
     return result
 
 
-def supervisor_close(supervisor: Any, *, epoch: int | None = None) -> ShardClose:
-    """A ``ShardClose`` for a supervisor of this process (a shard whose owner is here): its
-    ``dispose_all`` with the global action's id, then a bounded wait for that close to complete."""
+class Coordinator:
+    """A global close across shards, from the owner directory: it resolves every shard's live
+    owner (its URL and epoch) and scatters the close to them over HTTP. It holds no run state; a
+    shard with no live owner has no instances anywhere and is named ``no_owner`` (completed)."""
 
-    def close(shard: str, action_id: str, deadline: float) -> ShardOutcome:
-        from run_supervisor.protocol import LifecycleCompleted
+    def __init__(self, directory: OwnerDirectory, *, headers: Mapping[str, str]) -> None:
+        self.directory = directory
+        self.headers = dict(headers)
 
-        t0 = time.monotonic()
-        done = threading.Event()
+    def dispose_all(
+        self,
+        *,
+        timeout: float,
+        shards: Iterable[str] | None = None,
+        action_id: str | None = None,
+        on_answer: Callable[[str, ShardAnswer], object] | None = None,
+    ) -> GlobalClose:
+        owners = self.directory.owners()
+        names = sorted(owners) if shards is None else list(shards)
+        closers: dict[str, ShardCloser] = {}
+        for name in names:
+            owner = owners.get(name)
+            if owner is None or not owner.live or owner.url is None:
+                closers[name] = _NoOwner(owner.epoch if owner is not None else None)
+            else:
+                closers[name] = HttpShard(owner.url, headers=self.headers, epoch=owner.epoch)
+        return global_dispose_all(
+            closers, action_id=action_id or f"g-{uuid.uuid4().hex[:12]}", timeout=timeout, on_answer=on_answer
+        )
 
-        def seen(event: object) -> None:
-            if isinstance(event, LifecycleCompleted) and event.action_id == action_id:
-                done.set()
 
-        subscription = supervisor.subscribe(callback=seen)
-        try:
-            answer = supervisor.close(
-                "dispose_all", mode="maintenance", origin="global.dispose", action_id=action_id
-            )
-            if answer.result in ("completed", "already_completed", "noop"):
-                done.set()
-            finished = done.wait(max(0.0, deadline - time.monotonic()))
-            return ShardOutcome(
-                shard=shard,
-                epoch=supervisor.epoch if epoch is None else epoch,
-                action_id=answer.action_id,
-                result=str(answer.result),
-                completed=finished,
-                error=None if finished else "the close did not complete by the deadline",
-                elapsed_ms=(time.monotonic() - t0) * 1000,
-            )
-        finally:
-            subscription.close()
+class _NoOwner:
+    def __init__(self, epoch: int | None) -> None:
+        self._epoch = epoch
 
-    return close
+    def begin(self, global_id: str) -> ShardAnswer:
+        return ShardAnswer(action_id=None, result="no_owner", completed=True, epoch=self._epoch)
+
+    def wait_completed(self, answer: ShardAnswer, deadline: float) -> bool:
+        return True
+
+
+def publish_owner_url(supervisor: Any, url: str | None) -> None:
+    """Publish where clients reach this shard's owner (a wire host's URL, known once it listens):
+    the owner directory's row, in a fenced transaction, told by NOTIFY."""
+    from run_supervisor.actors._journal import JournaledPublisher
+    from run_supervisor.actors._pg_journal import PgJournal
+
+    publisher = getattr(supervisor, "_publisher", None)
+    journal = publisher.journal if isinstance(publisher, JournaledPublisher) else None
+    if not isinstance(journal, PgJournal):
+        raise InvalidRequest("only a supervisor on a postgresql:// journal has an owner to publish")
+    journal.publish_owner_url(url)
