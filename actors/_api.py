@@ -146,6 +146,7 @@ class RunHandle:
         self._supervisor = supervisor
         self.run_id = check.identifier("run_id", run_id)
         self._finished = finished
+        supervisor._link.remember_finished(self, finished)
         """Completed by the supervisor when the run finishes (also with ``retain_finished_runs=0``)."""
 
     def wait(self, timeout: float | None = None) -> RunSnapshot:

@@ -142,7 +142,7 @@ class AsyncRunHandle:
         self._supervisor = supervisor
         self._handle = handle
         self.run_id = handle.run_id
-        self._source: Future[RunSnapshot] | None = None  # the run's own, when start_run made it
+        self._source = supervisor._link.finished_of(handle)  # the run's own, if its handle has it
         self._finished: asyncio.Future[RunSnapshot] | None = None  # on the loop of the first wait
 
     @property
@@ -374,9 +374,7 @@ class AsyncSupervisor:
                     request = renamed(request)
                     continue
                 raise
-            handle = AsyncRunHandle(self, RunHandle(self.sync, request.run_id, finished))
-            handle._source = finished
-            return handle
+            return AsyncRunHandle(self, RunHandle(self.sync, request.run_id, finished))
 
     async def cancel(self, run_id: str, *, origin: str = "user", timeout: float | None = None) -> None:
         """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""

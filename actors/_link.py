@@ -160,6 +160,7 @@ class Link:
         self.journal_failure: JournalFailed | None = None
         self._outstanding: set[Future[Any]] = set()
         self._ref: pykka.ActorRef[Any] | None = None
+        self._finished: weakref.WeakKeyDictionary[object, Future[RunSnapshot]] = weakref.WeakKeyDictionary()
 
     def connect(self, ref: pykka.ActorRef[Any], publisher: Publisher, view: View) -> None:
         self._ref = ref
@@ -376,6 +377,18 @@ class Link:
 
         self.relay.chain(self.wait_run(run_id), outer, convert)
         return outer
+
+    def remember_finished(self, handle: object, finished: Future[RunSnapshot] | None) -> None:
+        """Keep the run's own ``finished`` future with its handle (while the handle lives), so a
+        handle of the other facade made from it waits on the same future."""
+        if finished is not None:
+            with self.lock:
+                self._finished[handle] = finished
+
+    def finished_of(self, handle: object) -> Future[RunSnapshot] | None:
+        """The ``finished`` future a handle was made with (None: ask the supervisor)."""
+        with self.lock:
+            return self._finished.get(handle)
 
     def idle_future(self, session: object) -> tuple[str, Future[SessionSnapshot | None]]:
         """Checked; the internal future of ``View.when_idle`` (completed on the supervisor's thread)."""

@@ -236,3 +236,15 @@ def test_an_async_facade_is_made_over_a_supervisor_only() -> None:
         assert AsyncSupervisor(sup).sync is sup
     finally:
         sup.shutdown(grace_ms=0)
+
+
+def test_an_async_handle_made_from_a_sync_one_waits_on_its_run_even_once_it_is_forgotten() -> None:
+    config = SupervisorConfig(shutdown_at_exit=False, retain_finished_runs=0)
+    sup = Supervisor.start(config, directories=["/w/a"])
+    try:
+        run = sup.start_run(lambda ctx: None, session="s1", directory="/w/a")
+        assert run.wait(timeout=5).outcome is Outcome.COMPLETED  # finished, and forgotten at once
+        handle = AsyncRunHandle(AsyncSupervisor(sup), run)
+        assert run_async(lambda: handle.wait(timeout=5)).outcome is Outcome.COMPLETED
+    finally:
+        sup.shutdown(grace_ms=0)
