@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import pykka
@@ -89,6 +89,9 @@ class Submit:
     finished: Future[Any] | None = None
     """For a StartRun: completed with the run's final snapshot when it finishes (its handle waits on
     it, so a wait costs the supervisor nothing and works even when finished runs are not retained)."""
+    at: float = field(default_factory=time.monotonic)
+    """When it was sent (monotonic, on the caller's thread): a grace counts from here, not from when
+    the supervisor got to it, nor from after the interrupts it decided."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +226,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         ``tell`` this actor. Closed when it stops."""
         self._run_deadlines: dict[str, TimerHandle] = {}  # run -> its armed deadline
         self._deadline: float | None = None
+        self._sent_at: float | None = None  # when the request being handled was sent
 
     def on_start(self) -> None:
         self._threads.add(threading.current_thread())
@@ -290,6 +294,13 @@ class SessionSupervisor(pykka.ThreadingActor):
             _settle(message.reply, tuple(loads))
 
     def _submit(self, message: Submit) -> None:
+        self._sent_at = message.at
+        try:
+            self._decide(message)
+        finally:
+            self._sent_at = None
+
+    def _decide(self, message: Submit) -> None:
         request = message.request
         commands = self.core.request(request, message.reply)
         self._view.refresh(self.core, message, commands)  # published before any reply or event
@@ -490,9 +501,13 @@ class SessionSupervisor(pykka.ThreadingActor):
             self._arm_stall_check(event.run_id, slot)
 
     def _start_timer(self, command: StartGraceTimer) -> None:
-        self._deadline = time.monotonic() + command.grace_ms / 1000.0
+        # From the request (when its caller sent it): a shutdown's grace includes its wait in the
+        # mailbox and its interrupts' decisions, so it returns within grace + stop_timeout_s of the call.
+        sent = self._sent_at if self._sent_at is not None else time.monotonic()
+        self._deadline = sent + command.grace_ms / 1000.0
         # Not kept: closing the timers at the end cancels it.
-        self.tell_later(command.grace_ms / 1000.0, GraceExpired(action_id=command.action_id))
+        delay = max(0.0, self._deadline - time.monotonic())
+        self.tell_later(delay, GraceExpired(action_id=command.action_id))
 
     def _deadline_timer(self, command: ArmDeadline | DisarmDeadline) -> None:
         """A run's deadline on the shared timer: armed when it becomes active, cancelled at its
