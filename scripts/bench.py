@@ -13,6 +13,7 @@ threads have exited), so drift in the machine's speed hits both alike.
     python scripts/bench.py --json     # the figures only, as one JSON object
     python scripts/bench.py --quick    # fewer repetitions: about a minute on 2 cores (CI smoke)
     python scripts/bench.py --pin      # take the latencies with every thread pinned to one CPU
+    python scripts/bench.py --pg-only  # the PostgreSQL journal's figures alone (runs/s, takeover)
 
 Unpinned by default, as every host runs. Each section cleans up after itself (every actor stopped,
 every thread joined) and checks that it did. Linux only: memory is read from ``/proc/self/status``
@@ -853,6 +854,165 @@ def journal_recovery(fig: Figures, reps: Reps) -> None:
                 raise AssertionError(f"recovered {recovered} runs, not 100")
 
 
+# --- the PostgreSQL journal: runs/s against SQLite's, and takeover after a kill against the TTL ------
+
+TAKEOVER_TTL_S = 1.0
+"""The lease TTL in the takeover figure."""
+PG_KEYS = ("pg_journal_runs_per_s_ratio", "takeover_ttl_ratio")
+"""Measured when a PostgreSQL server can be had (RUN_SUPERVISOR_BENCH_PG names one, or the server
+binaries are there for tests/pg_support.py to start one on a unix socket); left out otherwise."""
+
+
+def _pg_database() -> tuple[str | None, Callable[[], None]]:
+    """A database URL for the PostgreSQL figures and how to let it go, or None (and a log line)."""
+    given = os.environ.get("RUN_SUPERVISOR_BENCH_PG")
+    if given:
+        return given, lambda: None
+    try:
+        import psycopg
+
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+        import pg_support  # type: ignore[import-not-found]
+    except ImportError as exc:
+        _log(f"[bench] no PostgreSQL figures: {exc}")
+        return None, lambda: None
+    try:
+        server = pg_support._start()
+    except (RuntimeError, OSError) as exc:
+        _log(f"[bench] no PostgreSQL figures: {exc}")
+        return None, lambda: None
+    with psycopg.connect(server.url, autocommit=True) as db:
+        db.execute("CREATE DATABASE bench")
+    return str(server.url).replace("/postgres?", "/bench?", 1), server.stop
+
+
+def pg_journal_throughput(fig: Figures, reps: Reps, database: str) -> None:
+    """Short runs (as in ``journal_throughput``) on a PostgreSQL journal's shard over the same on an
+    SQLite journal, in alternating rounds: one transaction per batch on each, the PostgreSQL one
+    renewing the lease at its epoch first (the fencing check) and reached over a unix socket."""
+    with tempfile.TemporaryDirectory(prefix="bench-pg-") as folder:
+        sqlite = Supervisor.start(
+            _config(), directories=["/bench/j"], journal=os.path.join(folder, "runs.journal")
+        )
+        pg = Supervisor.start(
+            _config(),
+            directories=["/bench/j"],
+            journal=f"{database}&shard=bench-runs&lease_ttl=10&lease_wait=30",
+        )
+
+        def rounds_of(supervisor: Supervisor) -> Callable[[int], None]:
+            def work(i: int) -> None:
+                for _ in range(reps.runs_per_session):
+                    run = supervisor.start_run(_short_body, session=f"s{i}", directory="/bench/j")
+                    run.wait(timeout=TIMEOUT_S)
+
+            return work
+
+        kinds = {"pg_journal_runs_per_s": pg, "sqlite_journal_runs_per_s": sqlite}
+        total = SESSIONS * reps.runs_per_session
+        try:
+            for supervisor in kinds.values():  # warm up
+                _parallel(rounds_of(supervisor), SESSIONS, functools.partial(_join_run_threads, supervisor))
+            for r in range(reps.journal_rounds):
+                order = list(kinds.items())
+                if r % 2:
+                    order.reverse()
+                for key, supervisor in order:
+                    seconds = _parallel(
+                        rounds_of(supervisor), SESSIONS, functools.partial(_join_run_threads, supervisor)
+                    )
+                    fig.add(key, total / seconds)
+        finally:
+            sqlite.shutdown(grace_ms=1000)
+            pg.shutdown(grace_ms=1000)
+    fig.ratio("pg_journal_runs_per_s_ratio", "pg_journal_runs_per_s", "sqlite_journal_runs_per_s")
+
+
+def _owner_process(url: str, *args: str) -> Any:
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.join(root, "tests", "shard_owner.py")
+    return subprocess.Popen(
+        [sys.executable, script, url, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def _line_with(proc: Any, key: str) -> dict[str, Any]:
+    """The first JSON line of ``proc`` that has ``key`` (bounded by the process: it prints one, or
+    ends, within TIMEOUT_S; the lease wait in its URL bounds the standby)."""
+    for raw in proc.stdout:
+        line: dict[str, Any] = json.loads(raw)
+        if key in line:
+            return line
+    raise AssertionError(f"the shard owner ended without a {key!r} line (status {proc.wait(TIMEOUT_S)})")
+
+
+def takeover(fig: Figures, reps: Reps, database: str) -> None:
+    """Two processes on one shard (tests/shard_owner.py), the owner running a tool, the standby
+    waiting for the lease: the owner is SIGKILLed and the figure is the time from the kill until the
+    standby has taken the lease and recovered (its ``started`` line), against the lease TTL. A kill
+    lands anywhere in a renewal period (a third of the TTL), so it is between 2/3 and 1 TTL plus what
+    the takeover and the recovery take."""
+    import psycopg
+
+    for r in range(reps.recovery_rounds):
+        url = f"{database}&shard=bench-takeover-{r}&lease_ttl={TAKEOVER_TTL_S}&lease_wait=60"
+        owner = _owner_process(url, "--work", "r1")
+        standby = None
+        try:
+            _line_with(owner, "started")
+            standby = _owner_process(url)
+            waiting = "run-supervisor waiting bench-takeover-" + str(r)
+            base = url.split("&shard=", 1)[0]
+            with psycopg.connect(base, autocommit=True) as db:  # until the standby waits for the lease
+                pause = threading.Event()
+                deadline = time.monotonic() + TIMEOUT_S
+                while not db.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE application_name = %s", (waiting,)
+                ).fetchone():
+                    if time.monotonic() > deadline:
+                        raise AssertionError("the standby never waited for the lease")
+                    pause.wait(0.01)
+            killed = time.time()
+            owner.kill()
+            line = _line_with(standby, "started")
+            if line["started"] != 2 or [run["run_id"] for run in line["recovered"]] != ["r1"]:
+                raise AssertionError(f"the standby did not take over truthfully: {line}")
+            fig.add("takeover_s", float(line["t"]) - killed)
+        finally:
+            for proc in (owner, standby):
+                if proc is not None:
+                    if proc.poll() is None and proc.stdin is not None:
+                        proc.stdin.close()
+                    try:
+                        proc.wait(TIMEOUT_S)
+                    except Exception:
+                        proc.kill()
+                        proc.wait(TIMEOUT_S)
+                    if proc.stdout is not None:
+                        proc.stdout.close()
+    for value in fig.rounds["takeover_s"]:
+        fig.add("takeover_ttl_ratio", value / TAKEOVER_TTL_S)
+
+
+def pg_figures(fig: Figures, reps: Reps) -> None:
+    database, let_go = _pg_database()
+    if database is None:
+        return
+    try:
+        with section("PostgreSQL journal: short runs against the SQLite journal's"):
+            pg_journal_throughput(fig, reps, database)
+        with section(f"PostgreSQL journal: takeover after a SIGKILL, lease TTL {TAKEOVER_TTL_S:g} s"):
+            takeover(fig, reps, database)
+    finally:
+        let_go()
+
+
 # --- many live runs: memory, queries, shutdown -----------------------------------------------------
 
 
@@ -1284,6 +1444,7 @@ def measure(reps: Reps, *, pin: bool) -> Results:
         journal_throughput(fig, reps)
     with section("run journal: recovery of 10,000 finished and 100 unfinished runs"):
         journal_recovery(fig, reps)
+    pg_figures(fig, reps)
     with section(f"{LIVE:,} live runs"):
         many_live(fig, reps)
     for deaf_bodies, shutdowns in reps.overrun:
@@ -1339,6 +1500,11 @@ WHAT = {
     "heartbeat_ns": ("ns", "ctx.heartbeat() in a body whose stalls are measured"),
     "heartbeat_ratio": ("x", "ctx.heartbeat() / a host's own clock read stored in an attribute"),
     "http_keepalive_ratio": ("x", "kept-alive POST of a report: serve / a bare Starlette + uvicorn route"),
+    "pg_journal_runs_per_s_ratio": ("x", "short runs per s, PostgreSQL journal / SQLite journal"),
+    "takeover_ttl_ratio": (
+        "x",
+        f"SIGKILLed owner -> standby took the lease and recovered, / TTL {TAKEOVER_TTL_S:g} s",
+    ),
 }
 
 RAW_WHAT = {
@@ -1367,6 +1533,9 @@ RAW_WHAT = {
     "heartbeat_bare_ns": "a clock read stored in an attribute (what a host would do itself)",
     "http_keepalive_us": "serve: POST /runs/{id}/reports heartbeat, kept-alive connection (http.client)",
     "http_bare_keepalive_us": "bare Starlette + uvicorn: the same POST on its kept-alive connection",
+    "pg_journal_runs_per_s": f"short runs per s, PostgreSQL journal (unix socket); {SESSIONS} sessions",
+    "sqlite_journal_runs_per_s": f"short runs per s, SQLite journal, the same rounds; {SESSIONS} sessions",
+    "takeover_s": "seconds from the owner's SIGKILL to the standby's recovered start",
 }
 
 
@@ -1396,7 +1565,7 @@ def render(results: Results, mode: str) -> str:
         "| key | median | p10-p90 | unit | target | | what |",
         "|---|---:|---:|---|---|---|---|",
     ]
-    for key in KEYS:
+    for key in KEYS + tuple(k for k in PG_KEYS if k in fig):
         unit, what = WHAT[key]
         value = fig.median(key)
         low, high = fig.spread(key)
@@ -1454,8 +1623,9 @@ def render(results: Results, mode: str) -> str:
 def as_json(results: Results) -> dict[str, Any]:
     """The issue's keys (medians over the rounds), and under ``spread`` each key's [p10, p90]."""
     fig = results.fig
-    out: dict[str, Any] = {key: round(fig.median(key), 4) for key in KEYS}
-    out["spread"] = {key: [round(v, 4) for v in fig.spread(key)] for key in KEYS}
+    keys = KEYS + tuple(k for k in PG_KEYS if k in fig)
+    out: dict[str, Any] = {key: round(fig.median(key), 4) for key in keys}
+    out["spread"] = {key: [round(v, 4) for v in fig.spread(key)] for key in keys}
     return out
 
 
@@ -1464,6 +1634,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object: medians and spreads")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (about a minute)")
     parser.add_argument("--pin", action="store_true", help="take the latencies pinned to one CPU")
+    parser.add_argument("--pg-only", action="store_true", help="only the PostgreSQL journal's figures")
     args = parser.parse_args(argv)
     if not sys.platform.startswith("linux"):
         print("bench.py reads /proc/self/status for memory: Linux only", file=sys.stderr)
@@ -1472,6 +1643,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         reps = replace(reps, growth=False)
     started = time.monotonic()
+    if args.pg_only:
+        fig = Figures()
+        pg_figures(fig, reps)
+        raw = ("pg_journal_runs_per_s", "sqlite_journal_runs_per_s", "takeover_s")
+        keys = [k for k in (*PG_KEYS, *raw) if k in fig]
+        out: dict[str, Any] = {key: round(fig.median(key), 4) for key in keys}
+        out["spread"] = {key: [round(v, 4) for v in fig.spread(key)] for key in keys}
+        print(json.dumps(out))
+        return 0 if keys else 1
     results = measure(reps, pin=args.pin)
     _log(
         f"[bench] total: {time.monotonic() - started:.1f} s ({machine()}; load average "
