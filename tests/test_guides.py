@@ -147,6 +147,8 @@ def test_there_is_a_guide_per_task_and_the_index_links_each() -> None:
         "testing-a-host.md",
         "surviving-a-crash.md",
         "reading-a-timeline.md",
+        "over-http.md",
+        "over-stdio.md",
     }
     assert expected <= names
     for name in sorted(names):
@@ -168,8 +170,9 @@ def test_every_guide_has_one_runnable_example_and_every_python_block_shows_its_o
 def test_each_example_prints_the_output_its_guide_shows(example: Example, tmp_path: Path) -> None:
     if example.language == "bash" and shutil.which("bash") is None:
         pytest.skip("bash is not installed")
-    if "curl " in example.code and shutil.which("curl") is None:
-        pytest.skip("curl is not installed")
+    for tool in ("curl", "jq"):
+        if example.language == "bash" and f"{tool} " in example.code and shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
     status, stdout, stderr = run_example(example, tmp_path)
     shown = f"\n--- stdout:\n{stdout}\n--- stderr:\n{stderr}"
     assert status == 0, f"{example.id} exited {status}{shown}"
