@@ -154,6 +154,7 @@ class OwnerDirectory:
     def __init__(self, url: str) -> None:
         import psycopg
 
+        self.url = url
         self._target = parse_journal_url(url) if url.startswith(("postgresql://", "postgres://")) else None
         conninfo = self._target.conninfo if self._target is not None else url
         self._db = psycopg.connect(conninfo, autocommit=True)
@@ -454,6 +455,70 @@ class Coordinator:
         return global_dispose_all(
             closers, action_id=action_id or f"g-{uuid.uuid4().hex[:12]}", timeout=timeout, on_answer=on_answer
         )
+
+    def shutdown(
+        self,
+        *,
+        timeout: float,
+        shards: Iterable[str] | None = None,
+        action_id: str | None = None,
+        on_answer: Callable[[str, ShardAnswer], object] | None = None,
+    ) -> GlobalClose:
+        """Shut every shard's owner down within one absolute deadline (``timeout`` from now): each
+        is sent ``POST /shutdown`` with the grace left until that deadline when it is sent, and
+        enforces it alone; a shard's shutdown has completed when its lease was let go (the owner
+        directory says so). The result names every shard's outcome, once, as ``dispose_all``'s."""
+        deadline = time.monotonic() + timeout
+        owners = self.directory.owners()
+        names = sorted(owners) if shards is None else list(shards)
+        closers: dict[str, ShardCloser] = {}
+        for name in names:
+            owner = owners.get(name)
+            if owner is None or not owner.live or owner.url is None:
+                closers[name] = _NoOwner(owner.epoch if owner is not None else None)
+            else:
+                closers[name] = _HttpShutdown(owner, self.headers, self.directory.url, deadline)
+        return global_dispose_all(
+            closers,
+            action_id=action_id or f"g-{uuid.uuid4().hex[:12]}",
+            timeout=max(0.0, deadline - time.monotonic()) + 5.0,  # the owners' own stop time past it
+            on_answer=on_answer,
+        )
+
+
+class _HttpShutdown:
+    """One shard's part of a cluster shutdown: the grace left until the absolute deadline, then the
+    owner directory watched until that owner's lease was let go."""
+
+    def __init__(self, owner: Owner, headers: Mapping[str, str], directory: str, deadline: float) -> None:
+        self._owner = owner
+        self._http = HttpShard(str(owner.url), headers=headers, epoch=owner.epoch)
+        self._directory = directory
+        self._deadline = deadline
+
+    def begin(self, global_id: str) -> ShardAnswer:
+        grace_ms = max(0, int((self._deadline - time.monotonic()) * 1000))
+        answer = self._http._call(
+            "POST", "/shutdown", {"grace_ms": grace_ms, "origin": "global.shutdown"}, 10.0
+        )
+        return ShardAnswer(
+            action_id=answer.get("action_id"),
+            result=str(answer.get("result")),
+            completed=False,  # complete once the lease is let go
+            epoch=self._owner.epoch,
+            error=answer.get("error"),
+        )
+
+    def wait_completed(self, answer: ShardAnswer, deadline: float) -> bool:
+        pause = threading.Event()
+        with OwnerDirectory(self._directory) as directory:
+            while True:
+                now = directory.owner(self._owner.shard)
+                if now is None or now.epoch != self._owner.epoch or now.holder is None or not now.live:
+                    return True
+                if time.monotonic() >= deadline:
+                    return False
+                pause.wait(0.02)
 
 
 class _NoOwner:

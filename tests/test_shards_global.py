@@ -164,3 +164,21 @@ def test_a_global_close_over_supervisors_in_process_names_a_shard_that_did_not_c
     assert (stuck.result, stuck.completed) == ("deferred", False)
     assert stuck.error == "the close did not complete by the deadline"
     gate.open()
+
+
+def test_a_cluster_shutdown_gives_each_shard_the_grace_left_to_one_deadline_ends_when_every_lease_is_free(
+    owners: list[Owner],
+) -> None:
+    busy, idle = own(owners, "/w/a"), own(owners, "/w/b")
+    run = busy.supervisor.start_run(held(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    with OwnerDirectory(shared_database()) as directory:
+        result = Coordinator(directory, headers={"Authorization": f"Bearer {TOKEN}"}).shutdown(
+            timeout=5, shards=[busy.shard, idle.shard]
+        )
+        assert result.completed, result.to_dict()
+        for owner in (busy, idle):
+            let_go = directory.owner(owner.shard)
+            assert let_go is not None and let_go.holder is None and not let_go.live
+    assert all(o.supervisor.wait_closed(timeout=10).result is not None for o in (busy, idle))
+    finished = run.wait(5)
+    assert (finished.outcome, finished.reason) == ("interrupted", "shutdown")
