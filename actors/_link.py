@@ -11,6 +11,7 @@ Host-facing futures it hands out are completed off the supervisor's thread (by t
 from __future__ import annotations
 
 import asyncio
+import copy
 import threading
 import time
 import weakref
@@ -295,7 +296,7 @@ class Link:
         failure (``JournalFailed``, a ``SupervisorClosed``) rather than a bare ``SupervisorClosed``."""
         failure = self.journal_failure
         if failure is not None and outcome.code is RejectCode.SUPERVISOR_CLOSED:
-            raise JournalFailed(failure.path, failure.error)
+            raise copy.copy(failure)  # a copy each, of its own class (a lost lease stays LeaseLost)
         raise_for_rejection(outcome)
 
     # --- waiting: blocking (the sync facade) or awaiting (the async one), both bounded -----------

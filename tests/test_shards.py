@@ -140,8 +140,9 @@ def test_an_owner_that_cannot_renew_stops_acting_refuses_new_work_and_says_why(
     assert sup.wait_closed(timeout=30).result is not None  # it shut itself down
     failure = sup.journal_failure
     assert isinstance(failure, LeaseLost) and failure.shard == target.shard and failure.epoch == 1
-    with pytest.raises(JournalFailed, match="lease of shard"):
+    with pytest.raises(LeaseLost, match="lease of shard") as refused:  # the named exception, a JournalFailed
         sup.start_run(lambda ctx: None, session="s2", directory="/w/a")
+    assert isinstance(refused.value, JournalFailed) and refused.value.epoch == 1
     with pytest.raises(JournalFailed):
         run.wait(5)  # its end was never journaled: what the successor recovers is the truth
     while True:  # the subscription ends; nothing after the takeover is delivered
