@@ -2,9 +2,15 @@
 
 It feeds each message to the decision core (``protocol.SupervisorCore``) and carries out the
 commands the core returns, in order. It never asks another actor (and never itself): children get
-``tell``s, answers travel in futures carried inside the messages. After the core has decided on a
-message, and before any of its commands is carried out, it publishes the read side (``View``), so
-queries never need its mailbox and always see the effect of a request already answered.
+``tell``s, answers travel in futures carried inside the messages.
+
+It works in batches, one per drain of its mailbox: the core decides on each request and report as it
+comes, and once the mailbox is empty (or ``_BATCH`` messages in), it publishes the read side
+(``View``) once, then carries out every decided message's commands in order, then delivers the
+batch's events (one delivery per subscriber) and, after them, its answers. So queries never need its
+mailbox and always see the effect of a request already answered and of an event already delivered;
+a busy supervisor publishes once per batch, not once per message. A message that reads the shell's
+own state (a query, a wait, a preload, a stall check) first finishes the batch before it.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from run_supervisor.protocol import (
     Event,
     GraceExpired,
     Heartbeat,
+    InterruptGraceExpired,
     LoadInstance,
     NoProgress,
     PartReport,
@@ -58,13 +65,18 @@ from run_supervisor.protocol import (
     SignalInterrupt,
     SpawnRun,
     StartGraceTimer,
+    StartInterruptGrace,
     StartRun,
     StepReport,
+    StopInterruptGrace,
     SupervisorCore,
     WithdrawAsk,
 )
 
 __all__ = ["CheckStall", "Loading", "Preload", "Query", "SessionSupervisor", "Submit", "WaitRun"]
+
+_BATCH = 64
+"""At most this many decided messages wait for one publication (bounds a batch's latency)."""
 
 _REPORTS = (
     StepReport,
@@ -77,6 +89,7 @@ _REPORTS = (
     DeadlineExpired,
     RetryReport,
     Heartbeat,
+    InterruptGraceExpired,
 )
 
 
@@ -225,13 +238,20 @@ class SessionSupervisor(pykka.ThreadingActor):
         """The one timer thread of this supervisor (grace, deadlines, stall checks): callbacks only
         ``tell`` this actor. Closed when it stops."""
         self._run_deadlines: dict[str, TimerHandle] = {}  # run -> its armed deadline
+        self._run_graces: dict[str, TimerHandle] = {}  # interrupted run -> its own grace (abandon)
         self._deadline: float | None = None
         self._sent_at: float | None = None  # when the request being handled was sent
+        # The batch: messages decided, not yet published nor carried out (with when each was sent),
+        # and the events and answers carried out, not yet delivered.
+        self._staged: list[tuple[Any, list[Command], float | None]] = []
+        self._events: list[Event] = []
+        self._calls: list[Callable[[], object]] = []
 
     def on_start(self) -> None:
         self._threads.add(threading.current_thread())
 
     def on_stop(self) -> None:
+        self._finish_batch()  # what was decided is carried out and delivered, then nothing more
         self.timers.close()
         self._threads.workers.close()  # idle run threads end now, busy ones when their body returns
         self._settle_leftovers()
@@ -257,19 +277,46 @@ class SessionSupervisor(pykka.ThreadingActor):
             reply = getattr(message, "reply", None)
             if isinstance(reply, Future):
                 _fail(reply, SupervisorError(f"the supervisor failed on {type(message).__name__}"))
+        if len(self._staged) >= _BATCH or self.actor_inbox.empty():
+            self._finish_batch()
+
+    def _finish_batch(self) -> None:
+        """Publish the view once for every message decided since the last batch, carry out their
+        commands in order, then deliver the events and, after them, the answers."""
+        try:
+            staged, self._staged = self._staged, []
+            if staged:
+                self._view.refresh_batch(self.core, [(message, commands) for message, commands, _ in staged])
+                for _, commands, sent_at in staged:
+                    self._sent_at = sent_at
+                    try:
+                        self._execute(commands)
+                    finally:
+                        self._sent_at = None
+        except BaseException:
+            logger.opt(exception=True).error("the supervisor could not carry out a batch")
+        finally:
+            self._deliver()
+
+    def _deliver(self) -> None:
+        events, calls = self._events, self._calls
+        if events or calls:
+            self._events, self._calls = [], []
+            self._publisher.deliver(events, calls)
 
     def _receive(self, message: Any) -> None:
         if isinstance(message, _REPORTS):
-            commands = self.core.report(message)
-            self._view.refresh(self.core, message, commands)
-            self._execute(commands)
+            self._staged.append((message, self.core.report(message), None))
         elif isinstance(message, Submit):
             self._submit(message)
         elif isinstance(message, CheckStall):
+            self._finish_batch()  # it reads the published view
             self._check_stall(message.run_id)
         elif isinstance(message, Query):
+            self._finish_batch()  # its answer comes after every event of the messages before it
             _settle(message.reply, message.read(self.core))
         elif isinstance(message, WaitRun):
+            self._finish_batch()
             snapshot = self.core.run_snapshot(message.run)
             if snapshot is None or snapshot.outcome is not None:
                 _settle(message.reply, snapshot)
@@ -279,6 +326,7 @@ class SessionSupervisor(pykka.ThreadingActor):
                 waiters.append(message.reply)
                 self._waiters[message.run] = waiters
         elif isinstance(message, Preload):
+            self._finish_batch()  # it reads the loads its commands start, at once
             loads: list[Loading] = []
             for directory in message.directories:
                 if message.load:
@@ -291,19 +339,14 @@ class SessionSupervisor(pykka.ThreadingActor):
                 else:
                     self.core.declare(directory)
             self._view.refresh(self.core, message, ())
+            self._deliver()
             _settle(message.reply, tuple(loads))
 
     def _submit(self, message: Submit) -> None:
-        self._sent_at = message.at
-        try:
-            self._decide(message)
-        finally:
-            self._sent_at = None
-
-    def _decide(self, message: Submit) -> None:
         request = message.request
         commands = self.core.request(request, message.reply)
-        self._view.refresh(self.core, message, commands)  # published before any reply or event
+        # Published (with its batch) before any reply or event; its grace, if any, counts from ``at``.
+        self._staged.append((message, commands, message.at))
         if isinstance(request, StartRun) and message.run is not None:
             accepted = any(
                 isinstance(c, Reply) and c.reply_to is message.reply and c.answer.result is RequestResult.OK
@@ -316,7 +359,6 @@ class SessionSupervisor(pykka.ThreadingActor):
                     self._finishing[request.run_id] = (message.finished, request.session, request.directory)
             else:
                 message.run.ref.stop(block=False)
-        self._execute(commands)
 
     # --- carrying out the core's commands ----------------------------------------------------
 
@@ -325,7 +367,7 @@ class SessionSupervisor(pykka.ThreadingActor):
             if isinstance(command, Emit):
                 self._publish(command.event)
             elif isinstance(command, Reply):
-                self._publisher.after(_Answer(command.reply_to, command.answer))
+                self._calls.append(_Answer(command.reply_to, command.answer))
             elif isinstance(command, SpawnRun):
                 self._spawn(command)
             elif isinstance(command, SignalInterrupt | DeliverAnswer | AbandonRun):
@@ -340,6 +382,8 @@ class SessionSupervisor(pykka.ThreadingActor):
                 self._start_timer(command)
             elif isinstance(command, ArmDeadline | DisarmDeadline):
                 self._deadline_timer(command)
+            elif isinstance(command, StartInterruptGrace | StopInterruptGrace):
+                self._grace_timer(command)
             else:
                 self._shutdown_complete(command)
 
@@ -364,7 +408,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         )
 
     def _publish(self, event: Event) -> None:
-        self._publisher.publish(event)
+        self._events.append(event)  # delivered with the batch (``_deliver``)
         if isinstance(event, RunUnstalled):
             self._unstalled(event)
         if isinstance(event, RunFinished):
@@ -376,9 +420,9 @@ class SessionSupervisor(pykka.ThreadingActor):
             if finishing is not None:
                 future, session, directory = finishing
                 # Not retained (retain_finished_runs=0): the event says everything a snapshot does.
-                self._publisher.after(_Answer(future, snapshot or _snapshot_of(event, session, directory)))
+                self._calls.append(_Answer(future, snapshot or _snapshot_of(event, session, directory)))
             for waiter in waiters:
-                self._publisher.after(_Answer(waiter, snapshot))
+                self._calls.append(_Answer(waiter, snapshot))
 
     def _spawn(self, command: SpawnRun) -> None:
         slot = self._runs.get(command.run_id)
@@ -520,6 +564,17 @@ class SessionSupervisor(pykka.ThreadingActor):
             if armed is not None:
                 armed.cancel()
 
+    def _grace_timer(self, command: StartInterruptGrace | StopInterruptGrace) -> None:
+        """An interrupted run's own grace on the shared timer: past it the core abandons the run if
+        its body still runs (``protocol.GRACE_EXPIRY``); cancelled at the run's end."""
+        if isinstance(command, StartInterruptGrace):
+            handle = self.tell_later(command.grace_ms / 1000.0, InterruptGraceExpired(run_id=command.run_id))
+            self._run_graces[command.run_id] = handle
+        else:
+            armed = self._run_graces.pop(command.run_id, None)
+            if armed is not None:
+                armed.cancel()
+
     def _shutdown_complete(self, command: ShutdownComplete) -> None:
         self.timers.close()  # nothing scheduled matters any more (grace, deadlines)
         self._threads.workers.close()  # no run starts any more: idle run threads end now
@@ -532,6 +587,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._runs.clear()
         self._instances.clear()
         self._loads.clear()
+        self._deliver()  # the last events and answers, before every subscription closes
         self._settle_leftovers()
         self._publisher.close_all()  # after the last event; the host joins the callback threads
         self._on_shutdown_complete(command, self._deadline)

@@ -25,6 +25,8 @@ __all__ = [
     "SignalInterrupt",
     "SpawnRun",
     "StartGraceTimer",
+    "StartInterruptGrace",
+    "StopInterruptGrace",
 ]
 
 
@@ -65,7 +67,8 @@ class DeliverAnswer(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AbandonRun(msgspec.Struct, frozen=True):
-    """Shutdown's deadline passed: stop waiting for this body (it keeps its thread, if it insists)."""
+    """The interrupt's grace passed (the shutdown's, or the run's own): stop waiting for this body
+    (it keeps its thread or task, if it insists; the run is already reported finished)."""
 
     run_id: str
 
@@ -111,6 +114,22 @@ class DisarmDeadline(msgspec.Struct, frozen=True):
     run_id: str
 
 
+class StartInterruptGrace(msgspec.Struct, frozen=True):
+    """The run was interrupted and its body gets a grace of its own (``protocol.INTERRUPT_GRACE``):
+    report ``InterruptGraceExpired(run_id)`` ``grace_ms`` from now, unless ``StopInterruptGrace``
+    comes first."""
+
+    run_id: str
+    grace_ms: int
+
+
+class StopInterruptGrace(msgspec.Struct, frozen=True):
+    """The run finished (its body stopped in time, or it was abandoned): its grace timer is not
+    needed any more (an expiry that still arrives is ignored)."""
+
+    run_id: str
+
+
 class ShutdownComplete(msgspec.Struct, frozen=True):
     action_id: str
     outcome: CloseOutcome
@@ -130,5 +149,7 @@ Command = (
     | StartGraceTimer
     | ArmDeadline
     | DisarmDeadline
+    | StartInterruptGrace
+    | StopInterruptGrace
     | ShutdownComplete
 )

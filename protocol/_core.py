@@ -20,6 +20,7 @@ import msgspec
 
 from run_supervisor.protocol._asks import Ask, AskBook, AsksMixin, part_view
 from run_supervisor.protocol._commands import (
+    AbandonRun,
     Command,
     DisposeInstance,
     Emit,
@@ -29,6 +30,8 @@ from run_supervisor.protocol._commands import (
     ShutdownComplete,
     SignalInterrupt,
     SpawnRun,
+    StartInterruptGrace,
+    StopInterruptGrace,
 )
 from run_supervisor.protocol._deadlines import DeadlinesMixin
 from run_supervisor.protocol._enums import (
@@ -74,6 +77,7 @@ from run_supervisor.protocol._requests import (
     DisposeDone,
     GraceExpired,
     Heartbeat,
+    InterruptGraceExpired,
     NoProgress,
     PartReport,
     RecoveredRun,
@@ -92,11 +96,14 @@ from run_supervisor.protocol._requests import (
 from run_supervisor.protocol._rules import (
     CANCEL_REASONS,
     FINISHED_RUN_STATES,
+    GRACE_EXPIRY,
+    INTERRUPT_GRACE,
     PART_PHASE,
     PART_TRANSITIONS,
     QUEUE_RULES,
     RUN_OUTCOMES,
     UNFINISHED_PART_STATES,
+    GraceClock,
     InstanceTrigger,
     QueuedFate,
     RunTrigger,
@@ -118,6 +125,7 @@ Report = (
     | DisposeDone
     | GraceExpired
     | DeadlineExpired
+    | InterruptGraceExpired
     | RetryReport
     | Heartbeat
     | NoProgress
@@ -166,6 +174,13 @@ class CoreStatistics(msgspec.Struct, frozen=True, kw_only=True):
     ``reload_policy``; ``SupervisorConfig.reload_policy`` for a supervisor, lazy by default)."""
     queue_policy: QueuePolicy = QueuePolicy.QUEUE
     """Every session's default queue policy until it is given its own (``SupervisorConfig.queue_policy``)."""
+    runs_abandoned: int = 0
+    """Runs finished without their body, ever: past their own grace (``INTERRUPT_GRACE``) or the
+    shutdown's. Each body may still be running (a thread or a task the host cannot kill); its later
+    reports are refused."""
+    interrupt_grace_ms: int | None = None
+    """The grace an interrupted body gets before its run is abandoned, when neither the request nor
+    the run names one (None: it is waited for)."""
 
 
 class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
@@ -194,8 +209,16 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         retain_finished: int = 10_000,
         reload_policy: ReloadPolicy = ReloadPolicy.EAGER,
         queue_policy: QueuePolicy = QueuePolicy.QUEUE,
+        interrupt_grace_ms: int | None = None,
     ) -> None:
         self.dispose_budget_ms = dispose_budget_ms
+        if interrupt_grace_ms is not None and interrupt_grace_ms < 0:
+            raise ValueError(f"interrupt_grace_ms must be >= 0 or None, got {interrupt_grace_ms}")
+        self.interrupt_grace_ms = interrupt_grace_ms
+        """The grace an interrupted body gets before its run is abandoned (``INTERRUPT_GRACE``), when
+        neither the interrupt's request nor the run (``StartRun.interrupt_grace_ms``) names one; None:
+        bodies are waited for (only the shutdown's grace abandons)."""
+        self._abandoned = 0
         self.queue_policy = QueuePolicy(queue_policy)
         """Every session's default queue policy until ``SetQueuePolicy`` gives it one of its own."""
         self.retain_finished = retain_finished
@@ -400,6 +423,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             self._deadline_passed,
             self._closed,
             self._reports_ignored,
+            self._abandoned,
             self._runs_in.copy(),
             self._instances_in.copy(),
         )
@@ -414,6 +438,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 self._deadline_passed,
                 self._closed,
                 self._reports_ignored,
+                self._abandoned,
                 self._runs_in,
                 self._instances_in,
             ) = saved
@@ -523,6 +548,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             loads_deferred=len(self._deferred_loads),
             reload_policy=self.reload_policy,
             queue_policy=self.queue_policy,
+            runs_abandoned=self._abandoned,
+            interrupt_grace_ms=self.interrupt_grace_ms,
         )
 
     def live_instances(self) -> tuple[tuple[str, int], ...]:
@@ -557,6 +584,13 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 reply_to, RejectCode.INVALID_REQUEST, f"deadline_ms must be positive, got {req.deadline_ms}"
             )
             return
+        if req.interrupt_grace_ms is not None and req.interrupt_grace_ms < 0:
+            self._reject(
+                reply_to,
+                RejectCode.INVALID_REQUEST,
+                f"interrupt_grace_ms must be >= 0, got {req.interrupt_grace_ms}",
+            )
+            return
         parent = None
         if req.parent_run_id is not None:
             parent = self._parent_for(req, reply_to)
@@ -581,6 +615,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             resume_of=req.resume_of,
             parent=req.parent_run_id,
             deadline_ms=req.deadline_ms,
+            interrupt_grace_ms=req.interrupt_grace_ms,
             queue_policy=policy,
         )
         self._journal.fresh(run)
@@ -722,6 +757,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 f"not {req.reason.value}",
             )
             return
+        if req.grace_ms is not None and req.grace_ms < 0:
+            self._reject(reply_to, RejectCode.INVALID_REQUEST, f"grace_ms must be >= 0, got {req.grace_ms}")
+            return
         run = self._known_unfinished(req.run_id, reply_to, "cancel")
         if run is None:
             return
@@ -737,7 +775,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             )
             return
         else:
-            self._interrupt(run, req.reason, req.origin, req.tag)
+            self._interrupt(run, req.reason, req.origin, req.tag, req.grace_ms)
         self._reply(reply_to, _OK)
 
     def _known_unfinished(self, run_id: str, reply_to: Any, verb: str) -> _Run | None:
@@ -759,18 +797,81 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             return None
         return run
 
-    def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None:
-        """Decide an interrupt of an active run now; it takes effect when its body stops."""
+    def _interrupt(
+        self,
+        run: _Run,
+        reason: InterruptReason,
+        origin: str,
+        action: str | None,
+        grace_ms: int | None = None,
+    ) -> None:
+        """Decide an interrupt of an active run now; it takes effect when its body stops, or when
+        its grace (``grace_ms``, else the run's, else the core's) has passed without it."""
         self._decide_interrupt(run, reason, origin, action)
         self._move_run(run, RunTrigger.INTERRUPT)
         self._progressed(run)  # no attempt will come: a retry status is over
         self._withdraw_open_asks(run, WithdrawReason.INTERRUPTED, reason)
         self._out.append(SignalInterrupt(run_id=run.id, reason=reason))
+        self._arm_grace(run, reason, grace_ms)
         self._drop_follow_ups(run, action)
-        self._interrupt_children(run, reason, origin, action)
+        self._interrupt_children(run, reason, origin, action, grace_ms)
+
+    def _arm_grace(self, run: _Run, reason: InterruptReason, grace_ms: int | None) -> None:
+        """The body of ``run``, just interrupted, gets its own grace when ``INTERRUPT_GRACE`` says so
+        and one is set (a shutdown's interrupts share the shutdown's grace)."""
+        if INTERRUPT_GRACE[reason] is not GraceClock.RUN or self._shutdown is not None:
+            return
+        for grace in (grace_ms, run.interrupt_grace_ms, self.interrupt_grace_ms):
+            if grace is not None:
+                self._touch(run)
+                run.grace_armed = True
+                self._out.append(StartInterruptGrace(run_id=run.id, grace_ms=grace))
+                return
+
+    def _interrupt_grace_expired(self, report: InterruptGraceExpired) -> None:
+        run = self._runs.get(report.run_id)
+        trigger = GRACE_EXPIRY[run.state] if run is not None and run.grace_armed else None
+        if run is None or trigger is None or run.ended is not None:
+            self._ignore()  # its body stopped in time (or it waits for its children): nothing to abandon
+            return
+        assert trigger is RunTrigger.ABANDON
+        for stuck in self._stuck_descendants(run):  # deepest first: a parent finishes after them
+            if stuck.state is RunState.INTERRUPTING:
+                self._abandon(stuck)
+        if run.state is RunState.INTERRUPTING:
+            self._abandon(run)
+
+    def _stuck_descendants(self, run: _Run) -> list[_Run]:
+        """``run``'s descendants still being interrupted whose body has not ended, deepest first."""
+        found: list[tuple[int, str, _Run]] = []
+        level = [(1, c) for c in run.children]
+        while level:
+            depth, child_id = level.pop()
+            child = self._runs.get(child_id)
+            if child is None:
+                continue
+            if child.state is RunState.INTERRUPTING and child.ended is None:
+                found.append((depth, child.id, child))
+            level.extend((depth + 1, c) for c in child.children)
+        return [r for _, _, r in sorted(found, key=lambda item: (-item[0], item[1]))]
+
+    def _abandon(self, run: _Run) -> None:
+        """Finish ``run`` without its body (its grace passed): ``interrupted`` with its decided reason,
+        ``abandoned``; its session moves on, and whatever its body reports later is refused."""
+        self._move_run(run, RunTrigger.ABANDON)
+        run.abandoned = True
+        self._abandoned += 1
+        self._out.append(AbandonRun(run_id=run.id))
+        interrupt = run.interrupt
+        closing = interrupt is not None and interrupt.reason is InterruptReason.LIFECYCLE_INTERRUPT
+        action = self._actions.get(interrupt.action or "") if interrupt is not None and closing else None
+        if action is not None and run.id not in action.abandoned_runs:  # a confirmed close's run
+            self._touch(action)
+            action.abandoned_runs.append(run.id)
+        self._finish(run)
 
     def _interrupt_children(
-        self, run: _Run, reason: InterruptReason, origin: str, action: str | None
+        self, run: _Run, reason: InterruptReason, origin: str, action: str | None, grace_ms: int | None = None
     ) -> None:
         """An interrupt of a parent, whatever its reason, is its children's too (same reason,
         origin and action): a queued child ends unstarted, an active one is interrupted (and so
@@ -782,7 +883,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             if child.state is RunState.QUEUED:
                 self._end_queued(child, reason, origin, action)
             elif child.state is RunState.ACTIVE:
-                self._interrupt(child, reason, origin, action)
+                self._interrupt(child, reason, origin, action, grace_ms)
 
     def _decide_interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None:
         self._touch(run)
@@ -923,6 +1024,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         )
         self._remember_finished(run.id)
         self._disarm_deadline(run, was_active)
+        if run.grace_armed:
+            self._out.append(StopInterruptGrace(run_id=run.id))
         self._out.append(ReleaseRun(run_id=run.id))
         session = self._sessions[run.session]
         if not was_active:
@@ -1127,5 +1230,6 @@ _REPORT_ROUTES: Mapping[type, _ReportRoute] = {
     DeadlineExpired: _ReportRoute(SupervisorCore._deadline_expired, body=False, progress=False),
     NoProgress: _ReportRoute(SupervisorCore._no_progress, body=False, progress=False),
     GraceExpired: _ReportRoute(SupervisorCore._grace_expired, body=False, progress=False),
+    InterruptGraceExpired: _ReportRoute(SupervisorCore._interrupt_grace_expired, body=False, progress=False),
 }
 """Who decides each report (``SupervisorCore.report``), and what kind of report it is."""

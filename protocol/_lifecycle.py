@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from run_supervisor.protocol._commands import AbandonRun, Command, DisposeInstance, StartGraceTimer
+from run_supervisor.protocol._commands import Command, DisposeInstance, StartGraceTimer
 from run_supervisor.protocol._enums import (
     ActionState,
     CloseAction,
@@ -140,7 +140,15 @@ class LifecycleMixin:
         def _ignore(self) -> None: ...
         def _move_run(self, run: _Run, trigger: RunTrigger) -> RunState: ...
         def _move_instance(self, instance: _Instance, trigger: InstanceTrigger) -> None: ...
-        def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
+        def _interrupt(
+            self,
+            run: _Run,
+            reason: InterruptReason,
+            origin: str,
+            action: str | None,
+            grace_ms: int | None = None,
+        ) -> None: ...
+        def _abandon(self, run: _Run) -> None: ...
         def _decide_interrupt(
             self, run: _Run, reason: InterruptReason, origin: str, action: str | None
         ) -> None: ...
@@ -223,7 +231,7 @@ class LifecycleMixin:
                 directory.fingerprint = req.fingerprint
             if req.do is CloseAction.INVALIDATE_CONFIG:
                 self._journal.put(self._config, "fingerprint", req.fingerprint)
-        self._cover(action, names, CLOSE_RULES[req.mode].interrupts_with)
+        self._cover(action, names, CLOSE_RULES[req.mode].interrupts_with, req.grace_ms)
         if policy is not None:
             self._reload(action, names[0], policy)
         if action.interrupted_runs:
@@ -355,12 +363,9 @@ class LifecycleMixin:
         for run in stuck:
             if run.state is not RunState.INTERRUPTING:
                 continue
-            self._move_run(run, RunTrigger.ABANDON)
-            run.abandoned = True
             self._touch(action)
             action.abandoned_runs.append(run.id)
-            self._out.append(AbandonRun(run_id=run.id))
-            self._finish(run)
+            self._abandon(run)
         for directory in sorted(self._dirs.values(), key=lambda d: d.name):
             for instance in sorted(directory.open.values(), key=lambda i: i.generation):
                 if instance.state is InstanceState.RETIRING:
@@ -448,15 +453,26 @@ class LifecycleMixin:
         return [run_id for run_id in sorted(instance.runs) if self._runs[run_id].state is RunState.ACTIVE]
 
     def _interrupt_each(
-        self, run_ids: Iterable[str], reason: InterruptReason, origin: str, action_id: str
+        self,
+        run_ids: Iterable[str],
+        reason: InterruptReason,
+        origin: str,
+        action_id: str,
+        grace_ms: int | None = None,
     ) -> None:
         """Interrupt each run still active (a parent's interrupt may have reached a child already)."""
         for run_id in run_ids:
             run = self._runs[run_id]
             if run.state is RunState.ACTIVE:
-                self._interrupt(run, reason, origin, action_id)
+                self._interrupt(run, reason, origin, action_id, grace_ms)
 
-    def _cover(self, action: _Action, names: Iterable[str], interrupt: InterruptReason | None) -> None:
+    def _cover(
+        self,
+        action: _Action,
+        names: Iterable[str],
+        interrupt: InterruptReason | None,
+        grace_ms: int | None = None,
+    ) -> None:
         """Retire every open instance of these directories for ``action``; interrupt their active
         runs when the mode says so; dispose at once the instances no run holds."""
         done: list[str] = []
@@ -472,7 +488,7 @@ class LifecycleMixin:
             if interrupt is not None:
                 for instance in instances:
                     active = self._active_runs(instance)
-                    self._interrupt_each(active, interrupt, action.origin, action.id)
+                    self._interrupt_each(active, interrupt, action.origin, action.id, grace_ms)
                     interrupted.update(active)
             waits = False
             for instance in instances:

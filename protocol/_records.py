@@ -79,6 +79,8 @@ class _Run:
     """Its body ended (how, and the error) while children were unfinished: reported finished once
     they are."""
     deadline_ms: int | None = None  # counted from run.started; the shell holds the timer
+    interrupt_grace_ms: int | None = None  # its own grace once interrupted (``INTERRUPT_GRACE``)
+    grace_armed: bool = False  # a StartInterruptGrace was sent: StopInterruptGrace at its end
     queue_policy: QueuePolicy = QueuePolicy.QUEUE  # what it was started with (``QUEUE_RULES``)
     stalled: bool = False  # flagged: no progress for its stall setting (``protocol._stalls``)
     refused: int = 0

@@ -45,6 +45,7 @@ __all__ = [
     "DisposeDone",
     "GraceExpired",
     "Heartbeat",
+    "InterruptGraceExpired",
     "NoProgress",
     "PartReport",
     "PartSnapshot",
@@ -87,6 +88,12 @@ class StartRun(_Request, frozen=True, tag="start_run"):
     """What this start does while its session is busy (``protocol.QUEUE_RULES``): ``queue``,
     ``coalesce`` or ``reject_if_busy``. None: the session's default (``SetQueuePolicy``), else the
     supervisor's (``SupervisorConfig.queue_policy``; ``queue`` unless set)."""
+    interrupt_grace_ms: int | None = None
+    """How long this run's body may go on once the run is interrupted (a cancel, a decline, a
+    confirmed close, its deadline) before the run is finished without it: ``interrupted`` with its
+    reason, ``abandoned = true``, its session moving on and its body's later reports refused
+    (``protocol.INTERRUPT_GRACE``). None: the supervisor's (``SupervisorCore(interrupt_grace_ms=)``).
+    0 abandons at once. A shutdown's interrupts use the shutdown's grace."""
     stall_after_ms: int | None = None
     """This run's own stall setting: flagged stalled (``run.stalled``) after this long without
     progress; None: the supervisor's ``stall_after_ms``. Measured by the shell (the core reads no
@@ -99,6 +106,9 @@ class CancelRun(_Request, frozen=True, tag="cancel"):
     reason: InterruptReason = InterruptReason.USER_CANCEL
     """``user_cancel``, or ``timeout`` for a host's watchdog (an external run whose client stopped
     reporting); any other reason is rejected as invalid."""
+    grace_ms: int | None = None
+    """How long the body (and its children's) may go on before the run is abandoned; None: the run's
+    ``interrupt_grace_ms``, else the supervisor's."""
 
 
 class CloseRequest(_Request, frozen=True, tag="close"):
@@ -113,6 +123,10 @@ class CloseRequest(_Request, frozen=True, tag="close"):
     config's digest). Equal to the fingerprint every live instance it covers was loaded with: the
     close is answered ``noop`` and touches nothing. Otherwise the close goes ahead and instances
     loaded from now on in its directories record this fingerprint (the no-op gate)."""
+    grace_ms: int | None = None
+    """For a mode that interrupts (``user_confirmed_interrupt``): how long the bodies it interrupts
+    may go on before their runs are abandoned; None: each run's ``interrupt_grace_ms``, else the
+    supervisor's."""
     reload_policy: ReloadPolicy | None = None
     """For ``reload`` only: when the next generation loads (``lazy``: when a run needs it or the old
     one has closed; ``eager``: at once). None: the supervisor's own (``SupervisorCore(reload_policy=)``,
@@ -180,6 +194,9 @@ class ConfirmClose(_Request, frozen=True, tag="confirm_close"):
     origin: str | None = None
     """Who confirmed; the interrupted runs carry it as their ``origin``. By default the action's own
     origin (the interrupt names the close it served)."""
+    grace_ms: int | None = None
+    """How long the bodies it interrupts may go on before their runs are abandoned; None: each run's
+    ``interrupt_grace_ms``, else the supervisor's."""
 
 
 Request = (
@@ -298,6 +315,13 @@ class RecoveredRun(msgspec.Struct, frozen=True, kw_only=True):
 
 class GraceExpired(msgspec.Struct, frozen=True):
     action_id: str
+
+
+class InterruptGraceExpired(msgspec.Struct, frozen=True):
+    """The shell's timer for a run's own grace (``StartInterruptGrace``) fired: a run still being
+    interrupted is abandoned (``protocol.GRACE_EXPIRY``); otherwise ignored."""
+
+    run_id: str
 
 
 class DeadlineExpired(msgspec.Struct, frozen=True):

@@ -48,7 +48,9 @@ __all__ = [
     "DECLINE_ORIGINS",
     "DECLINE_RULES",
     "FINISHED_RUN_STATES",
+    "GRACE_EXPIRY",
     "INSTANCE_TRANSITIONS",
+    "INTERRUPT_GRACE",
     "PART_PHASE",
     "PART_REPORTS",
     "PART_TRANSITIONS",
@@ -71,6 +73,7 @@ __all__ = [
     "CloseScope",
     "DeclineEffect",
     "DeclineRule",
+    "GraceClock",
     "IllegalTransitionError",
     "InstanceTrigger",
     "QueueRule",
@@ -109,7 +112,8 @@ class RunTrigger(StrEnum):
     BODY_RAISED = "body_raised"
     CANCEL_QUEUED = "cancel_queued"
     ABANDON = "abandon"
-    """Shutdown's deadline passed and the body still runs: the run is finished without it."""
+    """The interrupt's grace passed and the body still runs (the shutdown's grace, or the run's own:
+    ``INTERRUPT_GRACE``): the run is finished without it, ``abandoned``."""
 
 
 RUN_TRANSITIONS: Mapping[RunState, Mapping[RunTrigger, RunState]] = MappingProxyType(
@@ -530,6 +534,61 @@ SHUTDOWN_INTERRUPT_REASONS: Mapping[CloseMode, frozenset[InterruptReason]] = Map
 )
 """The reasons the runs a shutdown interrupts may carry, by its mode (derived from
 ``SHUTDOWN_RULES``): one shutdown's runs all carry the same one."""
+
+
+# --- abandoning a body that ignores its interrupt ---------------------------------------------------
+
+
+class GraceClock(StrEnum):
+    """Whose grace a body gets once its run is interrupted: past it the run is finished without the
+    body (``RunTrigger.ABANDON``: ``interrupted``, its reason kept, ``abandoned = true``)."""
+
+    RUN = "run"
+    """The run's own grace: the interrupt's request's ``grace_ms`` (a cancel, a confirmed close),
+    else the run's ``interrupt_grace_ms`` (``StartRun``), else the supervisor's
+    (``SupervisorCore(interrupt_grace_ms=)``); None at every level: no grace, the body is waited
+    for. The core says ``StartInterruptGrace`` and the shell reports ``InterruptGraceExpired``."""
+    SHUTDOWN = "shutdown"
+    """The shutdown's grace deadline (``Shutdown.grace_ms``): every body it interrupted is abandoned
+    together (``GraceExpired``). An interrupt decided while a shutdown is under way is the shutdown's."""
+    NONE = "none"
+    """The run never started (a queue policy's decision, a crash): no body to wait for."""
+
+
+INTERRUPT_GRACE: Mapping[InterruptReason, GraceClock] = MappingProxyType(
+    {
+        InterruptReason.USER_CANCEL: GraceClock.RUN,
+        InterruptReason.PERMISSION_REJECTED: GraceClock.RUN,
+        InterruptReason.FORM_DISMISSED: GraceClock.RUN,
+        InterruptReason.LIFECYCLE_INTERRUPT: GraceClock.RUN,
+        # A deadline, a watchdog's cancel (a shutdown by a watchdog is the shutdown's).
+        InterruptReason.TIMEOUT: GraceClock.RUN,
+        InterruptReason.SHUTDOWN: GraceClock.SHUTDOWN,
+        InterruptReason.TEST_TEARDOWN: GraceClock.SHUTDOWN,
+        InterruptReason.CRASH: GraceClock.NONE,
+        InterruptReason.COALESCED: GraceClock.NONE,
+        InterruptReason.DROPPED: GraceClock.NONE,
+    }
+)
+"""Which grace an interrupted body gets, by the interrupt's reason (the core looks every interrupt of
+an active run up here)."""
+
+GRACE_EXPIRY: Mapping[RunState, RunTrigger | None] = MappingProxyType(
+    {
+        # Still being interrupted and its body has not ended: finished without it.
+        RunState.INTERRUPTING: RunTrigger.ABANDON,
+        # Its body stopped in time (or it was never interrupted): the expiry changes nothing.
+        RunState.QUEUED: None,
+        RunState.ACTIVE: None,
+        RunState.COMPLETED: None,
+        RunState.INTERRUPTED: None,
+        RunState.FAILED: None,
+    }
+)
+"""What a run's own grace passing (``InterruptGraceExpired``) does, by the run's state: the trigger
+to apply to it (and first to each of its descendants still being interrupted, deepest first), or
+None: ignored. A run whose body ended while it waits for its children is not abandoned: it finishes
+with its last child."""
 
 
 # --- deadlines (issue 12, item 4) ------------------------------------------------------------------

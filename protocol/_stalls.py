@@ -72,7 +72,12 @@ class StallsMixin:
         def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
         def _active_runs(self, instance: _Instance) -> list[str]: ...
         def _interrupt_each(
-            self, run_ids: Iterable[str], reason: InterruptReason, origin: str, action_id: str
+            self,
+            run_ids: Iterable[str],
+            reason: InterruptReason,
+            origin: str,
+            action_id: str,
+            grace_ms: int | None = None,
         ) -> None: ...
         def _progressed(self, run: _Run) -> None: ...
         @staticmethod
@@ -215,7 +220,7 @@ class StallsMixin:
                 tag=req.tag,
             )
         )
-        self._interrupt_each(targets, reason, origin, action.id)
+        self._interrupt_each(targets, reason, origin, action.id, req.grace_ms)
         self._reply(
             reply_to,
             msgspec.structs.replace(self._close_outcome(action), interrupted_runs=tuple(targets)),

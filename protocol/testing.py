@@ -99,6 +99,8 @@ from run_supervisor.protocol._commands import (
     SignalInterrupt,
     SpawnRun,
     StartGraceTimer,
+    StartInterruptGrace,
+    StopInterruptGrace,
 )
 from run_supervisor.protocol._core import Report, SupervisorCore
 from run_supervisor.protocol._enums import (
@@ -153,6 +155,7 @@ from run_supervisor.protocol._requests import (
     DisposeDone,
     GraceExpired,
     Heartbeat,
+    InterruptGraceExpired,
     NoProgress,
     PartReport,
     ReplyPermission,
@@ -169,6 +172,7 @@ from run_supervisor.protocol._rules import (
     DEADLINE_ORIGIN,
     DEADLINE_REASON,
     DECLINE_ORIGINS,
+    INTERRUPT_GRACE,
     QUEUE_REASONS,
     QUEUE_RULES,
     SHUTDOWN_ACTIONS,
@@ -176,6 +180,7 @@ from run_supervisor.protocol._rules import (
     CloseScope,
     DeclineEffect,
     DeclineRule,
+    GraceClock,
     QueuedFate,
     ReloadLoad,
     decline_rule,
@@ -222,6 +227,9 @@ class _Run:
     deadline_passed: bool = False
     policy: QueuePolicy = QueuePolicy.QUEUE  # what it was queued under (``run.queued``)
     stalled: bool = False
+    grace_armed: bool = False  # its own grace (StartInterruptGrace)
+    grace_stopped: bool = False
+    grace_passed: bool = False  # the driver delivered InterruptGraceExpired
 
 
 @dataclass(slots=True)
@@ -411,12 +419,41 @@ class InvariantChecker:
 
     def _abandon_command(self, command: AbandonRun) -> None:
         run = self.runs.get(command.run_id)
-        if run is None or run.signalled is None or not self.grace_expired:
+        if run is None or run.signalled is None or not (self.grace_expired or self._own_grace_passed(run)):
             self.violation(f"{command.run_id} abandoned without an interrupt and an expired grace")
         elif run.finished is not None:
             self.violation(f"{command.run_id} abandoned after it finished")
         else:
             run.abandoned = True
+
+    def _own_grace_passed(self, run: _Run) -> bool:
+        """The run's own grace passed, or that of an ancestor it was abandoned with."""
+        walk: _Run | None = run
+        while walk is not None:
+            if walk.grace_passed:
+                return True
+            walk = self.runs.get(walk.parent) if walk.parent is not None else None
+        return False
+
+    def _interrupt_grace_command(self, command: StartInterruptGrace | StopInterruptGrace) -> None:
+        run = self.runs.get(command.run_id)
+        if isinstance(command, StartInterruptGrace):
+            if run is None or run.signalled is None or run.finished is not None or run.grace_armed:
+                self.violation(f"a grace armed for {command.run_id}, which was not just interrupted")
+            elif INTERRUPT_GRACE[run.signalled] is not GraceClock.RUN or self.shutdown_id is not None:
+                self.violation(
+                    f"{command.run_id} given a grace of its own for {run.signalled.value} "
+                    f"(shutdown: {self.shutdown_id}), which INTERRUPT_GRACE does not give one"
+                )
+            elif command.grace_ms < 0:
+                self.violation(f"{command.run_id} given a negative grace ({command.grace_ms} ms)")
+            else:
+                run.grace_armed = True
+            return
+        if run is None or not run.grace_armed or run.finished is None or run.grace_stopped:
+            self.violation(f"the grace of {command.run_id} stopped while not armed or not finished")
+        else:
+            run.grace_stopped = True
 
     def _release_command(self, command: ReleaseRun) -> None:
         run = self.runs.get(command.run_id)
@@ -455,6 +492,15 @@ class InvariantChecker:
             if not run.armed:
                 self.violation(f"a deadline of {run_id} passed, but none was armed")
             run.deadline_passed = True
+
+    def interrupt_grace_passed(self, run_id: str) -> None:
+        """A run's own grace passed (the driver delivered ``InterruptGraceExpired``). A driver that
+        feeds command batches must say so: an abandon nobody's grace allowed is a violation."""
+        run = self.runs.get(run_id)
+        if run is not None:
+            if self.commands_seen and not run.grace_armed:
+                self.violation(f"the grace of {run_id} passed, but none was armed")
+            run.grace_passed = True
 
     def event(self, event: Event) -> None:
         """One published event, in ``seq`` order."""
@@ -1442,6 +1488,8 @@ _COMMAND_HANDLERS: dict[type, Callable[[InvariantChecker, Any], None]] = {
     StartGraceTimer: InvariantChecker._grace_timer_command,
     ArmDeadline: InvariantChecker._deadline_command,
     DisarmDeadline: InvariantChecker._deadline_command,
+    StartInterruptGrace: InvariantChecker._interrupt_grace_command,
+    StopInterruptGrace: InvariantChecker._interrupt_grace_command,
     ShutdownComplete: InvariantChecker._shutdown_complete_command,
 }
 """What the oracle checks of each command a core gives (``InvariantChecker.command``)."""
@@ -1521,6 +1569,8 @@ class CoreShell:
             self.checker.grace_passed()
         if isinstance(report, DeadlineExpired):
             self.checker.deadline_passed(report.run_id)
+        if isinstance(report, InterruptGraceExpired):
+            self.checker.interrupt_grace_passed(report.run_id)
         self.last = self.carry_out(self.core.report(report))
         return self.last
 
@@ -1615,6 +1665,10 @@ class CoreShell:
         """One held dispose hook returns (or raises ``error``)."""
         command = self.held.pop(index)
         return self.report(DisposeDone(command.directory, command.generation, error=error))
+
+    def expire_grace(self, run: str) -> list[Command]:
+        """Pass ``run``'s own grace (its ``StartInterruptGrace``)."""
+        return self.report(InterruptGraceExpired(run_id=run))
 
     def expire(self) -> list[Command]:
         """Shutdown's grace deadline passes."""

@@ -18,7 +18,9 @@ from run_supervisor.protocol import (
     CLOSE_RULES,
     DEADLINE_EXPIRY,
     DEADLINE_ORIGIN,
+    GRACE_EXPIRY,
     INSTANCE_TRANSITIONS,
+    INTERRUPT_GRACE,
     PART_PHASE,
     PART_TRANSITIONS,
     QUEUE_RULES,
@@ -214,6 +216,20 @@ def _deadline_and_session_tables() -> list[str]:
         "| --- | --- |",
     ]
     for state, trigger in DEADLINE_EXPIRY.items():
+        lines.append(f"| `{state.value}` | {trigger.value if trigger else 'ignored'} |")
+    lines += [
+        "",
+        "**Interrupt graces** (`INTERRUPT_GRACE`, `GRACE_EXPIRY`): whose grace an interrupted body gets, "
+        "by the interrupt's reason; past a run's own grace (`InterruptGraceExpired`) a run still "
+        "`interrupting` whose body has not ended is abandoned, its stuck descendants first",
+        "",
+        "| interrupt reason | grace |",
+        "| --- | --- |",
+    ]
+    for reason, clock in INTERRUPT_GRACE.items():
+        lines.append(f"| `{reason.value}` | `{clock.value}` |")
+    lines += ["", "| run state | own grace passes |", "| --- | --- |"]
+    for state, trigger in GRACE_EXPIRY.items():
         lines.append(f"| `{state.value}` | {trigger.value if trigger else 'ignored'} |")
     lines += [
         "",

@@ -20,6 +20,10 @@ interleaving of host requests and internal reports, breadth-first, merging state
 * the ``deadlines`` scope: runs start with or without a deadline; an armed deadline
   expires at any moment, also after its run ended or while it is being interrupted; a running body
   reports retries (twice at most) at any moment, before or after its steps.
+* the ``abandons`` scope: the core gives every interrupted body a grace of its own
+  (``interrupt_grace_ms``); an armed grace passes at any moment (the run is then abandoned if its
+  body still runs), also after its body ended; an abandoned body goes on reporting (steps, retries,
+  its end), which the core refuses; the session's next queued run starts.
 
 After every step the one ``InvariantChecker`` (``run_supervisor.protocol.testing``) checks the new
 command batch; with ``--drain`` (the default) every new state is also driven to its end (a test
@@ -75,6 +79,7 @@ from run_supervisor.protocol import (
     DisposeInstance,
     GraceExpired,
     Heartbeat,
+    InterruptGraceExpired,
     NoProgress,
     QueuePolicy,
     ReleaseRun,
@@ -89,6 +94,7 @@ from run_supervisor.protocol import (
     SignalInterrupt,
     SpawnRun,
     StartGraceTimer,
+    StartInterruptGrace,
     StartRun,
     StepKind,
     StepReport,
@@ -142,6 +148,7 @@ class World:
     tokens: dict[Request, int] = field(default_factory=dict)
     closed: bool = False
     deadlines: tuple[str, ...] = ()  # armed and not expired yet (kept after the run ends)
+    graces: tuple[str, ...] = ()  # runs' own graces armed and not passed yet (kept after the end)
 
     # carrying out a batch
 
@@ -160,6 +167,8 @@ class World:
                 self.timer = command.action_id
             elif isinstance(command, ArmDeadline):
                 self.deadlines = (*self.deadlines, command.run_id)
+            elif isinstance(command, StartInterruptGrace):
+                self.graces = (*self.graces, command.run_id)
             elif isinstance(command, ShutdownComplete):
                 self.closed = True
             # SignalInterrupt, AbandonRun, ReleaseRun: the body goes on until it reports its end.
@@ -179,11 +188,16 @@ class World:
             self.checker.grace_passed()
         if isinstance(report, DeadlineExpired):
             self.checker.deadline_passed(report.run_id)
+        if isinstance(report, InterruptGraceExpired):
+            self.checker.interrupt_grace_passed(report.run_id)
         self.carry_out(self.core.report(report))
 
 
-def initial_world(core: Callable[[], SupervisorCore] = SupervisorCore) -> World:
+def initial_world(
+    core: Callable[[], SupervisorCore] = SupervisorCore, interrupt_grace_ms: int | None = None
+) -> World:
     world = World(core=core(), checker=InvariantChecker())
+    world.core.interrupt_grace_ms = interrupt_grace_ms
     world.core.declare(B)
     world.carry_out(world.core.preload(A, "f0"))  # the no-op gate compares closes with it
     return world
@@ -230,6 +244,14 @@ def _deadline_passes(run_id: str) -> Callable[[World], None]:
     def move(world: World) -> None:
         world.deadlines = tuple(r for r in world.deadlines if r != run_id)
         world.report(DeadlineExpired(run_id=run_id))
+
+    return move
+
+
+def _grace_passes(run_id: str) -> Callable[[World], None]:
+    def move(world: World) -> None:
+        world.graces = tuple(r for r in world.graces if r != run_id)
+        world.report(InterruptGraceExpired(run_id=run_id))
 
     return move
 
@@ -342,6 +364,9 @@ class Scope:
     deadlines: bool = False
     """Runs may start with a deadline, which expires at any moment; bodies report retries and a
     step."""
+    interrupt_grace_ms: int | None = None
+    """The core's own grace for an interrupted body (``SupervisorCore(interrupt_grace_ms=)``): each
+    armed grace passes at any moment."""
 
 
 FULL = Scope(
@@ -476,6 +501,23 @@ SCOPES = {
             asks=False,
             deadlines=True,
         ),
+        Scope(
+            "abandons",
+            "3 runs in /w/a (s1, s2; queued behind each other); every interrupted body gets a grace of its "
+            "own, which passes at any moment (also after the body ended): cancel, permission asks and forms "
+            "with every reply, deadlines, a confirmed reload; an abandoned body goes on stepping, retrying "
+            "and ends; shutdown and the grace deadline",
+            runs=3,
+            places=(("s1", A), ("s2", A)),
+            closes=((CloseAction.RELOAD, (A,)),),
+            modes=(CloseMode.USER_CONFIRMED_INTERRUPT,),
+            max_closes=1,
+            reasons=(ShutdownReason.SHUTDOWN,),
+            max_shutdowns=1,
+            raises=False,
+            deadlines=True,
+            interrupt_grace_ms=50,
+        ),
     )
 }
 
@@ -579,6 +621,8 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
             yield f"{run_id} starts a step", _body_steps(run_id)
     for run_id in world.deadlines:
         yield f"the deadline of {run_id} passes", _deadline_passes(run_id)
+    for run_id in world.graces:
+        yield f"the grace of {run_id} passes", _grace_passes(run_id)
     for run_id in sorted(world.bodies) if scope.stalls else ():
         yield f"{run_id} makes no progress", _report(NoProgress(run_id=run_id, idle_ms=1000))
         yield f"{run_id} heartbeats", _report(Heartbeat(run_id=run_id))
@@ -686,6 +730,7 @@ def state_key(world: World) -> int:
         tuple(world.held),
         world.timer,
         world.deadlines,
+        world.graces,
         (world.started, world.closes, world.shutdowns, world.policy_sets, world.confirms),
         world.closed,
     )
@@ -766,7 +811,7 @@ def explore(
     """Breadth-first over every interleaving up to ``depth`` steps, checking after every step."""
     started = time.perf_counter()
     result = Result(scope=scope.name, about=scope.about, depth=depth)
-    root = initial_world(core)
+    root = initial_world(core, scope.interrupt_grace_ms)
     seen = {state_key(root)}
     frontier: list[tuple[World, tuple[str, ...]]] = [(root, ())]
     result.states = 1

@@ -47,6 +47,7 @@ BOUNDED = pick(
         ("stalled-trees", 3, 200),
         ("reloads", 3, 800),
         ("deadlines", 3, 400),
+        ("abandons", 3, 500),
     ],
     deep=[
         ("full", 4, 25_000),
@@ -58,6 +59,7 @@ BOUNDED = pick(
         ("stalled-trees", 5, 8_000),
         ("reloads", 4, 4_000),
         ("deadlines", 5, 8_000),
+        ("abandons", 5, 8_000),
     ],
 )
 
