@@ -1,7 +1,8 @@
 """Make the timeline pictures the docs link: one PNG per library scenario (docs/scenarios/timelines/)
 and one of the live page during a deferred close (docs/images/timeline-live.png).
 
-Needs Debian's `chromium` (headless). Usage: .venv/bin/python scripts/timeline_pictures.py
+Needs Debian's `chromium` (headless). Usage: .venv/bin/python scripts/timeline_pictures.py [PREFIX...]
+(with prefixes, only the library scenarios whose name starts with one, e.g. `43 44`; no live page).
 """
 
 from __future__ import annotations
@@ -56,12 +57,14 @@ def shoot(url: str, target: Path, size: str) -> None:
     print(f"{target.relative_to(ROOT)}  {target.stat().st_size // 1024} KiB")
 
 
-def scenarios(out: Path) -> None:
+def scenarios(out: Path, only: tuple[str, ...] = ()) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as pages:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             cli(["scenario", "docs/scenarios", "--html", pages])  # from ROOT: relative names on the pages
         for page in sorted(Path(pages).glob("*.html")):
+            if only and not page.stem.startswith(only):
+                continue
             shoot(page.as_uri(), out / f"{page.stem}.png", "960,520")
 
 
@@ -93,5 +96,7 @@ def live(target: Path) -> None:
 
 if __name__ == "__main__":
     os.chdir(ROOT)
-    live(ROOT / "docs/images/timeline-live.png")
-    scenarios(ROOT / "docs/scenarios/timelines")
+    prefixes = tuple(sys.argv[1:])
+    if not prefixes:
+        live(ROOT / "docs/images/timeline-live.png")
+    scenarios(ROOT / "docs/scenarios/timelines", prefixes)

@@ -28,6 +28,7 @@ import re
 import stat
 import sys
 import tomllib
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
@@ -53,6 +54,7 @@ from run_supervisor.protocol import (
     CloseAction,
     CloseMode,
     CloseResult,
+    Event,
     InterruptReason,
     Outcome,
     PartState,
@@ -69,12 +71,14 @@ from run_supervisor.protocol import (
 
 __all__ = [
     "CLOSES",
+    "EVENT_FIELDS",
     "MAX_MS",
     "NONE",
     "SHUTDOWNS",
     "ActionDo",
     "ActionSpec",
     "Decision",
+    "EventExpectation",
     "Expectation",
     "ExpectationTarget",
     "InstanceFaultSpec",
@@ -275,6 +279,22 @@ class Expectation:
 
 
 @dataclass(frozen=True, slots=True)
+class EventExpectation:
+    """One ``expect_events`` entry (an extension): the events of the report's timeline of type ``type``
+    whose fields hold ``fields`` (a table value matches a table that holds at least its keys, the
+    string ``"none"`` is already ``None``), counted between ``after`` and ``before`` (the first such
+    event; None: the timeline's start or end), must number ``count`` (None: at least one)."""
+
+    key: str
+    """Where it is in the file (``expect_events[2]``), for the failure line."""
+    type: str
+    fields: Mapping[str, object]
+    count: int | None = None
+    after: When | None = None
+    before: When | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     """A valid scenario file."""
 
@@ -300,6 +320,8 @@ class Scenario:
     reload_policy: ReloadPolicy = ReloadPolicy.EAGER
     """An extension: when a reload loads the next generation. ``eager`` unless the file says
     ``reload_policy = "lazy"``: the public contract says a reload loads it at once."""
+    expect_events: tuple[EventExpectation, ...] = ()
+    """An extension: what the timeline must hold (or must not), counted, between two events."""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -397,6 +419,31 @@ _CLOSE_MODES = tuple(mode for mode, rule in CLOSE_RULES.items() if not rule.cove
 _TOOL_KINDS = (StepKind.TOOL_INPUT, StepKind.TOOL_EXEC)
 _TOOL_EXEC_AT = (PartState.PREPARED, PartState.RUNNING)
 _DO_VALUES: tuple[str, ...] = (*(do.value for do in CloseAction), *(do.value for do in UserAction))
+
+
+def _event_fields() -> Mapping[str, frozenset[str]]:
+    """Each event type of the report's timeline and the fields its rows have, by the report's names:
+    every field of the protocol's event (``run`` and ``action`` for ``run_id`` and ``action_id``; not
+    ``seq``, ``parts`` or ``tag``), read from the event structs so a new field is expectable at once,
+    plus what the runner adds (a recovered run's ``run.finished``, the file's ask names...)."""
+    renamed = {"run_id": "run", "action_id": "action"}
+    fields: dict[str, set[str]] = {}
+    for struct in typing.get_args(Event):
+        tag = str(struct.__struct_config__.tag)
+        names = {renamed.get(name, name) for name in struct.__struct_fields__} - {"seq", "parts", "tag"}
+        fields.setdefault(tag, set()).update(names)
+    recovered = fields.pop("run.recovered")  # the report shows a recovered run as its run.finished
+    fields["run.finished"] |= {*recovered, "recovered"}
+    for tag in [tag for tag in fields if tag.startswith("ask.")]:
+        fields[tag] |= {"ask", "action"}  # the file's ask name; the reply action that decided it
+    fields["lifecycle.confirmed"].add("confirm")
+    return MappingProxyType({tag: frozenset(names) for tag, names in fields.items()})
+
+
+EVENT_FIELDS: Mapping[str, frozenset[str]] = _event_fields()
+"""The event types an ``expect_events`` entry may name, each with the fields it may match."""
+_EVENT_KEYS = ("type", "count", "after", "before")
+"""The keys of an ``expect_events`` entry that are not fields of the event."""
 
 
 def shutdown_reason(do: CloseAction) -> ShutdownReason:
@@ -640,6 +687,7 @@ class _ScenarioModel(_Model):
     stall_after_ms: Annotated[StrictInt, Field(ge=1, le=MAX_MS)] | None = None
     queue_policies: dict[_Id, Annotated[StrictStr, _one_of_values(QueuePolicy)]] = Field(default_factory=dict)
     reload_policy: Annotated[StrictStr, _one_of_values(ReloadPolicy)] = ReloadPolicy.EAGER.value
+    expect_events: list[dict[StrictStr, Any]] = Field(default_factory=list)
 
 
 class _RunExpectModel(_Model):
@@ -672,11 +720,19 @@ class _ActionExpectModel(_Model):
     """A reload (an extension): its next generation's ``instance.started`` comes after this event."""
     loaded_before: StrictStr | None = None
     """A reload (an extension): its next generation's ``instance.started`` comes before this event."""
+    answered_after: StrictStr | None = None
+    """An extension: the action's ``action.result`` comes after this event."""
+    answered_before: StrictStr | None = None
+    """An extension: the action's ``action.result`` comes before this event."""
+    completed_before: StrictStr | None = None
+    """An extension: the action's completion event comes before this event."""
 
 
 class _SessionExpectModel(_Model):
     status: Annotated[StrictStr, _one_of_values(SessionStatus)] | None = None
     retries: Annotated[StrictInt, Field(ge=0)] | None = None
+    statuses: list[Annotated[StrictStr, _one_of_values(SessionStatus)]] | None = None
+    """An extension: the session's exact sequence of ``session.status`` values."""
 
 
 _WHAT: Mapping[type[BaseModel], str] = {
@@ -1089,6 +1145,9 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
     )
     _check_when_cycles(actions)
     expect = tuple(_build_expectation(target, entry, names) for target, entry in model.expect.items())
+    expect_events = tuple(
+        _build_event_expectation(index, entry, names) for index, entry in enumerate(model.expect_events)
+    )
     faults = {
         directory: InstanceFaultSpec(dispose_error=fault.dispose_error, dispose_ms=fault.dispose_ms)
         for directory, fault in model.instance_faults.items()
@@ -1108,6 +1167,7 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         stall_after_ms=model.stall_after_ms,
         queue_policies=MappingProxyType({s: QueuePolicy(p) for s, p in model.queue_policies.items()}),
         reload_policy=ReloadPolicy(model.reload_policy),
+        expect_events=expect_events,
     )
 
 
@@ -1591,9 +1651,10 @@ def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> 
             if name == "code":
                 value = None if value == NONE else RejectCode(value)
             fields[name] = None if name == "completed" and value == NONE else value
-        if action.completed_after is not None:
-            key = _key(*prefix, "completed_after")
-            fields["completed_after"] = _parse_event(action.completed_after, names, key)
+        for name in ("completed_after", "completed_before", "answered_after", "answered_before"):
+            raw = getattr(action, name)
+            if raw is not None:
+                fields[name] = _parse_event(raw, names, _key(*prefix, name))
         for name in ("loaded_after", "loaded_before"):
             raw = getattr(action, name)
             if raw is None:
@@ -1617,6 +1678,8 @@ def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> 
             (name, SessionStatus(getattr(session, name)) if name == "status" else getattr(session, name))
             for name in entry
         )
+        if session.statuses is not None:
+            fields["statuses"] = tuple(SessionStatus(status) for status in session.statuses)
         return Expectation(
             target=target, target_kind=ExpectationTarget.SESSION, fields=MappingProxyType(fields)
         )
@@ -1643,3 +1706,83 @@ def _tool_parts_expectation(
                 f"must be a part state or a table with state and tool_started, not {_describe(item)}",
             )
     return tuple(parts)
+
+
+def _build_event_expectation(index: int, entry: Mapping[str, Any], names: _Names) -> EventExpectation:
+    """An ``expect_events`` entry: a known event type, fields that event has (by the report's names),
+    values that name what the file has, and ``count``, ``after``, ``before``."""
+    prefix: tuple[str | int, ...] = ("expect_events", index)
+    kind = entry.get("type")
+    if kind is None:
+        raise _InvalidError(_key(*prefix, "type"), "this key is required (the event type to look for)")
+    if not isinstance(kind, str) or kind not in EVENT_FIELDS:
+        raise _InvalidError(_key(*prefix, "type"), f"must be {_one_of(EVENT_FIELDS)}, not {_describe(kind)}")
+    known = EVENT_FIELDS[kind]
+    fields: dict[str, object] = {}
+    for name, value in entry.items():
+        if name in _EVENT_KEYS:
+            continue
+        if name not in known:
+            raise _InvalidError(
+                _key(*prefix, name),
+                f"not a field of a {kind} event (its fields: {_listing(sorted(known))}; "
+                f"and {_listing(_EVENT_KEYS[1:])})",
+            )
+        _check_event_reference(name, value, entry, names, (*prefix, name))
+        fields[name] = _expected_value(value)
+    count = entry.get("count")
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
+        raise _InvalidError(
+            _key(*prefix, "count"), f"must be a whole number of events (0 or more), not {_describe(count)}"
+        )
+    bounds: dict[str, When] = {}
+    for name in ("after", "before"):
+        raw = entry.get(name)
+        if raw is None:
+            continue
+        if not isinstance(raw, str):
+            raise _InvalidError(
+                _key(*prefix, name), f"must be an event name (as in when), not {_describe(raw)}"
+            )
+        bounds[name] = _parse_event(raw, names, _key(*prefix, name))
+    return EventExpectation(
+        key=_key(*prefix),
+        type=kind,
+        fields=MappingProxyType(fields),
+        count=count,
+        after=bounds.get("after"),
+        before=bounds.get("before"),
+    )
+
+
+def _check_event_reference(
+    name: str, value: object, entry: Mapping[str, Any], names: _Names, path: tuple[str | int, ...]
+) -> None:
+    """``run``, ``session``, ``action`` and ``ask`` name something of the file (or are ``"none"``)."""
+    if value == NONE or name not in ("run", "session", "action", "ask"):
+        return
+    if not isinstance(value, str):
+        raise _InvalidError(
+            _key(*path), f"must be a string naming a {name} of this file, not {_describe(value)}"
+        )
+    if name == "ask":
+        run = entry.get("run")
+        runs = [names.runs[run]] if isinstance(run, str) and run in names.runs else list(names.runs.values())
+        if not any(step.ask == value for spec in runs for step in spec.steps):
+            whose = f"of run {run!r}" if isinstance(run, str) and run in names.runs else "of any run"
+            raise _InvalidError(_key(*path), f"{value!r} names no ask {whose} (a step's ask)")
+        return
+    known: Iterable[str] = {"run": names.runs, "session": names.sessions, "action": names.actions}[name]
+    if value not in known:
+        raise _InvalidError(_key(*path), f"{value!r} names no {name} of this file")
+
+
+def _expected_value(value: object) -> object:
+    """An expected field value: ``"none"`` is null, in a table or a list too."""
+    if value == NONE:
+        return None
+    if isinstance(value, dict):
+        return MappingProxyType({name: _expected_value(item) for name, item in value.items()})
+    if isinstance(value, list):
+        return tuple(_expected_value(item) for item in value)
+    return value

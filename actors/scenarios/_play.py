@@ -61,6 +61,7 @@ from run_supervisor.actors.scenarios._report import (
     PartReport,
     RunReport,
     ScenarioReport,
+    check_event_expectations,
     check_expectations,
 )
 from run_supervisor.actors.testing import simulate_crash
@@ -632,6 +633,12 @@ class _Player:
     # --- the report -----------------------------------------------------------------------------
 
     def report(self) -> ScenarioReport:
+        # An ask's row names the file's ask too (an extension): its body recorded the id as it opened
+        # it, which may be after the row entered the timeline.
+        ask_names = {ask_id: name for (_, name), ask_id in self.ask_ids.items()}
+        for row in self.timeline.rows:
+            if row["type"].startswith("ask.") and row.get("ask_id") in ask_names:
+                row["ask"] = ask_names[row["ask_id"]]
         runs = {run_id: self._run_report(record) for run_id, record in self.runs.items()}
         actions = {action_id: _action_report(record) for action_id, record in self.actions.items()}
         draft = ScenarioReport(
@@ -648,6 +655,7 @@ class _Player:
         completions = {aid: r.completion for aid, r in self.actions.items() if r.completion is not None}
         failures = [
             *check_expectations(self.scenario.expect, draft, self.timeline.names, completions),
+            *check_event_expectations(self.scenario.expect_events, draft, self.timeline.names),
             *self.failures,
         ]
         return msgspec.structs.replace(draft, passed=not failures, failures=failures)

@@ -20,6 +20,7 @@ from msgspec import UNSET, UnsetType
 
 from run_supervisor.actors.scenarios._format import (
     ActionDo,
+    EventExpectation,
     Expectation,
     ExpectationTarget,
     PartExpectation,
@@ -46,6 +47,7 @@ __all__ = [
     "PartReport",
     "RunReport",
     "ScenarioReport",
+    "check_event_expectations",
     "check_expectations",
     "to_builtins",
 ]
@@ -175,6 +177,7 @@ def check_expectations(
                 names,
                 completions.get(expectation.target),
                 _next_generation_loaded(report, expectation.target),
+                _answer_index(report, expectation.target),
             )
         else:
             got = report.sessions.get(expectation.target, SessionStatus.IDLE)
@@ -191,7 +194,102 @@ def check_expectations(
             )
             if retries is not None and seen != retries:
                 failures.append(f"{expectation.target}: expected {retries} retry statuses, got {seen}")
+            statuses = expectation.fields.get("statuses")  # an extension: the exact sequence
+            if isinstance(statuses, tuple):
+                got_statuses = [
+                    e["status"]
+                    for e in report.events
+                    if e["type"] == "session.status" and e["session"] == expectation.target
+                ]
+                if got_statuses != list(statuses):
+                    failures.append(
+                        f"{expectation.target}: expected the statuses {[str(s) for s in statuses]}, "
+                        f"got {[str(s) for s in got_statuses]}"
+                    )
     return failures
+
+
+def check_event_expectations(
+    expect: Sequence[EventExpectation], report: ScenarioReport, names: Sequence[tuple[int, str]]
+) -> list[str]:
+    """One line per ``expect_events`` entry (an extension) that did not hold: the events of its type
+    whose fields match, between its ``after`` and ``before`` events, are not as many as it says (at
+    least one when it gives no ``count``). ``names`` pairs each report event index with the ``when``
+    name it stands for."""
+    failures: list[str] = []
+    for expectation in expect:
+        start, end = -1, len(report.events)
+        missing = False
+        for bound in (expectation.after, expectation.before):
+            if bound is None:
+                continue
+            seen = next((index for index, name in names if name == bound.raw), None)
+            if seen is None:
+                failures.append(f"{_described(expectation)}: {bound.raw} never happened")
+                missing = True
+            elif bound is expectation.after:
+                start = seen
+            else:
+                end = seen
+        if missing:
+            continue
+        found = [
+            index
+            for index in range(start + 1, end)
+            if report.events[index]["type"] == expectation.type
+            and all(
+                _matches(want, report.events[index].get(name, UNSET))
+                for name, want in expectation.fields.items()
+            )
+        ]
+        count = expectation.count
+        if (count is None and found) or len(found) == count:
+            continue
+        wanted = "at least 1" if count is None else f"exactly {count}"
+        where = ", ".join(str(report.events[index]["seq"]) for index in found)
+        failures.append(
+            f"{_described(expectation)}: expected {wanted}, got {len(found)}"
+            + (f" (seq {where})" if found else "")
+        )
+    return failures
+
+
+def _described(expectation: EventExpectation) -> str:
+    fields = ", ".join(f"{name} = {_shown_value(value)}" for name, value in expectation.fields.items())
+    window = "".join(
+        f" {word} {bound.raw}"
+        for word, bound in (("after", expectation.after), ("before", expectation.before))
+        if bound is not None
+    )
+    return f"{expectation.key}: {expectation.type}" + (f" with {fields}" if fields else "") + window
+
+
+def _shown_value(value: object) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {_shown_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_shown_value(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return _shown(value)
+
+
+def _matches(want: object, got: object) -> bool:
+    """``got`` (a report row's value) holds ``want``: a table holds at least the wanted keys, each
+    matching; a list is equal item by item; a boolean is never a number."""
+    if isinstance(want, Mapping):
+        return isinstance(got, Mapping) and all(
+            name in got and _matches(item, got[name]) for name, item in want.items()
+        )
+    if isinstance(want, tuple):
+        return (
+            isinstance(got, list | tuple)
+            and len(got) == len(want)
+            and all(_matches(a, b) for a, b in zip(want, got, strict=True))
+        )
+    if isinstance(want, bool) or isinstance(got, bool):
+        return isinstance(want, bool) and isinstance(got, bool) and want == got
+    return want == got
 
 
 def _shown(value: object) -> str:
@@ -293,12 +391,47 @@ def _check_load_order(
     return []
 
 
+_ORDER_KEYS: Mapping[str, tuple[str, str]] = {
+    "completed_before": ("completed", "before"),
+    "answered_after": ("answered", "after"),
+    "answered_before": ("answered", "before"),
+}
+
+
+def _check_order(
+    aid: str, what: str, relation: str, want: When, names: Sequence[tuple[int, str]], at: int | None
+) -> list[str]:
+    """``<what>_<relation>``: where the action was answered (its ``action.result``) or completed,
+    against the first time ``want`` happened."""
+    if at is None:
+        return [f"{aid}: expected to be {what} {relation} {want.raw}, but it never was"]
+    seen = next((index for index, name in names if name == want.raw), None)
+    if seen is None:
+        return [f"{aid}: expected to be {what} {relation} {want.raw}, which never happened"]
+    if not (seen < at if relation == "after" else at < seen):
+        return [f"{aid}: {what} (event {at + 1}) not {relation} {want.raw} (event {seen + 1})"]
+    return []
+
+
+def _answer_index(report: ScenarioReport, action: str) -> int | None:
+    """The index of the action's ``action.result`` in the timeline (None: never answered)."""
+    return next(
+        (
+            index
+            for index, row in enumerate(report.events)
+            if row["type"] == "action.result" and row.get("action") == action
+        ),
+        None,
+    )
+
+
 def _check_action(
     expectation: Expectation,
     action: ActionReport,
     names: Sequence[tuple[int, str]],
     completion: int | None,
     loaded: int | None = None,
+    answer: int | None = None,
 ) -> list[str]:
     failures: list[str] = []
     aid = expectation.target
@@ -317,6 +450,12 @@ def _check_action(
                 failures.append(f"{aid}: expected to complete after {want.raw}, which never happened")
             elif first >= completion:
                 failures.append(f"{aid}: completed (event {completion + 1}) before {want.raw}")
+            continue
+        if key in _ORDER_KEYS:  # extensions: its answer, or its completion, against an event
+            assert isinstance(want, When)
+            what, relation = _ORDER_KEYS[key]
+            at = completion if what == "completed" else answer
+            failures += _check_order(aid, what, relation, want, names, at)
             continue
         got = getattr(action, key)
         if key == "interrupted_runs":

@@ -1,0 +1,226 @@
+"""The scenario format's later extensions: counted, absent and ordered events, expectations on ask
+events, a graceful restart, instance load faults, ``resume_of``, retry details and several callers
+joined to one run's result. Each new key plays against real actors, and bad input is refused naming
+the file and the key (exit status 2), like the rest of the format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from run_supervisor.actors._cli import main
+from run_supervisor.actors.scenarios import (
+    ScenarioFileError,
+    ScenarioReport,
+    parse_scenario,
+    play,
+)
+
+HELD_RUN = """
+name = "a held run"
+directories = ["/proj/a"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [
+  { kind = "model" },
+  { kind = "tool_input", tool = "bash" },
+  { kind = "tool_exec", id = "exec", tool = "bash", at = "prepared", gate = "g1" },
+  { kind = "model" },
+]
+
+[[actions]]
+id = "stop"
+when = "r1.exec.started"
+do = "cancel"
+run = "r1"
+
+[[actions]]
+when = "r1.finished"
+do = "open_gate"
+gate = "g1"
+"""
+
+ASKING_RUN = """
+name = "a run that asks"
+directories = ["/proj/a"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [
+  { kind = "model" },
+  { kind = "tool_input", tool = "bash" },
+  { kind = "tool_exec", tool = "bash" },
+  { kind = "permission", id = "asking", ask = "push", title = "Run this command?", command = "git push" },
+]
+
+[[actions]]
+id = "stop"
+when = "r1.asking.started"
+do = "cancel"
+run = "r1"
+"""
+
+
+def played(text: str) -> ScenarioReport:
+    return play(parse_scenario(text, file="story.toml", fmt="toml"), timeout=10)
+
+
+def refused(text: str) -> ScenarioFileError:
+    with pytest.raises(ScenarioFileError) as caught:
+        parse_scenario(text, file="story.toml", fmt="toml")
+    assert caught.value.file == "story.toml"
+    return caught.value
+
+
+# ----------------------------------------------------------------------------------------------------
+# Counted, absent and ordered events
+
+
+def test_a_run_finished_exactly_once_holds_and_a_count_of_two_fails_naming_the_entry() -> None:
+    once = HELD_RUN + '[[expect_events]]\ntype = "run.finished"\nrun = "r1"\ncount = 1\n'
+    assert played(once).failures == []
+    twice = HELD_RUN + '[[expect_events]]\ntype = "run.finished"\nrun = "r1"\ncount = 2\n'
+    report = played(twice)
+    assert report.passed is False
+    [line] = report.failures
+    assert line.startswith("expect_events[0]: run.finished with run = 'r1': expected exactly 2, got 1")
+
+
+def test_an_absent_event_that_happened_fails_and_one_that_never_did_holds() -> None:
+    absent = HELD_RUN + '[[expect_events]]\ntype = "instance.closed"\ncount = 0\n'
+    assert played(absent).failures == []
+    present = HELD_RUN + '[[expect_events]]\ntype = "run.started"\nrun = "r1"\ncount = 0\n'
+    [line] = played(present).failures
+    assert "run.started with run = 'r1': expected exactly 0, got 1" in line
+
+
+def test_an_event_expectation_without_a_count_wants_at_least_one() -> None:
+    report = played(HELD_RUN + '[[expect_events]]\ntype = "lifecycle.requested"\n')
+    assert report.failures == ["expect_events[0]: lifecycle.requested: expected at least 1, got 0"]
+
+
+def test_after_and_before_count_only_the_events_between_them() -> None:
+    text = HELD_RUN + (
+        '[[expect_events]]\ntype = "session.status"\nstatus = "idle"\nafter = "r1.finished"\ncount = 1\n'
+        '[[expect_events]]\ntype = "session.status"\nstatus = "idle"\nbefore = "r1.finished"\ncount = 0\n'
+        '[[expect_events]]\ntype = "session.status"\nstatus = "busy"\nafter = "stop.ok"\ncount = 0\n'
+    )
+    assert played(text).failures == []
+    wrong = HELD_RUN + '[[expect_events]]\ntype = "run.finished"\nrun = "r1"\nbefore = "r1.exec.started"\n'
+    [line] = played(wrong).failures
+    assert line.endswith("before r1.exec.started: expected at least 1, got 0")
+
+
+def test_an_event_window_whose_bound_never_came_fails() -> None:
+    text = HELD_RUN + (
+        '[[runs]]\nid = "r2"\nsession = "s2"\ndirectory = "/proj/a"\nstart = "manual"\n'
+        'steps = [{ kind = "model" }]\n'
+        '[[expect_events]]\ntype = "run.finished"\nafter = "r2.started"\ncount = 0\n'
+    )
+    [line] = played(text).failures
+    assert line == "expect_events[0]: run.finished after r2.started: r2.started never happened"
+
+
+def test_a_session_s_statuses_are_its_exact_sequence() -> None:
+    assert played(HELD_RUN + '[expect.s1]\nstatuses = ["busy", "idle"]\n').failures == []
+    [line] = played(HELD_RUN + '[expect.s1]\nstatuses = ["busy", "busy", "idle"]\n').failures
+    assert line == "s1: expected the statuses ['busy', 'busy', 'idle'], got ['busy', 'idle']"
+
+
+def test_an_answer_is_ordered_against_a_run_s_end() -> None:
+    # The stop is answered before the run ends: the body waits at a gate the answer opens.
+    text = HELD_RUN.replace('when = "r1.finished"\ndo = "open_gate"', 'when = "stop.ok"\ndo = "open_gate"')
+    text = text.replace('at = "prepared", gate = "g1"', 'at = "prepared", gate = "g1", ignores_cancel = true')
+    holds = text + '[expect.stop]\nanswered_before = "r1.finished"\nanswered_after = "r1.exec.started"\n'
+    assert played(holds).failures == []
+    [line] = played(text + '[expect.stop]\nanswered_after = "r1.finished"\n').failures
+    assert line.startswith("stop: answered (event ") and line.endswith("not after r1.finished (event 14)")
+
+
+def test_a_lifecycle_action_s_completion_may_be_ordered_before_an_event() -> None:
+    text = HELD_RUN + (
+        '[[actions]]\nid = "close"\nwhen = "r1.finished"\ndo = "dispose"\ndirectory = "/proj/a"\n'
+        'mode = "maintenance"\n'
+        '[expect.close]\nresult = "completed"\ncompleted_after = "r1.finished"\n'
+    )
+    assert played(text + 'completed_before = "close.completed"\n').failures != []
+    assert played(text).failures == []
+
+
+# ----------------------------------------------------------------------------------------------------
+# Ask events
+
+
+def test_ask_events_name_the_file_s_ask_and_match_their_payload_by_the_keys_given() -> None:
+    text = ASKING_RUN + (
+        '[[expect_events]]\ntype = "ask.requested"\nask = "push"\n'
+        'payload = { title = "Run this command?", command = "git push" }\ncount = 1\n'
+        '[[expect_events]]\ntype = "ask.withdrawn"\nask = "push"\nreason = "interrupted"\n'
+        'interrupt_reason = "user_cancel"\nbefore = "r1.finished"\n'
+        '[[expect_events]]\ntype = "ask.replied"\ncount = 0\n'
+    )
+    report = played(text)
+    assert report.failures == []
+    [requested] = [row for row in report.events if row["type"] == "ask.requested"]
+    assert requested["ask"] == "push"
+
+
+def test_an_ask_payload_that_differs_fails_and_says_what_was_expected() -> None:
+    text = ASKING_RUN + (
+        '[[expect_events]]\ntype = "ask.requested"\nask = "push"\npayload = { command = "git pull" }\n'
+    )
+    [line] = played(text).failures
+    assert line == (
+        "expect_events[0]: ask.requested with ask = 'push', payload = {command = 'git pull'}: "
+        "expected at least 1, got 0"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Bad input names the file and the key
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "says"),
+    [
+        ("[[expect_events]]\ncount = 1\n", "expect_events[0].type", "this key is required"),
+        ('[[expect_events]]\ntype = "run.exploded"\n', "expect_events[0].type", "must be 'instance.started'"),
+        ('[[expect_events]]\ntype = "run.finished"\nbogus = 1\n', "expect_events[0].bogus", "not a field of"),
+        ('[[expect_events]]\ntype = "run.finished"\ncount = -1\n', "expect_events[0].count", "0 or more"),
+        ('[[expect_events]]\ntype = "run.finished"\ncount = true\n', "expect_events[0].count", "boolean"),
+        ('[[expect_events]]\ntype = "run.finished"\nrun = "r9"\n', "expect_events[0].run", "names no run"),
+        ('[[expect_events]]\ntype = "ask.withdrawn"\nask = "nope"\n', "expect_events[0].ask", "names no ask"),
+        ('[[expect_events]]\ntype = "run.finished"\nafter = "r9.started"\n', "expect_events[0].after", "r9"),
+        ('[[expect_events]]\ntype = "run.finished"\nbefore = 3\n', "expect_events[0].before", "event name"),
+        ('[expect.s1]\nstatuses = ["busy", "asleep"]\n', "expect.s1.statuses[1]", "not 'asleep'"),
+        ('[expect.stop]\nanswered_before = "r9.finished"\n', "expect.stop.answered_before", "r9"),
+        ('[expect.stop]\ncompleted_before = "nothing"\n', "expect.stop.completed_before", "not an event"),
+    ],
+)
+def test_a_bad_event_expectation_is_refused_naming_its_key(extra: str, key: str, says: str) -> None:
+    error = refused(HELD_RUN + extra)
+    assert error.key == key
+    assert says in error.message
+
+
+def test_expect_events_is_a_list_of_tables() -> None:
+    error = refused('expect_events = { type = "run.finished" }\n' + HELD_RUN)
+    assert (error.key, error.message) == ("expect_events", "must be a list, not a table")
+
+
+def test_the_command_line_exits_2_naming_the_file_and_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(HELD_RUN + '[[expect_events]]\ntype = "run.finished"\nrunn = "r1"\n')
+    assert main(["scenario", str(path), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert f"{path}: expect_events[0].runn: not a field of a run.finished event" in captured.err
+    assert "expect_events[0].runn" in json.loads(captured.out)["error"]
