@@ -4,6 +4,7 @@ through the directory; the coordinator holds no run state."""
 
 from __future__ import annotations
 
+import json
 import queue
 import threading
 import uuid
@@ -182,3 +183,42 @@ def test_a_cluster_shutdown_gives_each_shard_the_grace_left_to_one_deadline_ends
     assert all(o.supervisor.wait_closed(timeout=10).result is not None for o in (busy, idle))
     finished = run.wait(5)
     assert (finished.outcome, finished.reason) == ("interrupted", "shutdown")
+
+
+def test_after_a_takeover_the_new_owner_s_event_ids_name_its_lease_epoch_from_the_recovery_on(
+    owners: list[Owner],
+) -> None:
+    import httpx
+
+    from run_supervisor.actors.testing import EventLog, simulate_crash
+
+    shard = "ids-" + uuid.uuid4().hex[:8]
+    url = with_shard(shared_database(), shard, lease_ttl=5)
+    first = Supervisor.start(CONFIG, journal=url, directories=["/w/a"])
+    log = EventLog(first)
+    first.start_run(held(Gate("never")), session="s1", directory="/w/a", run_id="r1")
+    log.wait_for("run.started", run_id="r1")
+    log.close()
+    simulate_crash(first)
+
+    sup = Supervisor.start(CONFIG, journal=url)
+    host = WireHost(sup)
+    server = ServerThread(host, token=TOKEN).start()
+    owners.append(Owner(shard, url, sup, server, host))
+    assert sup.epoch == 2 and host.hub.epoch == "2"
+    headers = {"Authorization": f"Bearer {TOKEN}", "Last-Event-ID": "0"}
+    ids: list[str] = []
+    kinds: list[str] = []
+    with (
+        httpx.Client(base_url=server.url, headers=headers, timeout=10) as client,
+        client.stream("GET", "/events") as stream,
+    ):
+        for line in stream.iter_lines():  # bounded: the replay is there at once, 10 s read timeout
+            if line.startswith("id:"):
+                ids.append(line.split(":", 1)[1].strip())
+            elif line.startswith("data:") and ids:
+                kinds.append(json.loads(line.split(":", 1)[1])["type"])
+            if "run.recovered" in kinds:
+                break
+    assert ids and all(i.startswith("2:") for i in ids), ids
+    assert ids[0] == "2:1" and kinds[-1] == "run.recovered"
