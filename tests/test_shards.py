@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
 from pg_support import JournalReader, shared_database, with_shard
 
@@ -21,6 +20,8 @@ from run_supervisor import Gate, JournalFailed, JournalLocked, Supervisor, Super
 from run_supervisor.actors._journal import Journal
 from run_supervisor.actors._pg_journal import PgJournal
 from run_supervisor.actors._shards import LeaseLost, parse_journal_url
+
+psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL journal needs psycopg 3 (the test extra)")
 
 CONFIG = SupervisorConfig(shutdown_at_exit=False, default_grace_ms=500)
 

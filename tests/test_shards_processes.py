@@ -21,11 +21,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from pg_support import shared_database, with_shard
 
 from run_supervisor.actors._shards import parse_journal_url
+
+psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL journal needs psycopg 3 (the test extra)")
 
 SCRIPT = Path(__file__).with_name("shard_owner.py")
 TTL = 1.0
