@@ -224,3 +224,82 @@ def test_the_command_line_exits_2_naming_the_file_and_the_key(
     captured = capsys.readouterr()
     assert f"{path}: expect_events[0].runn: not a field of a run.finished event" in captured.err
     assert "expect_events[0].runn" in json.loads(captured.out)["error"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# A graceful restart
+
+RESTARTING = """
+name = "a restart"
+directories = ["/proj/a"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [{ kind = "model", id = "stream", gate = "never" }]
+
+[[runs]]
+id = "r2"
+session = "s1"
+directory = "/proj/a"
+start = "manual"
+steps = [{ kind = "model" }]
+
+[[actions]]
+id = "restart"
+when = "r1.stream.started"
+do = "restart"
+grace_ms = 300
+
+[[actions]]
+id = "next"
+when = "restart.completed"
+do = "start_run"
+run = "r2"
+"""
+
+
+def test_a_graceful_restart_interrupts_with_shutdown_and_the_next_supervisor_recovers_nothing() -> None:
+    report = played(RESTARTING)
+    assert report.failures == []
+    r1, r2 = report.runs["r1"], report.runs["r2"]
+    assert (r1.outcome, r1.reason, r1.origin, r1.action) == ("interrupted", "shutdown", "restart", "restart")
+    assert r2.outcome == "completed"
+    assert report.actions["restart"].result == "forced"
+    assert report.actions["next"].result == "ok"
+    assert not any(row.get("recovered") for row in report.events)
+    finished = [row["run"] for row in report.events if row["type"] == "run.finished"]
+    assert finished == ["r1", "r2"]  # each once; r2 ran on the new supervisor, after the completion
+    completed = next(i for i, row in enumerate(report.events) if row["type"] == "lifecycle.completed")
+    started = next(i for i, row in enumerate(report.events) if row.get("run") == "r2")
+    assert completed < started
+
+
+def test_a_restart_abandons_a_body_that_ignores_it_at_its_grace_and_still_restarts() -> None:
+    text = RESTARTING.replace('gate = "never" }', 'gate = "never", ignores_cancel = true }')
+    report = played(text.replace("grace_ms = 300", "grace_ms = 100"))
+    assert report.failures == []
+    assert report.runs["r1"].abandoned is True
+    assert report.actions["restart"].abandoned_runs == ["r1"]
+    assert report.runs["r2"].outcome == "completed"
+
+
+def test_a_restart_defaults_to_a_grace_of_1000_ms_and_the_origin_restart() -> None:
+    scenario = parse_scenario(RESTARTING.replace("grace_ms = 300\n", ""), file="s.toml", fmt="toml")
+    restart = scenario.actions[0]
+    assert (restart.do, restart.grace_ms, restart.origin) == ("restart", 1000, "restart")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "says"),
+    [
+        ('do = "restart"\n', 'do = "restart"\nrun = "r1"\n', "actions[0].run", "does not take this key"),
+        ("grace_ms = 300", "grace_ms = 86400001", "actions[0].grace_ms", "at most 86400000"),
+        ('when = "restart.completed"', 'when = "restart.ok"', "actions[1].when", "can never give 'ok'"),
+    ],
+)
+def test_a_bad_restart_is_refused_naming_its_key(old: str, new: str, key: str, says: str) -> None:
+    error = refused(RESTARTING.replace(old, new))
+    assert error.key == key
+    assert says in error.message

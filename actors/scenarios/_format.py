@@ -353,6 +353,9 @@ class UserAction(StrEnum):
     CRASH = InterruptReason.CRASH.value  # the action is named after the reason it leaves behind
     """Done by the runner itself: the supervisor dies as a kill would (its run journal keeps only
     what was committed), and a new one starts on the same journal and recovers what was unfinished."""
+    RESTART = "restart"
+    """An extension: a graceful restart. The supervisor shuts down (``shutdown``'s rules, its
+    ``grace_ms``), and a new one starts on the same run journal, with nothing left to recover."""
 
 
 ActionDo = CloseAction | UserAction
@@ -496,6 +499,7 @@ _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.OPEN_GATE: ("gate",),
     UserAction.CRASH: (),
     UserAction.CONFIRM: ("action", "origin"),
+    UserAction.RESTART: ("grace_ms", "origin"),
 }
 _ASK_OF: Mapping[ActionDo, AskKind] = {
     UserAction.REPLY_PERMISSION: AskKind.PERMISSION,
@@ -517,10 +521,12 @@ _ACTION_REQUIRED: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.OPEN_GATE: ("gate",),
     UserAction.CRASH: (),
     UserAction.CONFIRM: ("action",),
+    UserAction.RESTART: (),
 }
 _DEFAULT_ORIGIN: Mapping[ActionDo, str] = {
     **{do: do.value for do in CloseAction},
     UserAction.CANCEL: "user",
+    UserAction.RESTART: UserAction.RESTART.value,
 }
 _DEFAULT_GRACE_MS = 1000
 
@@ -540,7 +546,7 @@ def _results(
         if mode is not None and CLOSE_RULES[mode].interrupts_with is not None:
             return (CloseResult.DEFERRED, CloseResult.INTERRUPTED, CloseResult.REJECTED, *noop)
         return (CloseResult.DEFERRED, CloseResult.REJECTED, *noop)
-    if do in SHUTDOWNS:
+    if do in SHUTDOWNS or do is UserAction.RESTART:
         return (CloseResult.FORCED,)  # never rejected: a second one gets the first one's result
     if do in (UserAction.OPEN_GATE, UserAction.CRASH):
         return (RequestResult.OK,)  # always ok, even after shutdown
@@ -1497,7 +1503,7 @@ def _answer(value: object) -> str | None:
 def _build_action(index: int, action_id: str, action: _ActionModel, names: _Names) -> ActionSpec:
     do = action_do(action.do)
     grace_ms = None
-    if do in SHUTDOWNS:
+    if do in SHUTDOWNS or do is UserAction.RESTART:
         grace_ms = _DEFAULT_GRACE_MS if action.grace_ms is None else action.grace_ms
     return ActionSpec(
         id=action_id,
@@ -1592,7 +1598,7 @@ def _parse_event(raw: str, names: _Names, key: str) -> When:
             )
         raise _InvalidError(key, f"{raw!r} names no run or action of this file")
     do = action_do(action.do)
-    lifecycle = isinstance(do, CloseAction)
+    lifecycle = isinstance(do, CloseAction) or do is UserAction.RESTART  # a restart is a shutdown first
     results = _results(
         do,
         CloseMode(action.mode) if do in CLOSES and action.mode is not None else None,

@@ -115,6 +115,12 @@ the supervisor has already given; it changes nothing and publishes nothing."""
 _CRASH_PROBE_S = 2.0
 
 
+_NEW_LIFE = frozenset({UserAction.CRASH, UserAction.RESTART})
+"""The actions after which a new supervisor starts on the same run journal."""
+_RESTART_ANSWERS_S = 2.0
+"""How long a restart waits for the answers to requests the old supervisor still had."""
+
+
 def _config(scenario: Scenario) -> SupervisorConfig:
     """The supervisor a scenario plays against: its reload policy is the file's (``eager``, the
     contract's reading, unless the file opts into ``lazy``), and so is its stall setting (none: stalls
@@ -134,7 +140,7 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
     """
     hooks = ScenarioHooks(scenario)
     # A story with a crash plays on a run journal (a fresh file), so the next supervisor can recover.
-    crashes = any(action.do is UserAction.CRASH for action in scenario.actions)
+    crashes = any(action.do in _NEW_LIFE for action in scenario.actions)
     with tempfile.TemporaryDirectory(prefix="run-supervisor-scenario-") as folder:
         journal = os.path.join(folder, "runs.journal") if crashes else None
         supervisor = Supervisor.start(_config(scenario), hooks=hooks, journal=journal)
@@ -179,6 +185,9 @@ class _RunRecord:
     """Its ``run.finished``; for a run recovered after a crash, its ``run.recovered`` as one."""
     stalled: bool = False
     """It was flagged stalled (``run.stalled``) at least once."""
+    action: str | None = None
+    """The file's id of the action that interrupted it, named when it finished (a supervisor
+    started after a crash or a restart may give another action the same id)."""
 
 
 @dataclass(slots=True)
@@ -244,6 +253,8 @@ class _Player:
         self.failures: list[str] = []
         self.journal: str | None = None
         self.hooks: ScenarioHooks | None = None
+        self.held: list[str] | None = None
+        """While a restart stops the old supervisor: the ``when`` names seen, fired on the new one."""
 
     def declare(self) -> None:
         scenario = self.scenario
@@ -353,6 +364,9 @@ class _Player:
             if spec.do is UserAction.CRASH:  # the runner's own action too: the process "dies"
                 self._crash()
                 self._on_answer(_Asked(spec.id), RequestOutcome(result=RequestResult.OK))
+                continue
+            if spec.do is UserAction.RESTART:  # a shutdown, then a new supervisor on the journal
+                self._restart(spec)
                 continue
             body = None
             if spec.do is UserAction.START_RUN:
@@ -494,6 +508,62 @@ class _Player:
         for recovered in self.supervisor.recovery_events():
             self._on_event(recovered)
 
+    def _restart(self, spec: ActionSpec) -> None:
+        """A graceful restart: the supervisor shuts down (reason ``shutdown``, the action's grace and
+        origin; its events and answer are the action's, as a ``shutdown``'s are), its stream is read to
+        its end and its checker finishes; then a new supervisor starts on the same run journal and
+        recovers what is unfinished (nothing, unless a body was abandoned). ``when`` names seen while
+        the old one stopped fire on the new one, so ``<restart>.completed`` starts work after it."""
+        assert spec.grace_ms is not None and spec.origin is not None and self.hooks is not None
+        self.held = []
+        request = Shutdown(
+            reason=ShutdownReason.SHUTDOWN, origin=spec.origin, grace_ms=spec.grace_ms, tag=spec.id
+        )
+        self._submit(request, _Asked(spec.id))
+        limit = spec.grace_ms / 1000.0 + _RESTART_ANSWERS_S
+        try:
+            self.supervisor.wait_closed(timeout=limit)
+        except SupervisorTimeout:
+            self.failures.append(f"action {spec.id} (restart): the supervisor did not shut down in time")
+        self._read_to_end(limit)
+        wait_futures(list(self.awaiting), timeout=_RESTART_ANSWERS_S)
+        self._collect_answers()
+        self.awaiting.clear()  # anything still unanswered died with the old supervisor
+        self.inbox.close()
+        self._finish_checker()
+        self.checker = InvariantChecker()
+        self.lifecycle_ids = {}  # the new supervisor names its actions afresh
+        self.sessions = dict.fromkeys(self.sessions, SessionStatus.IDLE)
+        self.supervisor = Supervisor.start(_config(self.scenario), hooks=self.hooks, journal=self.journal)
+        self.inbox = self.supervisor.subscribe()
+        self.ended = False
+        self.declare()
+        for recovered in self.supervisor.recovery_events():
+            self._on_event(recovered)
+        held, self.held = self.held, None
+        for name in held:
+            self._fire(name)
+
+    def _read_to_end(self, limit: float) -> None:
+        """Enter every event of the current subscription until its stream ends (bounded)."""
+        end = min(self.deadline, time.monotonic() + limit)
+        self._enter_delivered()
+        while (left := end - time.monotonic()) > 0:
+            try:
+                self._on_event(self.inbox.get(timeout=left))
+            except SupervisorTimeout:
+                break
+            except EOFError:
+                return
+        self.failures.append("the stream of the supervisor that restarted did not end in time")
+
+    def _finish_checker(self) -> None:
+        try:
+            self.checker.finish()
+        except InvariantViolation:
+            pass  # each violation is listed in the report's failures
+        self.failures.extend(f"invariant broken: {violation}" for violation in self.checker.violations)
+
     def _answers_given(self) -> None:
         """Wait (bounded) until every answer the supervisor has given so far has reached the runner:
         it answers in order and its answers reach a host in that order, so once a probe asked now is
@@ -508,7 +578,9 @@ class _Player:
 
     def _name(self, index: int, name: str, *, fire: bool = True) -> None:
         self.timeline.names.append((index, name))
-        if fire:
+        if fire and self.held is not None:
+            self.held.append(name)  # the old supervisor is stopping: fired on the new one
+        elif fire:
             self._fire(name)
 
     def _on_event(self, event: Event, *, fire: bool = True) -> None:
@@ -565,6 +637,8 @@ class _Player:
             if event.run_id in self.runs:
                 self.runs[event.run_id].finished = _as_finished(event)
                 self.runs[event.run_id].queued = False
+                if isinstance(event, RunFinished):
+                    self.runs[event.run_id].action = self._file_action(event.action_id)
             return [f"{event.run_id}.finished"]
         if isinstance(event, StepStarted):
             return [f"{event.run_id}.{event.step}.started"]
@@ -624,11 +698,7 @@ class _Player:
         for event in self.inbox.drain():
             self.checker.event(event)
         self.inbox.close()
-        try:
-            self.checker.finish()
-        except InvariantViolation:
-            pass  # each violation is listed in the report's failures
-        self.failures.extend(f"invariant broken: {violation}" for violation in self.checker.violations)
+        self._finish_checker()
 
     # --- the report -----------------------------------------------------------------------------
 
@@ -683,7 +753,7 @@ class _Player:
             outcome=done.outcome,
             reason=self._contract_reason(done),
             origin=done.origin,
-            action=self._file_action(done.action_id),
+            action=record.action,
             phase=done.phase,
             error=done.error,
             tool_parts=[_part_report(part) for part in done.parts],
@@ -771,7 +841,7 @@ def _action_report(record: _ActionRecord) -> ActionReport:
         )
     if not isinstance(outcome, CloseOutcome):
         return ActionReport(do=do, result=outcome.result)
-    shutdown = do in SHUTDOWNS
+    shutdown = do in SHUTDOWNS or do is UserAction.RESTART
     return ActionReport(
         do=do,
         result=outcome.result,
