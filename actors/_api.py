@@ -117,6 +117,17 @@ class SupervisorConfig(BaseModel):
         "long is flagged stalled (run.stalled; pending actions list it in stalled_runs) until it makes "
         "progress again. None (the default): stalls are not measured. start_run may set its own.",
     )
+    interrupt_grace_ms: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_MS,
+        description="How long a body may go on once its run is interrupted (a cancel, a declined ask, a "
+        "confirmed close, a deadline) before the run is finished without it: reported interrupted with "
+        "its reason and abandoned=true, its session moving on (idle, or its next queued run starts) and "
+        "its body's later reports refused. The body's thread or task is left to end by itself "
+        "(statistics: runs_abandoned). None (the default): the body is waited for. start_run and cancel "
+        "may set their own; a shutdown uses its own grace.",
+    )
     shutdown_at_exit: bool = Field(
         default=True, description="Shut down at interpreter exit if the host did not."
     )
@@ -166,9 +177,12 @@ class RunHandle:
         result: RunSnapshot = snapshot
         return result
 
-    def cancel(self, *, origin: str = "user", timeout: float | None = None) -> None:
-        """Interrupt this run now (``user_cancel``), or end it unstarted if it is queued."""
-        self._supervisor.cancel(self.run_id, origin=origin, timeout=timeout)
+    def cancel(
+        self, *, origin: str = "user", grace_ms: int | None = None, timeout: float | None = None
+    ) -> None:
+        """Interrupt this run now (``user_cancel``), or end it unstarted if it is queued; see
+        ``Supervisor.cancel`` for ``grace_ms``."""
+        self._supervisor.cancel(self.run_id, origin=origin, grace_ms=grace_ms, timeout=timeout)
 
     def snapshot(self, timeout: float | None = None) -> RunSnapshot | None:
         """This run as the supervisor sees it now (None once it was forgotten)."""
@@ -200,6 +214,7 @@ class Supervisor:
             retain_finished=config.retain_finished_runs,
             reload_policy=config.reload_policy,
             queue_policy=config.queue_policy,
+            interrupt_grace_ms=config.interrupt_grace_ms,
         )
         self._publisher: Publisher
         recovered: list[Event] = []
@@ -342,6 +357,7 @@ class Supervisor:
         deadline_ms: int | None = None,
         queue_policy: QueuePolicyName | QueuePolicy | None = None,
         stall_after_ms: int | None = None,
+        interrupt_grace_ms: int | None = None,
         timeout: float | None = None,
     ) -> RunHandle:
         """Start a run (or queue it behind the session's active run). The body runs on its own
@@ -364,7 +380,10 @@ class Supervisor:
         (``set_queue_policy``), else the config's ``queue_policy`` (``"queue"`` unless set).
 
         ``stall_after_ms`` overrides the config's setting for this run: it is flagged stalled
-        (``run.stalled``) after this long without progress."""
+        (``run.stalled``) after this long without progress.
+
+        ``interrupt_grace_ms`` overrides the config's ``interrupt_grace_ms`` for this run: once it is
+        interrupted (not by a shutdown), its body may go on this long before the run is abandoned."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = start_run_request(
@@ -376,6 +395,7 @@ class Supervisor:
             parent_run_id=parent_run_id,
             deadline_ms=deadline_ms,
             stall_after_ms=stall_after_ms,
+            interrupt_grace_ms=interrupt_grace_ms,
         )
         while True:
             finished: Future[RunSnapshot] = Future()
@@ -396,10 +416,15 @@ class Supervisor:
                 raise
             return RunHandle(self, request.run_id, finished)
 
-    def cancel(self, run_id: str, *, origin: str = "user", timeout: float | None = None) -> None:
-        """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""
+    def cancel(
+        self, run_id: str, *, origin: str = "user", grace_ms: int | None = None, timeout: float | None = None
+    ) -> None:
+        """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued. ``grace_ms``:
+        how long its body (and its children's) may go on before the run is abandoned (reported
+        ``interrupted``, ``abandoned``, its session moving on); None: the run's
+        ``interrupt_grace_ms``, else the config's."""
         limit = check.timeout("timeout", timeout)
-        self._link.request(check.cancel(run_id, origin=origin), limit)
+        self._link.request(check.cancel(run_id, origin=origin, grace_ms=grace_ms), limit)
 
     # --- queue policies --------------------------------------------------------------------------
 

@@ -171,9 +171,12 @@ class AsyncRunHandle:
             raise SupervisorTimeout(f"run {self.run_id!r} did not finish within {limit} s")
         return finished.result()
 
-    async def cancel(self, *, origin: str = "user", timeout: float | None = None) -> None:
-        """Interrupt the run now (``user_cancel``), or end it unstarted if it is queued."""
-        await self._supervisor.cancel(self.run_id, origin=origin, timeout=timeout)
+    async def cancel(
+        self, *, origin: str = "user", grace_ms: int | None = None, timeout: float | None = None
+    ) -> None:
+        """Interrupt the run now (``user_cancel``), or end it unstarted if it is queued; see
+        ``Supervisor.cancel`` for ``grace_ms``."""
+        await self._supervisor.cancel(self.run_id, origin=origin, grace_ms=grace_ms, timeout=timeout)
 
     async def snapshot(self, timeout: float | None = None) -> RunSnapshot | None:
         """What is known of the run now (None once forgotten)."""
@@ -341,6 +344,7 @@ class AsyncSupervisor:
         deadline_ms: int | None = None,
         queue_policy: QueuePolicyName | QueuePolicy | None = None,
         stall_after_ms: int | None = None,
+        interrupt_grace_ms: int | None = None,
         timeout: float | None = None,
     ) -> AsyncRunHandle:
         """Start a run (or queue it behind the session's active run), pinned to the directory's
@@ -351,8 +355,8 @@ class AsyncSupervisor:
         run of that active run; ``deadline_ms`` gives it a deadline (from when it becomes active:
         then it is interrupted, ``timeout``, origin ``deadline``).
         ``queue_policy`` says what it does while the session is busy
-        (``SessionBusy`` for ``"reject_if_busy"``); ``stall_after_ms`` is its own stall setting. See
-        ``Supervisor.start_run``."""
+        (``SessionBusy`` for ``"reject_if_busy"``); ``stall_after_ms`` is its own stall setting;
+        ``interrupt_grace_ms`` its own grace once interrupted. See ``Supervisor.start_run``."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = start_run_request(
@@ -364,6 +368,7 @@ class AsyncSupervisor:
             parent_run_id=parent_run_id,
             deadline_ms=deadline_ms,
             stall_after_ms=stall_after_ms,
+            interrupt_grace_ms=interrupt_grace_ms,
         )
         while True:
             finished: Future[RunSnapshot] = Future()
@@ -376,10 +381,13 @@ class AsyncSupervisor:
                 raise
             return AsyncRunHandle(self, RunHandle(self.sync, request.run_id, finished))
 
-    async def cancel(self, run_id: str, *, origin: str = "user", timeout: float | None = None) -> None:
-        """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued."""
+    async def cancel(
+        self, run_id: str, *, origin: str = "user", grace_ms: int | None = None, timeout: float | None = None
+    ) -> None:
+        """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued; see
+        ``Supervisor.cancel`` for ``grace_ms``."""
         limit = check.timeout("timeout", timeout)
-        await self._link.request_async(check.cancel(run_id, origin=origin), limit)
+        await self._link.request_async(check.cancel(run_id, origin=origin, grace_ms=grace_ms), limit)
 
     async def set_queue_policy(
         self,

@@ -106,6 +106,7 @@ def start_run_request(
     parent_run_id: object = None,
     deadline_ms: object = None,
     stall_after_ms: object = None,
+    interrupt_grace_ms: object = None,
 ) -> StartRun:
     """Checked (``InvalidRequest`` naming the argument), every option in the order the facades
     document them (None: not given); without ``run_id``, a fresh ``run-N`` no host id has taken."""
@@ -129,6 +130,8 @@ def start_run_request(
         options["deadline_ms"] = check.deadline("deadline_ms", deadline_ms)
     if stall_after_ms is not None:
         options["stall_after_ms"] = check.stall_after_ms("stall_after_ms", stall_after_ms)
+    if interrupt_grace_ms is not None:
+        options["interrupt_grace_ms"] = check.grace("interrupt_grace_ms", interrupt_grace_ms)
     return msgspec.structs.replace(request, **options) if options else request
 
 

@@ -241,6 +241,12 @@ def deadline(name: str, value: object) -> int:
     return milliseconds(name, value, least=1, none="None: no deadline")
 
 
+def grace(name: str, value: object) -> int:
+    """An interrupted body's grace before its run is abandoned: ``int`` milliseconds in
+    ``[0, MAX_MS]`` (0 abandons at once)."""
+    return milliseconds(name, value, least=0, none="None: the run's, else the supervisor's")
+
+
 def stall_after_ms(name: str, value: object) -> int:
     """A stall setting: ``int`` milliseconds in ``[1, MAX_MS]`` (0 would flag every run at once)."""
     return milliseconds(name, value, least=1, none="None: stalls are not measured")
@@ -310,6 +316,8 @@ def _check_fields(req: Request) -> None:
             deadline("deadline_ms", req.deadline_ms)
         if req.stall_after_ms is not None:
             stall_after_ms("stall_after_ms", req.stall_after_ms)
+        if req.interrupt_grace_ms is not None:
+            grace("interrupt_grace_ms", req.interrupt_grace_ms)
         identifier("session", req.session)
         directory_name("directory", req.directory)
         if req.queue_policy is not None and not isinstance(req.queue_policy, QueuePolicy):
@@ -389,8 +397,12 @@ def set_queue_policy(session: object, policy: object) -> SetQueuePolicy:
     )
 
 
-def cancel(run_id: object, *, origin: object) -> CancelRun:
-    return CancelRun(run_id=identifier("run_id", run_id), origin=name_text("origin", origin))
+def cancel(run_id: object, *, origin: object, grace_ms: object = None) -> CancelRun:
+    return CancelRun(
+        run_id=identifier("run_id", run_id),
+        origin=name_text("origin", origin),
+        grace_ms=None if grace_ms is None else grace("grace_ms", grace_ms),
+    )
 
 
 def close(

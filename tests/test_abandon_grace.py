@@ -6,6 +6,12 @@ clock-free: ``StartInterruptGrace`` out, ``InterruptGraceExpired`` in."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from run_supervisor.actors import InvalidRequest, RunContext, Supervisor
 from run_supervisor.protocol import (
     AbandonRun,
     CancelRun,
@@ -245,3 +251,83 @@ def test_a_negative_grace_is_rejected_naming_the_field() -> None:
     answer = shell.request(CancelRun(run_id="r2", grace_ms=-5))
     assert answer is not None and answer.code is RejectCode.INVALID_REQUEST
     assert "grace_ms" in (answer.error or "")
+
+
+# --- the supervisor: the shared timer fires, the body's thread is left to end by itself ------------
+
+BOUND_S = 30.0
+
+
+def _ignoring(release: threading.Event, started: threading.Event) -> Callable[[RunContext], None]:
+    """A body that ignores its interrupt (a tool that does not check for cancellation)."""
+
+    def body(ctx: RunContext) -> None:
+        started.set()
+        release.wait(BOUND_S)
+
+    return body
+
+
+def test_a_cancelled_body_that_ignores_the_interrupt_frees_its_session_past_its_grace(
+    supervisor: Supervisor,
+) -> None:
+    release, started = threading.Event(), threading.Event()
+    try:
+        first = supervisor.start_run(
+            _ignoring(release, started), session="s", directory="/w/a", interrupt_grace_ms=50
+        )
+        second = supervisor.start_run(lambda ctx: None, session="s", directory="/w/a")
+        assert started.wait(BOUND_S)
+
+        supervisor.cancel(first.run_id)
+        snapshot = first.wait(timeout=BOUND_S)
+
+        assert (snapshot.outcome, snapshot.reason, snapshot.abandoned) == (
+            Outcome.INTERRUPTED,
+            InterruptReason.USER_CANCEL,
+            True,
+        )
+        assert second.wait(timeout=BOUND_S).outcome is Outcome.COMPLETED  # the session moved on
+        assert supervisor.statistics().runs_abandoned == 1
+    finally:
+        release.set()  # the abandoned body returns: its thread ends with it
+
+
+def test_a_cancel_s_own_grace_abandons_under_a_config_that_waits(supervisor: Supervisor) -> None:
+    release, started = threading.Event(), threading.Event()
+    try:
+        handle = supervisor.start_run(_ignoring(release, started), session="s", directory="/w/a")
+        assert started.wait(BOUND_S)
+        handle.cancel(grace_ms=0)
+        assert handle.wait(timeout=BOUND_S).abandoned is True
+    finally:
+        release.set()
+
+
+@pytest.mark.run_supervisor(directories=["/w/a"], interrupt_grace_ms=30)
+def test_the_config_s_grace_abandons_a_body_that_ignores_its_deadline(supervisor: Supervisor) -> None:
+    assert supervisor.config.interrupt_grace_ms == 30
+    release, started = threading.Event(), threading.Event()
+    try:
+        handle = supervisor.start_run(
+            _ignoring(release, started), session="s", directory="/w/a", deadline_ms=30
+        )
+        snapshot = handle.wait(timeout=BOUND_S)
+        assert (snapshot.reason, snapshot.origin, snapshot.abandoned) == (
+            InterruptReason.TIMEOUT,
+            "deadline",
+            True,
+        )
+    finally:
+        release.set()
+
+
+def test_a_grace_that_is_not_a_non_negative_int_is_refused_naming_the_argument(
+    supervisor: Supervisor,
+) -> None:
+    with pytest.raises(InvalidRequest, match="interrupt_grace_ms"):
+        supervisor.start_run(lambda ctx: None, session="s", directory="/w/a", interrupt_grace_ms=-1)
+    handle = supervisor.start_run(lambda ctx: None, session="t", directory="/w/a")
+    with pytest.raises(InvalidRequest, match="grace_ms"):
+        supervisor.cancel(handle.run_id, grace_ms=1.5)  # type: ignore[arg-type]
+    handle.wait(timeout=BOUND_S)
