@@ -69,6 +69,23 @@ class Subscription:
             self._items.append(event)
             self._cond.notify()
 
+    def _offer_many(self, events: list[Any]) -> None:
+        """``_offer`` for a batch: one lock, one wake for all of them (a subclass that offers its
+        own way, overriding ``_offer``, gets them one by one)."""
+        if type(self)._offer is not Subscription._offer:
+            for event in events:
+                self._offer(event)
+            return
+        with self._cond:
+            if self._closed:
+                return
+            self._items.extend(events)
+            if self.maxsize:
+                while len(self._items) > self.maxsize:
+                    self._items.popleft()
+                    self.dropped += 1
+            self._cond.notify()
+
     def get(self, timeout: float) -> Event:
         """The next event; ``SupervisorTimeout`` if none comes in time; ``EOFError`` once closed
         and drained."""
@@ -179,6 +196,22 @@ class Publisher:
         """Run ``call`` once every event published before it has been delivered (here: at once; a
         journaled publisher delivers later, and keeps answers behind the events they follow)."""
         call()
+
+    def deliver(self, events: list[Event], calls: list[Callable[[], object]]) -> None:
+        """A batch: publish ``events``, then run ``calls`` (each ``after`` them). Here each
+        subscription gets the whole batch at once (one lock, one wake); a publisher that publishes
+        otherwise (a journal's) takes them one by one, in the same order."""
+        if type(self).publish is not Publisher.publish or type(self).after is not Publisher.after:
+            for event in events:
+                self.publish(event)
+            for call in calls:
+                self.after(call)
+            return
+        if events:
+            for subscription in self._subscriptions:  # a snapshot, as in publish
+                subscription._offer_many(events)
+        for call in calls:
+            call()
 
     def close_all(self) -> None:
         with self._lock:

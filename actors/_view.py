@@ -1,9 +1,10 @@
 """The read side: what queries see, published by the supervisor after each message.
 
-The supervisor's thread is the only writer. After it has fed a message to the core, and *before* it
-carries out that message's commands (replies, events, spawns), it refreshes the view: so a caller
-whose request was answered, or a subscriber who got an event, always reads a state that includes
-it. Readers (any thread) never hop to the supervisor's mailbox: a query is a dict lookup.
+The supervisor's thread is the only writer. After it has fed a batch of messages to the core (one
+drain of its mailbox), and *before* it carries out their commands (replies, events, spawns), it
+refreshes the view once (``refresh_batch``): so a caller whose request was answered, or a subscriber
+who got an event, always reads a state that includes it. Readers (any thread) never hop to the
+supervisor's mailbox: a query is a dict lookup.
 
 Publication is cheap because it is copy-on-write per record: every record is an immutable snapshot
 (msgspec frozen structs), and only the records the message may have changed are rebuilt and
@@ -52,7 +53,8 @@ class View:
     def __init__(self, core: SupervisorCore, recovered: Iterable[Event] = ()) -> None:
         """The state of a core no message has reached yet, with the runs it ``recovered``."""
         self.version = 0
-        """How many messages have been published; grows by one per message the supervisor handled."""
+        """How many times the state has been published; grows by one per publication (a batch of
+        messages, or one message the supervisor handled on its own)."""
         self.statistics: CoreStatistics = core.statistics()
         self.runs: dict[str, RunSnapshot] = {}
         self.sessions: dict[str, SessionSnapshot] = {}
@@ -67,7 +69,27 @@ class View:
         self.refresh(core, None, recovered)
 
     def refresh(self, core: SupervisorCore, message: Any, commands: Iterable[Command | Event]) -> None:
-        """Publish what ``message`` (and the ``commands`` the core returned for it) may have changed.
+        """Publish what ``message`` (and the ``commands`` the core returned for it) may have changed
+        (see ``refresh_batch``)."""
+        self._publish(core, (getattr(message, "request", message), *commands))
+
+    def refresh_batch(
+        self, core: SupervisorCore, batch: Iterable[tuple[Any, Iterable[Command | Event]]]
+    ) -> None:
+        """Publish, once, what every ``(message, commands)`` of a batch may have changed: the state
+        after the last of them (each record is read from the core once, however many of the batch's
+        messages named it)."""
+        self._publish(
+            core,
+            (
+                item
+                for message, commands in batch
+                for item in (getattr(message, "request", message), *commands)
+            ),
+        )
+
+    def _publish(self, core: SupervisorCore, given_items: Iterable[Any]) -> None:
+        """Publish what these items (messages, requests, commands, events) may have changed.
 
         Every change the core makes to a run comes with a command or an event that names it (a
         report names its run; a start, a spawn, an interrupt, an answer, an abandonment, a finish
@@ -86,7 +108,7 @@ class View:
         unpinned: list[str] = []
         released: list[str] = []
         stall_moves: list[str] = []
-        for given in (getattr(message, "request", message), *commands):
+        for given in given_items:
             item = given.event if isinstance(given, Emit) else given
             run_id = getattr(item, "run_id", None)
             if isinstance(run_id, str):
