@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -153,3 +155,34 @@ def test_an_owner_that_cannot_renew_stops_acting_refuses_new_work_and_says_why(
             break
         assert type(event).__struct_config__.tag != "run.finished", event
     assert lease_row(url) == (2, "elsewhere", True, 0)  # the successor's lease is untouched
+
+
+def test_a_standby_waiting_for_the_lease_takes_it_at_once_when_the_owner_shuts_down_cleanly(
+    opened: list[Supervisor],
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    name = "handover-" + uuid.uuid4().hex[:8]
+    owner = Supervisor.start(CONFIG, journal=shard_url(name, lease_ttl=60))
+    opened.append(owner)
+    target = parse_journal_url(shard_url(name))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        standby_url = shard_url(name, lease_ttl=60, lease_wait=30)
+        waiting = pool.submit(Supervisor.start, CONFIG, journal=standby_url)
+        with psycopg.connect(target.conninfo, autocommit=True) as db:  # until it waits (bounded polls)
+            pause = threading.Event()
+            seen = "SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+            for _ in range(1500):
+                if db.execute(seen, (f"run-supervisor waiting {name}",)).fetchone():
+                    break
+                pause.wait(0.02)
+            else:
+                raise AssertionError("the standby never waited for the lease")
+        assert not waiting.done()
+        began = time.monotonic()
+        owner.shutdown(grace_ms=200)
+        standby = waiting.result(timeout=20)  # woken by the release's NOTIFY, not at the TTL (60 s)
+        handover = time.monotonic() - began
+    opened.append(standby)
+    assert standby.epoch == 2 and standby.recovered() == ()
+    assert handover < 20, handover
