@@ -36,6 +36,7 @@ from starlette.routing import Route
 
 from run_supervisor.actors.hosts._external import ReportOutcome, decode_report
 from run_supervisor.actors.hosts._hub import EventHub, Listener, WireItem
+from run_supervisor.actors.hosts._remote_caches import http_routes as cache_routes
 from run_supervisor.actors.hosts._timeline import live_page
 from run_supervisor.actors.hosts._wire import HostError, WireHost, http_status
 from run_supervisor.protocol import (
@@ -690,6 +691,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         Route("/close", handler(close), methods=["POST"]),
         Route("/shutdown", handler(shutdown), methods=["POST"]),
         Route("/directories", handler(directories), methods=["POST"]),
+        *cache_routes(host.caches, handler, _body),  # caches over the wire: _remote_caches
         Route("/events", handler(events(False)), methods=["GET"]),
         Route("/event", handler(events(True)), methods=["GET"]),
         Route("/global/dispose", handler(compat(CloseAction.DISPOSE_ALL)), methods=["POST"]),

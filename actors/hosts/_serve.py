@@ -20,6 +20,7 @@ from pathlib import Path
 
 from run_supervisor.actors._api import Supervisor, SupervisorConfig
 from run_supervisor.actors._errors import JournalError, SupervisorError
+from run_supervisor.actors._instance_actor import InstanceHooks
 from run_supervisor.actors._validate import MAX_MS
 from run_supervisor.actors.hosts._external import DEFAULT_LEASE_MS, MAX_LEASE_MS, MIN_LEASE_MS
 from run_supervisor.protocol import ReloadPolicy, Shutdown
@@ -133,6 +134,7 @@ def serve_command(args: argparse.Namespace) -> int:
             new_token,
             uvicorn_server,
         )
+        from run_supervisor.actors.hosts._remote_caches import RemoteCaches
         from run_supervisor.actors.hosts._wire import WireHost
     except ImportError as exc:
         sys.stderr.write(
@@ -163,11 +165,12 @@ def serve_command(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     settings = HttpSettings(token=token, max_body=args.max_body, extra_hosts=tuple(args.allow_host))
     settings.allow_port(args.host, port)
-    supervisor = _start_supervisor("serve", args)
+    caches = RemoteCaches()  # a host may register to own the caches out of process
+    supervisor = _start_supervisor("serve", args, hooks=caches)
     if supervisor is None:
         sock.close()
         return 2
-    host = WireHost(supervisor, buffer=args.buffer, default_lease_ms=args.lease_ms)
+    host = WireHost(supervisor, buffer=args.buffer, default_lease_ms=args.lease_ms, caches=caches)
     try:
         if args.directory:
             supervisor.load(*args.directory)  # after the hub subscribed: their events are in the stream
@@ -237,6 +240,7 @@ def serve_command(args: argparse.Namespace) -> int:
             if not supervisor.closed:
                 supervisor.shutdown(grace_ms=args.grace_ms)
             host.hub.join(5.0)
+        caches.close()  # a hook still waiting for an acknowledgement ends now
         sock.close()
     if forced and not supervisor.closed:
         sys.stderr.write("run-supervisor serve: stopped by a second signal before the shutdown completed\n")
@@ -292,7 +296,9 @@ def _journal_path_ok(command: str, path: Path | str | None) -> bool:
     return False
 
 
-def _start_supervisor(command: str, args: argparse.Namespace) -> Supervisor | None:
+def _start_supervisor(
+    command: str, args: argparse.Namespace, *, hooks: InstanceHooks | None = None
+) -> Supervisor | None:
     """The supervisor of ``serve``, or None (and one line on stderr) when its journal cannot be used."""
     try:
         return Supervisor.start(
@@ -304,6 +310,7 @@ def _start_supervisor(command: str, args: argparse.Namespace) -> Supervisor | No
             ),
             journal=args.journal,
             journal_sync=args.journal_sync,
+            hooks=hooks,
         )
     except JournalError as exc:
         sys.stderr.write(f"run-supervisor {command}: {exc}\n")

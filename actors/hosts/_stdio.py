@@ -39,6 +39,7 @@ from run_supervisor.actors._errors import JournalError
 from run_supervisor.actors._journal import JournalSync
 from run_supervisor.actors.hosts._external import decode_report
 from run_supervisor.actors.hosts._hub import WireItem
+from run_supervisor.actors.hosts._remote_caches import STDIO_OPS, RemoteCaches, state_of, stdio_op
 from run_supervisor.actors.hosts._wire import HostError, WireHost, http_status
 from run_supervisor.protocol import (
     ProtocolDecodeError,
@@ -92,6 +93,7 @@ _QUERY_FIELDS: dict[str, tuple[str, ...]] = {  # what -> the fields that query t
     "actions": ("what",),
     "asks": ("what", "run_id"),
     "statistics": ("what",),
+    "hooks": ("what",),
 }
 
 
@@ -128,8 +130,12 @@ async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
             if of_run is not None and not isinstance(of_run, str):
                 raise HostError(_INVALID, "run_id must be a string")
             return 200, msgspec.to_builtins(host.read(lambda sup: sup.pending_asks(run_id=of_run)))
+        if what == "hooks":  # caches over the wire: _remote_caches
+            return 200, msgspec.to_builtins(state_of(host.caches))
         stats = msgspec.to_builtins(host.read(lambda sup: sup.statistics()))
         return 200, {**stats, "stall_after_ms": host.supervisor.config.stall_after_ms}
+    if kind in STDIO_OPS:  # caches over the wire: _remote_caches
+        return 200, msgspec.to_builtins(stdio_op(host.caches, kind, fields))
     if kind == "directories":
         _only(fields, "directories", ("directories", "load"))
         names = fields.get("directories")
@@ -436,6 +442,8 @@ async def _serve(
 
 
 async def _shutdown(host: WireHost, origin: str, grace_ms: int) -> None:
+    if host.caches is not None:  # the parent can acknowledge no hook request any more
+        host.caches.leave(origin)
     try:
         await host.submit(Shutdown(reason=ShutdownReason.SHUTDOWN, origin=origin, grace_ms=grace_ms))
     except HostError:
@@ -468,6 +476,7 @@ def serve_stdio(
     source = source if source is not None else sys.stdin.buffer
     own_stdout = out is None
     out = out if out is not None else sys.stdout.buffer
+    caches = RemoteCaches()  # a parent may register to own the caches (register_hooks)
     try:
         supervisor = Supervisor.start(
             SupervisorConfig(
@@ -478,11 +487,12 @@ def serve_stdio(
             ),
             journal=journal,
             journal_sync=journal_sync,
+            hooks=caches,
         )
     except JournalError as exc:
         sys.stderr.write(f"run-supervisor stdio: {exc}\n")
         return 2
-    host = WireHost(supervisor, **({"default_lease_ms": lease_ms} if lease_ms else {}))
+    host = WireHost(supervisor, caches=caches, **({"default_lease_ms": lease_ms} if lease_ms else {}))
     writer = _Writer(out, max_pending=max_pending_output)
     try:
         if directories:
@@ -492,6 +502,7 @@ def serve_stdio(
         if not supervisor.closed:
             supervisor.shutdown(grace_ms=grace_ms)
         host.hub.join(5.0)
+        caches.close()  # a hook still waiting for an acknowledgement ends now
         # A stalled writer's thread may stay blocked in a write the parent never takes: no wait.
         writer.close(0.0 if writer.ended == "stdout.stalled" else 5.0)
         if writer.ended is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from run_supervisor.actors._api import Supervisor
 from run_supervisor.actors._errors import SupervisorClosed, SupervisorError
@@ -30,6 +30,9 @@ from run_supervisor.protocol import (
     RunFinished,
     StartRun,
 )
+
+if TYPE_CHECKING:
+    from run_supervisor.actors.hosts._remote_caches import RemoteCaches
 
 __all__ = ["STATUS_BY_CODE", "HostError", "WireHost", "http_status"]
 
@@ -88,11 +91,17 @@ class WireHost:
         *,
         buffer: int = 10_000,
         default_lease_ms: int = DEFAULT_LEASE_MS,
+        caches: RemoteCaches | None = None,
     ) -> None:
         self.supervisor = supervisor
         self.default_lease_ms = default_lease_ms
         self.hub = EventHub(supervisor, capacity=buffer)
         self.external = ExternalRuns(supervisor, self.hub.publish)
+        self.caches = caches
+        """The hooks the supervisor was started with when they are ``RemoteCaches`` (an
+        out-of-process host's caches, see ``_remote_caches``): their requests go out on the hub."""
+        if caches is not None:
+            caches.attach(self.hub.publish, supervisor.config)
         self.hub.observe(self._observe)
 
     def _observe(self, event: object) -> None:
