@@ -9,6 +9,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import os
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -98,9 +99,8 @@ _REQUESTS = ("instance.load_requested", "instance.dispose_requested")
 
 @dataclass
 class Remote:
-    supervisor: Supervisor
-    caches: RemoteCaches
-    server: ServerThread
+    supervisor: Supervisor | None
+    """None when the server is a ``serve`` process."""
     client: httpx.AsyncClient
     events: Events
     host: CacheHost
@@ -123,11 +123,11 @@ def serving(config: SupervisorConfig) -> Iterator[tuple[Supervisor, RemoteCaches
 
 
 @contextlib.asynccontextmanager
-async def remote(server: ServerThread, sup: Supervisor, caches: RemoteCaches) -> AsyncIterator[Remote]:
-    headers = {"Authorization": f"Bearer {server.token}"}
+async def remote(url: str, token: str, sup: Supervisor | None = None) -> AsyncIterator[Remote]:
+    headers = {"Authorization": f"Bearer {token}"}
     async with (
-        httpx.AsyncClient(base_url=server.url, headers=headers, timeout=10.0) as client,
-        httpx.AsyncClient(base_url=server.url, headers=headers, timeout=10.0) as acks,
+        httpx.AsyncClient(base_url=url, headers=headers, timeout=10.0) as client,
+        httpx.AsyncClient(base_url=url, headers=headers, timeout=10.0) as acks,
     ):
 
         async def ack(request_id: str) -> None:
@@ -145,7 +145,7 @@ async def remote(server: ServerThread, sup: Supervisor, caches: RemoteCaches) ->
 
         task = asyncio.create_task(pump())
         try:
-            yield Remote(sup, caches, server, client, events, host)
+            yield Remote(sup, client, events, host)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
@@ -154,19 +154,49 @@ async def remote(server: ServerThread, sup: Supervisor, caches: RemoteCaches) ->
 
 
 def run_http(config: SupervisorConfig, scenario: Callable[[Remote], Awaitable[None]]) -> None:
-    async def main(sup: Supervisor, caches: RemoteCaches, server: ServerThread) -> None:
-        async with remote(server, sup, caches) as r:
+    async def main(sup: Supervisor, server: ServerThread) -> None:
+        async with remote(server.url, server.token, sup) as r:
             await scenario(r)
 
-    with serving(config) as (sup, caches, server):
-        asyncio.run(asyncio.wait_for(main(sup, caches, server), 60))
+    with serving(config) as (sup, _caches, server):
+        asyncio.run(asyncio.wait_for(main(sup, server), 60))
+
+
+def run_serve(scenario: Callable[[Remote], Awaitable[None]]) -> None:
+    """The same, against a ``run-supervisor serve`` process (its own RemoteCaches), shut down by
+    ``POST /shutdown`` while the host still answers: the shutdown's disposes are acknowledged too."""
+
+    async def main() -> None:
+        env = {**os.environ, "RUN_SUPERVISOR_TOKEN": "remote-caches-token"}
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "serve", "--port", "0", stdout=asyncio.subprocess.PIPE, env=env
+        )
+        try:
+            assert proc.stdout is not None
+            ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+            async with remote(ready["url"], "remote-caches-token") as r:
+                await scenario(r)
+                await r.client.post("/shutdown", json={"grace_ms": 1000})
+                closed = await r.events.until(is_("instance.closed", directory="/w/a", generation=2))
+                assert closed["error"] is None  # the shutdown's dispose was asked and acknowledged
+                assert r.host.asked[-1] == ("dispose", "/w/a", 2) and r.host.alive["/w/a"] == set()
+                assert await asyncio.wait_for(proc.wait(), 20) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+    asyncio.run(asyncio.wait_for(main(), 90))
 
 
 def _config(**kwargs: Any) -> SupervisorConfig:
     return SupervisorConfig(shutdown_at_exit=False, **kwargs)
 
 
-def test_a_registered_http_host_is_asked_to_dispose_after_the_run_and_to_load_after_the_dispose() -> None:
+@pytest.mark.parametrize("server", ["thread", "serve"])
+def test_a_registered_http_host_is_asked_to_dispose_after_the_run_and_to_load_after_the_dispose(
+    server: str,
+) -> None:
     async def scenario(r: Remote) -> None:
         registered = (await r.client.post("/instances/hooks", json={"name": "ts-backend"})).json()
         assert registered["result"] == "ok" and registered["pending"] == []
@@ -205,7 +235,10 @@ def test_a_registered_http_host_is_asked_to_dispose_after_the_run_and_to_load_af
         ]
         assert [e["budget_ms"] for e in requests] == [5000, 1000, 5000]
 
-    run_http(_config(), scenario)
+    if server == "thread":
+        run_http(_config(), scenario)
+    else:
+        run_serve(scenario)
 
 
 def test_a_dispose_not_acknowledged_in_time_is_reported_as_overran_by_name_as_an_in_process_hook_is() -> None:
@@ -238,6 +271,7 @@ def test_a_dispose_not_acknowledged_in_time_is_reported_as_overran_by_name_as_an
         closed = await r.events.until(is_("instance.closed", directory="/w/a", generation=1))
 
         assert closed["error"] == in_process.error == "the dispose hook overran its 200 ms budget"  # type: ignore[union-attr]
+        assert r.supervisor is not None
         outcome = await asyncio.to_thread(r.supervisor.shutdown, grace_ms=100)
         assert outcome.overran == in_process_outcome.overran == ("the dispose hook of /w/a (generation 1)",)
         late = await r.client.post(f"/instances/hooks/acks/{r.host.held[('dispose', '/w/a', 1)]}", json={})

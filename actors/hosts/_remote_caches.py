@@ -48,11 +48,14 @@ from run_supervisor.protocol import RejectCode
 __all__ = [
     "CacheAck",
     "DisposeRequested",
+    "HookAckBody",
     "HookRequest",
+    "HooksRegisterBody",
     "HooksRegistered",
     "HooksState",
     "HooksUnregistered",
     "LoadRequested",
+    "LoadedInstance",
     "RemoteCacheError",
     "RemoteCaches",
     "RemoteInstance",
@@ -106,6 +109,22 @@ class DisposeRequested(_Request, frozen=True, tag="instance.dispose_requested"):
 
 
 HookRequest = LoadRequested | DisposeRequested
+
+
+class HooksRegisterBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A registration's body (``POST /instances/hooks``; stdio ``register_hooks``); it may be empty."""
+
+    name: str | None = None
+    """What the host calls itself (shown by ``GET /instances/hooks``), 1 to 200 characters."""
+
+
+class HookAckBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An acknowledgement's body (``POST /instances/hooks/acks/{request_id}``; stdio ``ack_hook``
+    with ``request_id``); it may be empty."""
+
+    error: str | None = None
+    """Null: loaded (or disposed). Else why not, 1 to 4000 characters: a load fails with it (the
+    runs that need the instance fail naming it), a dispose closes the instance with it."""
 
 
 class HooksRegistered(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
