@@ -1,0 +1,282 @@
+// The HTTP client: one method per route of `run-supervisor serve`, typed from the OpenAPI document.
+
+import { EventFeed, readStream, sleep } from "./events.js";
+
+/** @typedef {import("../types/openapi.js").components["schemas"]} Schemas */
+/** @typedef {Schemas["ExternalReport"]} Report */
+/** @typedef {import("./events.js").Item} Item */
+/** @typedef {import("./events.js").StreamOptions} StreamOptions */
+/** @typedef {{ origin?: string | null, tag?: string | null }} Origin */
+/** @typedef {Omit<Schemas["StartRun"], "type" | "run_id"> & { run_id?: string, lease_ms?: number }} StartBody */
+/** @typedef {Schemas["RequestOutcome"] & { run_id: string | null, lease_ms: number | null }} Started */
+/** @typedef {{ status: string, lifecycleActionID: string | null, affectedDirectoryKeys: string[] }} CompatClose */
+/** @typedef {{ mode?: "maintenance" | "user_confirmed_interrupt", kind?: string, id?: string, directory?: string }} CompatOptions */
+
+/** A refused request: `status` is the HTTP status, `code` and `error` the server's (the answer is kept). */
+export class WireError extends Error {
+  /**
+   * @param {string} what
+   * @param {number} status
+   * @param {any} answer
+   */
+  constructor(what, status, answer) {
+    const code = answer && typeof answer === "object" ? answer.code : undefined;
+    const error = answer && typeof answer === "object" ? answer.error : String(answer);
+    super(`${what}: ${status} ${code ?? ""}: ${error ?? ""}`);
+    this.name = "WireError";
+    this.status = status;
+    /** @type {Schemas["RejectCode"] | undefined} */
+    this.code = code;
+    this.answer = answer;
+  }
+}
+
+/**
+ * A report that may be sent again after a timeout without doing anything twice: the server answers a
+ * repeat of the run's previous report as it did the first (see docs/wire.md, retries). A `pending`
+ * part without `call_id` or a step without `step` id begins a new one, so it is not retried.
+ * @param {Report} report
+ */
+export function retriable(report) {
+  if (report.type === "part") return report.state !== "pending" || !!report.call_id;
+  if (report.type === "step") return !!report.step;
+  return true;
+}
+
+/**
+ * @typedef {object} ClientOptions
+ * @property {string} url the server's address (the ready line's `url`)
+ * @property {string} [token] the bearer token (the ready line's `token`, or the one you gave serve)
+ * @property {number} [timeoutMs] each request's bound (default 10,000 ms)
+ * @property {number} [retries] how many times a request that may be repeated is sent again after a
+ *   timeout, a dropped connection or a 504 (default 2): GETs, and reports that `retriable` accepts
+ * @property {typeof fetch} [fetch]
+ */
+
+export class Client {
+  /** @param {ClientOptions} options */
+  constructor(options) {
+    this.url = options.url.endsWith("/") ? options.url : `${options.url}/`;
+    this.token = options.token;
+    this.timeoutMs = options.timeoutMs ?? 10000;
+    this.retries = options.retries ?? 2;
+    this.fetch = options.fetch ?? globalThis.fetch;
+  }
+
+  /** @param {Record<string, string>} [extra] */
+  headers(extra = {}) {
+    /** @type {Record<string, string>} */
+    const headers = { ...extra };
+    if (this.token) headers.Authorization = `Bearer ${this.token}`;
+    return headers;
+  }
+
+  /**
+   * Any route: the parsed answer, or a WireError for a status of 400 and above.
+   * @param {"GET" | "POST" | "PUT"} method
+   * @param {string} path relative, e.g. `runs/r1/reports`
+   * @param {{ body?: unknown, headers?: Record<string, string>, retry?: boolean, signal?: AbortSignal }} [options]
+   * @returns {Promise<any>}
+   */
+  async call(method, path, options = {}) {
+    const retry = options.retry ?? method === "GET";
+    for (let attempt = 0; ; attempt++) {
+      const signals = [AbortSignal.timeout(this.timeoutMs)];
+      if (options.signal) signals.push(options.signal);
+      try {
+        const response = await this.fetch(new URL(path, this.url), {
+          method,
+          headers: this.headers({ ...(options.body !== undefined ? { "Content-Type": "application/json" } : {}), ...options.headers }),
+          body: options.body === undefined ? undefined : JSON.stringify(options.body),
+          signal: AbortSignal.any(signals),
+        });
+        const text = await response.text();
+        const answer = text ? JSON.parse(text) : null;
+        if (response.status === 504 && retry && attempt < this.retries) continue;
+        if (response.status >= 400) throw new WireError(`${method} /${path}`, response.status, answer);
+        return answer;
+      } catch (error) {
+        if (error instanceof WireError || options.signal?.aborted || !retry || attempt >= this.retries) throw error;
+        await sleep(Math.min(50 * 2 ** attempt, 1000)); // a timeout or a dropped connection: again
+      }
+    }
+  }
+
+  /** @returns {Promise<{ status: string }>} */
+  health() { return this.call("GET", "health"); }
+
+  /**
+   * Any protocol request (`{"type": "close", ...}`; `lease_ms` with a `start_run`).
+   * @param {Schemas["Request"] & { lease_ms?: number }} request
+   * @returns {Promise<any>}
+   */
+  submit(request) { return this.call("POST", "requests", { body: request }); }
+
+  /**
+   * Start a run the client owns (an external run).
+   * @param {StartBody} body
+   * @returns {Promise<Started>}
+   */
+  startRun(body) { return this.call("POST", "runs", { body }); }
+
+  /**
+   * One report of an external run; sent again after a timeout when `retriable(report)`.
+   * @param {string} runId
+   * @param {Report} report
+   * @returns {Promise<Schemas["ReportOutcome"]>}
+   */
+  report(runId, report) {
+    return this.call("POST", `runs/${enc(runId)}/reports`, { body: report, retry: retriable(report) });
+  }
+
+  /**
+   * @param {string} runId
+   * @param {Origin & { reason?: "user_cancel" | "timeout" }} [body]
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  cancel(runId, body = {}) { return this.call("POST", `runs/${enc(runId)}/cancel`, { body }); }
+
+  /**
+   * @param {string} runId
+   * @returns {Promise<Schemas["RunSnapshot"]>}
+   */
+  run(runId) { return this.call("GET", `runs/${enc(runId)}`); }
+
+  /**
+   * @param {string} session
+   * @returns {Promise<Schemas["SessionSnapshot"]>}
+   */
+  session(session) { return this.call("GET", `sessions/${enc(session)}`); }
+
+  /**
+   * @param {string} session
+   * @param {Schemas["QueuePolicy"]} queuePolicy
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  setQueuePolicy(session, queuePolicy) {
+    return this.call("PUT", `sessions/${enc(session)}/queue_policy`, { body: { queue_policy: queuePolicy } });
+  }
+
+  /**
+   * Open asks, in the order raised (of one run, or all).
+   * @param {string} [runId]
+   * @returns {Promise<Schemas["AskSnapshot"][]>}
+   */
+  asks(runId) { return this.call("GET", runId === undefined ? "asks" : `asks?run_id=${enc(runId)}`); }
+
+  /**
+   * @param {string} askId
+   * @param {{ approve: boolean, message?: string | null, tag?: string | null }} body
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  replyPermission(askId, body) { return this.call("POST", `asks/${enc(askId)}/permission`, { body }); }
+
+  /**
+   * @param {string} askId
+   * @param {{ answer: string, tag?: string | null }} body
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  answerForm(askId, body) { return this.call("POST", `asks/${enc(askId)}/form`, { body }); }
+
+  /**
+   * @param {string} askId
+   * @param {{ message?: string | null, tag?: string | null }} [body]
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  dismissForm(askId, body = {}) { return this.call("POST", `asks/${enc(askId)}/dismiss`, { body }); }
+
+  /**
+   * The same three for a run with exactly one open ask of that kind.
+   * @param {string} runId
+   * @param {"permission" | "form" | "form/dismiss"} what
+   * @param {object} body
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  answerRun(runId, what, body) { return this.call("POST", `runs/${enc(runId)}/${what}`, { body }); }
+
+  /**
+   * Any close in any mode.
+   * @param {Omit<Schemas["CloseRequest"], "type" | "directories"> & { directory?: string, directories?: string[] }} body
+   * @returns {Promise<Schemas["CloseOutcome"]>}
+   */
+  close(body) { return this.call("POST", "close", { body }); }
+
+  /**
+   * @param {Omit<Schemas["Shutdown"], "type">} [body]
+   * @returns {Promise<Schemas["CloseOutcome"]>}
+   */
+  shutdown(body = {}) { return this.call("POST", "shutdown", { body }); }
+
+  /**
+   * Declare directories, and load them unless `load` is false.
+   * @param {string[]} directories
+   * @param {{ load?: boolean }} [options]
+   * @returns {Promise<{ result: string }>}
+   */
+  directories(directories, options = {}) {
+    return this.call("POST", "directories", { body: { directories, load: options.load ?? true } });
+  }
+
+  /** @returns {Promise<Schemas["ActionSnapshot"][]>} pending close actions */
+  actions() { return this.call("GET", "actions"); }
+
+  /**
+   * Turn a pending maintenance close into a confirmed one (its blocking runs are interrupted).
+   * @param {string} actionId
+   * @param {Origin} [body]
+   * @returns {Promise<Schemas["CloseOutcome"]>}
+   */
+  confirm(actionId, body = {}) { return this.call("POST", `actions/${enc(actionId)}/confirm`, { body }); }
+
+  /** @returns {Promise<Schemas["CoreStatistics"] & { stall_after_ms: number | null, external_runs: number, sse_listeners: number, events_buffered: number }>} */
+  statistics() { return this.call("GET", "statistics"); }
+
+  /**
+   * Seed 002's compatible closes (`POST /global/dispose`, `/instance/dispose`, `/instance/reload`):
+   * upstream's shapes, for upstream clients.
+   * @param {"global/dispose" | "instance/dispose" | "instance/reload"} route
+   * @param {CompatOptions} [options]
+   * @returns {Promise<CompatClose>}
+   */
+  compatClose(route, options = {}) {
+    const query = new URLSearchParams();
+    if (options.directory) query.set("directory", options.directory);
+    if (options.mode) query.set("mode", options.mode);
+    /** @type {Record<string, string>} */
+    const headers = {};
+    if (options.kind) headers["x-opencode-client-action-kind"] = options.kind;
+    if (options.id) headers["x-opencode-client-action-id"] = options.id;
+    const tail = query.size ? `?${query}` : "";
+    return this.call("POST", `${route}${tail}`, { body: {}, headers });
+  }
+
+  /**
+   * The event stream (`GET /events`), resumed across drops and restarts with Last-Event-ID.
+   * @param {StreamOptions & { compat?: boolean }} [options] `compat`: seed 002's `GET /event`
+   * @returns {AsyncGenerator<Item, void, undefined>}
+   */
+  stream(options = {}) {
+    const path = options.compat ? "event" : "events";
+    return readStream(
+      (lastId, signal) =>
+        this.fetch(new URL(path, this.url), {
+          headers: this.headers(lastId === null ? {} : { "Last-Event-ID": lastId }),
+          signal,
+        }),
+      options,
+    );
+  }
+
+  /**
+   * A feed over the event stream: many waiters, one connection.
+   * @param {StreamOptions & { compat?: boolean, keep?: number, onReset?: (reset: Schemas["StreamReset"]) => void }} [options]
+   */
+  feed(options = {}) {
+    const stop = new AbortController();
+    const signal = options.signal ? AbortSignal.any([options.signal, stop.signal]) : stop.signal;
+    return new EventFeed(this.stream({ ...options, signal }), { ...options, close: () => stop.abort() });
+  }
+}
+
+/** @param {string} part */
+const enc = (part) => encodeURIComponent(part);

@@ -1,0 +1,222 @@
+// The stdio transport: `run-supervisor stdio` as a child process, one JSON object a line each way.
+// The same calls as the HTTP client (those stdio has), answers matched by `id`, events as a feed.
+
+import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import { createInterface } from "node:readline";
+import { EventFeed } from "./events.js";
+import { WireError } from "./http.js";
+
+/** @typedef {import("../types/openapi.js").components["schemas"]} Schemas */
+/** @typedef {import("./events.js").Item} Item */
+
+export class StdioClient {
+  /**
+   * Spawn `run-supervisor stdio` (`args`: its options) and read its lines.
+   * @param {{ command?: string, args?: string[], env?: NodeJS.ProcessEnv, timeoutMs?: number, keep?: number }} [options]
+   */
+  static spawn(options = {}) {
+    const child = spawn(options.command ?? "run-supervisor", ["stdio", ...(options.args ?? [])], {
+      stdio: ["pipe", "pipe", "inherit"],
+      env: options.env ?? process.env,
+    });
+    return new StdioClient(child, options);
+  }
+
+  /**
+   * @param {import("node:child_process").ChildProcessWithoutNullStreams | import("node:child_process").ChildProcess} child
+   * @param {{ timeoutMs?: number, keep?: number }} [options]
+   */
+  constructor(child, options = {}) {
+    this.child = child;
+    this.timeoutMs = options.timeoutMs ?? 10000;
+    this.nextId = 1;
+    /** @type {Map<number, { resolve: (line: any) => void, reject: (error: Error) => void }>} */
+    this.pending = new Map();
+    /** @type {Schemas["StdioError"][]} error lines of no request of ours (id null) */
+    this.errors = [];
+    /** @type {Record<string, unknown> | null} a ready line, if the sidecar writes one */
+    this.ready = null;
+    /** @type {Promise<number | null>} */
+    this.exited = new Promise((resolve) => child.once("exit", (code) => resolve(code)));
+    /** @type {Item[]} */
+    const queue = [];
+    /** @type {(() => void) | null} */
+    let wake = null;
+    let closed = false;
+    const lines = createInterface({ input: /** @type {import("node:stream").Readable} */ (child.stdout) });
+    lines.on("line", (text) => {
+      const line = JSON.parse(text);
+      if (line.type === "event") queue.push({ id: line.id, event: line.event });
+      else if (line.type === "answer" || line.type === "error") {
+        const waiter = typeof line.id === "number" ? this.pending.get(line.id) : undefined;
+        if (waiter) {
+          this.pending.delete(line.id);
+          waiter.resolve(line);
+        } else if (line.type === "error") this.errors.push(line);
+      } else if (line.ready) this.ready = line;
+      wake?.();
+    });
+    lines.on("close", () => {
+      closed = true;
+      for (const waiter of this.pending.values()) waiter.reject(new Error("the sidecar closed its stdout"));
+      this.pending.clear();
+      wake?.();
+    });
+    async function* items() {
+      for (;;) {
+        while (queue.length) yield /** @type {Item} */ (queue.shift());
+        if (closed) return;
+        await new Promise((resolve) => { wake = () => { wake = null; resolve(undefined); }; });
+      }
+    }
+    /** Every event the sidecar writes, from its first (one feed: stdout is one stream). */
+    this.feed = new EventFeed(items(), options);
+  }
+
+  /**
+   * Send one operation; its answer, or a WireError for a status of 400 and above (an `error` line too).
+   * @param {Record<string, unknown> & { type: string }} operation
+   * @returns {Promise<any>}
+   */
+  send(operation) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new Error(`${operation.type}: no answer within ${this.timeoutMs} ms`));
+      }, this.timeoutMs);
+      this.pending.set(id, {
+        resolve: (line) => {
+          clearTimeout(timer);
+          if (line.type === "error") reject(new WireError(operation.type, line.status, line));
+          else if (line.status >= 400) reject(new WireError(operation.type, line.status, line.answer));
+          else resolve(line.answer);
+        },
+        reject: (error) => { clearTimeout(timer); reject(error); },
+      });
+      /** @type {import("node:stream").Writable} */ (this.child.stdin).write(`${JSON.stringify({ id, ...operation })}\n`);
+    });
+  }
+
+  /**
+   * @param {import("./http.js").StartBody} body
+   * @returns {Promise<import("./http.js").Started>}
+   */
+  async startRun(body) {
+    const runId = body.run_id ?? `run-${randomUUID()}`;
+    const answer = await this.send({ ...body, type: "start_run", run_id: runId });
+    return { ...answer, run_id: runId, lease_ms: body.lease_ms ?? null };
+  }
+
+  /**
+   * @param {string} runId
+   * @param {Schemas["ExternalReport"]} report
+   * @returns {Promise<Schemas["ReportOutcome"]>}
+   */
+  report(runId, report) { return this.send({ type: "report", run_id: runId, report }); }
+
+  /**
+   * @param {string} runId
+   * @param {{ origin?: string, tag?: string | null, reason?: "user_cancel" | "timeout" }} [body]
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  cancel(runId, body = {}) { return this.send({ ...body, type: "cancel", run_id: runId }); }
+
+  /**
+   * @param {string} askId
+   * @param {{ approve: boolean, message?: string | null }} body
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  replyPermission(askId, body) { return this.send({ ...body, type: "reply_permission", ask_id: askId }); }
+
+  /**
+   * @param {string} askId
+   * @param {{ answer: string }} body
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  answerForm(askId, body) { return this.send({ ...body, type: "answer_form", ask_id: askId }); }
+
+  /**
+   * @param {string} askId
+   * @param {{ message?: string | null }} [body]
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  dismissForm(askId, body = {}) { return this.send({ ...body, type: "dismiss_form", ask_id: askId }); }
+
+  /**
+   * @param {Omit<Schemas["CloseRequest"], "type" | "directories"> & { directory?: string, directories?: string[] }} body
+   * @returns {Promise<Schemas["CloseOutcome"]>}
+   */
+  close(body) {
+    const { directory, ...rest } = body;
+    return this.send({ ...rest, ...(directory ? { directories: [directory] } : {}), type: "close" });
+  }
+
+  /**
+   * @param {Omit<Schemas["Shutdown"], "type">} [body]
+   * @returns {Promise<Schemas["CloseOutcome"]>}
+   */
+  shutdown(body = {}) { return this.send({ ...body, type: "shutdown" }); }
+
+  /**
+   * @param {string} actionId
+   * @param {{ origin?: string | null }} [body]
+   * @returns {Promise<Schemas["CloseOutcome"]>}
+   */
+  confirm(actionId, body = {}) { return this.send({ ...body, type: "confirm_close", action_id: actionId }); }
+
+  /**
+   * @param {string[]} directories
+   * @param {{ load?: boolean }} [options]
+   * @returns {Promise<{ result: string }>}
+   */
+  directories(directories, options = {}) {
+    return this.send({ type: "directories", directories, load: options.load ?? true });
+  }
+
+  /**
+   * @param {string} session
+   * @param {Schemas["QueuePolicy"]} queuePolicy
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  setQueuePolicy(session, queuePolicy) { return this.send({ type: "set_queue_policy", session, queue_policy: queuePolicy }); }
+
+  /**
+   * @param {string} runId
+   * @returns {Promise<Schemas["RunSnapshot"]>}
+   */
+  run(runId) { return this.send({ type: "query", what: "run", run_id: runId }); }
+
+  /**
+   * @param {string} session
+   * @returns {Promise<Schemas["SessionSnapshot"]>}
+   */
+  session(session) { return this.send({ type: "query", what: "session", session }); }
+
+  /**
+   * @param {string} [runId]
+   * @returns {Promise<Schemas["AskSnapshot"][]>}
+   */
+  asks(runId) { return this.send({ type: "query", what: "asks", ...(runId === undefined ? {} : { run_id: runId }) }); }
+
+  /** @returns {Promise<Schemas["ActionSnapshot"][]>} */
+  actions() { return this.send({ type: "query", what: "actions" }); }
+
+  /** @returns {Promise<Schemas["CoreStatistics"] & { stall_after_ms: number | null }>} */
+  statistics() { return this.send({ type: "query", what: "statistics" }); }
+
+  /**
+   * Close stdin (a shutdown, origin `stdin.closed`) and wait for the exit; SIGKILL past `ms`.
+   * @param {number} [ms]
+   */
+  async stop(ms = 10000) {
+    /** @type {import("node:stream").Writable} */ (this.child.stdin).end();
+    const timer = setTimeout(() => this.child.kill("SIGKILL"), ms);
+    try {
+      return await this.exited;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
