@@ -22,11 +22,12 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import msgspec
 import pykka
 from loguru import logger
 
 from run_supervisor.actors._errors import SupervisorClosed, SupervisorError
-from run_supervisor.actors._instance_actor import Dispose, InstanceActor, InstanceHooks
+from run_supervisor.actors._instance_actor import Dispose, InstanceActor, InstanceHooks, NoInstanceHooks
 from run_supervisor.actors._run_actor import Go, RunSlot
 from run_supervisor.actors._subscription import Publisher
 from run_supervisor.actors._threads import ThreadBook
@@ -222,6 +223,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         self.core = core
         self._stall_after_ms = stall_after_ms
         self._hooks = hooks
+        self._no_hooks = type(hooks) is NoInstanceHooks  # nothing to dispose: no hop to do it
         self._threads = threads
         self._ask_timeout = ask_timeout
         self._load_budget_ms = load_budget_ms
@@ -232,6 +234,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._waiters: dict[str, list[Future[Any]]] = {}
         self._finishing: dict[str, tuple[Future[Any], str, str]] = {}  # run -> (future, session, dir)
         self._loads: dict[str, Loading] = {}  # directory -> the load of its latest instance
+        self._loaded: dict[tuple[str, int], Future[str | None]] = {}  # each instance's load
         self._publisher = publisher
         self._view = view
         self.timers = Timers(threads) if timers is None else timers
@@ -284,8 +287,8 @@ class SessionSupervisor(pykka.ThreadingActor):
         """Publish the view once for every message decided since the last batch, carry out their
         commands in order, then deliver the events and, after them, the answers."""
         try:
-            staged, self._staged = self._staged, []
-            if staged:
+            while self._staged:  # carrying out a batch may decide more (a dispose with no hook)
+                staged, self._staged = self._staged, []
                 self._view.refresh_batch(self.core, [(message, commands) for message, commands, _ in staged])
                 for _, commands, sent_at in staged:
                     self._sent_at = sent_at
@@ -396,6 +399,7 @@ class SessionSupervisor(pykka.ThreadingActor):
             deadline=time.monotonic() + self._load_budget_ms / 1000.0,
         )
         self._loads[command.directory] = loading
+        self._loaded[(command.directory, command.generation)] = done
         self._instances[(command.directory, command.generation)] = InstanceActor.start(
             command.directory,
             command.generation,
@@ -461,12 +465,20 @@ class SessionSupervisor(pykka.ThreadingActor):
     def _dispose(self, command: DisposeInstance) -> None:
         key = (command.directory, command.generation)
         ref = self._instances.pop(key, None)
+        loaded = self._loaded.pop(key, None)
         loading = self._loads.get(command.directory)
         if loading is not None and loading.generation == command.generation:
             del self._loads[command.directory]
         if ref is None:
             if command.report:
                 self.actor_ref.tell(DisposeDone(directory=command.directory, generation=command.generation))
+            return
+        if command.report and self._no_hooks and loaded is not None and loaded.done():
+            # No dispose hook, and the (empty) load has returned: closed now. The actor is told to
+            # stop without reporting, and the core learns it in this same batch (no two hops).
+            ref.tell(Dispose(msgspec.structs.replace(command, report=False), self._deadline))
+            done = DisposeDone(directory=command.directory, generation=command.generation)
+            self._staged.append((done, self.core.report(done), None))
             return
         try:
             ref.tell(Dispose(command, self._deadline))  # at shutdown, nothing waits past its deadline
@@ -587,6 +599,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._runs.clear()
         self._instances.clear()
         self._loads.clear()
+        self._loaded.clear()
         self._deliver()  # the last events and answers, before every subscription closes
         self._settle_leftovers()
         self._publisher.close_all()  # after the last event; the host joins the callback threads
