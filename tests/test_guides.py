@@ -110,6 +110,7 @@ def run_example(example: Example, workdir: Path) -> tuple[int, str, str]:
     for scenario in (ROOT / "docs" / "scenarios").glob("*.toml"):
         shutil.copy(scenario, scenarios)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("RUN_SUPERVISOR_TOKEN", None)  # so serve generates one and prints it, as the guide reads it
     if example.language == "bash":
         command = ["bash", str(script)]
     elif script.name.startswith("test_"):
