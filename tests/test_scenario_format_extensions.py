@@ -303,3 +303,105 @@ def test_a_bad_restart_is_refused_naming_its_key(old: str, new: str, key: str, s
     error = refused(RESTARTING.replace(old, new))
     assert error.key == key
     assert says in error.message
+
+
+# ----------------------------------------------------------------------------------------------------
+# Instance load faults
+
+LOADS = """
+name = "loads"
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [{ kind = "model" }]
+"""
+
+
+def test_a_run_whose_instance_failed_to_load_fails_with_the_load_s_error() -> None:
+    report = played(LOADS + '[instance_faults."/proj/a"]\nload_error = "config.json is broken"\n')
+    assert report.failures == []
+    r1 = report.runs["r1"]
+    assert (r1.outcome, r1.error) == (
+        "failed",
+        "loading /proj/a (generation 1) failed: config.json is broken",
+    )
+
+
+def test_a_preload_that_fails_is_the_runner_s_instance_load_failed_row() -> None:
+    report = played(
+        'directories = ["/proj/a"]\n' + LOADS + '[instance_faults."/proj/a"]\nload_error = "boom"\n'
+    )
+    assert report.failures == []
+    [row] = [row for row in report.events if row["type"] == "instance.load_failed"]
+    assert (row["directory"], row["error"]) == ("/proj/a", "boom")
+    assert report.runs["r1"].outcome == "failed"
+
+
+def test_load_generations_limits_the_fault_to_those_generations() -> None:
+    text = LOADS + (
+        '[[runs]]\nid = "r2"\nsession = "s1"\ndirectory = "/proj/a"\nstart = "manual"\n'
+        'steps = [{ kind = "model" }]\n'
+        '[[actions]]\nid = "fix"\nwhen = "r1.finished"\ndo = "reload"\ndirectory = "/proj/a"\n'
+        'mode = "maintenance"\n'
+        '[[actions]]\nwhen = "fix.completed"\ndo = "start_run"\nrun = "r2"\n'
+        '[instance_faults."/proj/a"]\nload_error = "broken"\nload_generations = [1]\n'
+    )
+    report = played(text)
+    assert report.failures == []
+    assert report.runs["r1"].outcome == "failed"
+    assert (report.runs["r2"].outcome, report.runs["r2"].generation) == ("completed", 2)
+
+
+def test_a_load_slower_than_load_budget_ms_counts_as_failed() -> None:
+    text = LOADS.replace('name = "loads"\n', 'name = "loads"\nload_budget_ms = 50\n')
+    report = played(text + '[instance_faults."/proj/a"]\nload_ms = 2000\n')
+    assert report.failures == []
+    r1 = report.runs["r1"]
+    assert r1.outcome == "failed"
+    assert r1.error is not None and "overran its 50 ms budget" in r1.error
+
+
+def test_a_load_held_at_its_gate_holds_only_the_runs_that_read_it() -> None:
+    text = LOADS + (
+        '[[runs]]\nid = "r2"\nsession = "s2"\ndirectory = "/proj/b"\nsteps = [{ kind = "model" }]\n'
+        '[[actions]]\nwhen = "r2.finished"\ndo = "open_gate"\ngate = "slow"\n'
+        '[instance_faults."/proj/a"]\nload_gate = "slow"\n'
+        '[[expect_events]]\ntype = "run.finished"\nrun = "r2"\nbefore = "r1.finished"\n'
+    )
+    report = played(text)
+    assert report.failures == []
+    assert report.runs["r1"].outcome == "completed"
+
+
+@pytest.mark.parametrize(
+    ("top", "faults", "key", "says"),
+    [
+        (
+            'directories = ["/proj/a"]\n',
+            'load_gate = "g"\n',
+            'instance_faults."/proj/a".load_gate',
+            "loaded before the story starts",
+        ),
+        (
+            "",
+            "load_generations = [1]\n",
+            'instance_faults."/proj/a".load_generations',
+            "give load_error, load_ms or load_gate",
+        ),
+        (
+            "",
+            'load_error = "x"\nload_generations = [0]\n',
+            'instance_faults."/proj/a".load_generations[0]',
+            "at least 1",
+        ),
+        ("", "load_ms = -1\n", 'instance_faults."/proj/a".load_ms', "at least 0"),
+        ("", 'load_error = ""\n', 'instance_faults."/proj/a".load_error', "empty"),
+        ("load_budget_ms = 86400001\n", "", "load_budget_ms", "at most 86400000"),
+    ],
+)
+def test_a_bad_load_fault_is_refused_naming_its_key(top: str, faults: str, key: str, says: str) -> None:
+    error = refused(top + LOADS + '[instance_faults."/proj/a"]\n' + faults)
+    assert error.key == key
+    assert says in error.message

@@ -61,13 +61,20 @@ def _work(ctx: RunContext, step: StepSpec, gates: dict[str, Gate]) -> None:
 
 
 def make_body(
-    spec: RunSpec, gates: dict[str, Gate], ask_ids: dict[tuple[str, str], str] | None = None
+    spec: RunSpec,
+    gates: dict[str, Gate],
+    ask_ids: dict[tuple[str, str], str] | None = None,
+    *,
+    reads_instance: bool = False,
 ) -> Callable[[RunContext], None]:
     """The run body a scenario run stands for: its steps, gates, work, faults and asks.
 
     A named ask (a step's ``ask``) is recorded in ``ask_ids`` under ``(run, name)`` as it opens, so the
     play can reply to it by id. An ask with ``wait = false`` stays open while the run goes on; the body
     waits for it (and ends its tool part) after the last step.
+
+    ``reads_instance``: the body reads its instance first (``ctx.instance()``), as an agent reads its
+    config: a load that failed fails the run with its error, a slow one holds the run until it ends.
     """
     last_step_of_part: dict[int, str] = {}
     for step in spec.steps:
@@ -77,6 +84,8 @@ def make_body(
     def body(ctx: RunContext) -> None:
         # Each step's state is reported *before* its run.step.started event, so an action fired on
         # that event finds the part (and an immediate ask) exactly where the file says it is.
+        if reads_instance:
+            ctx.instance()
         call: ToolCall | None = None
         later: list[tuple[Ask[Any], StepSpec, ToolCall | None]] = []  # asks opened with wait = false
         waiting_parts: set[int] = set()  # parts whose end waits for such an ask
@@ -170,9 +179,31 @@ class ScenarioHooks:
     def __init__(self, scenario: Scenario) -> None:
         self._faults = scenario.instance_faults
         self.release = threading.Event()
-        """Set when the play ends: a dispose hook still waiting out its ``dispose_ms`` returns at once."""
+        """Set when the play ends: a hook still waiting out its ``dispose_ms`` or ``load_ms`` returns
+        at once."""
+        self._load_gates = {name: threading.Event() for name in scenario.load_gates}
+
+    def open_gate(self, name: str) -> None:
+        """Let a load held at this gate go on (a gate no load names is ignored)."""
+        gate = self._load_gates.get(name)
+        if gate is not None:
+            gate.set()
+
+    def end(self) -> None:
+        """The play is over: every hook still waiting returns at once."""
+        self.release.set()
+        for gate in self._load_gates.values():
+            gate.set()
 
     def load(self, directory: str, generation: int) -> Any:
+        fault = self._faults.get(directory)
+        if fault is not None and fault.affects(generation):
+            if fault.load_gate is not None:
+                self._load_gates[fault.load_gate].wait()  # set by its open_gate, or at the play's end
+            if fault.load_ms:
+                self.release.wait(fault.load_ms / 1000.0)
+            if fault.load_error is not None:
+                raise RuntimeError(fault.load_error)
         return {"directory": directory, "generation": generation}
 
     def dispose(self, directory: str, generation: int, cache: Any) -> None:

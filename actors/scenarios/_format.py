@@ -246,10 +246,28 @@ class ActionSpec:
 
 @dataclass(frozen=True, slots=True)
 class InstanceFaultSpec:
-    """How a directory's instance misbehaves when it is disposed."""
+    """How a directory's instance misbehaves when it is disposed (and, an extension, loaded)."""
 
     dispose_error: str | None = None
     dispose_ms: int = 0
+    load_error: str | None = None
+    """An extension: the load hook raises this (runs that read the instance fail with it)."""
+    load_ms: int = 0
+    """An extension: the load hook takes this long (counted against ``load_budget_ms``)."""
+    load_gate: str | None = None
+    """An extension: the load hook waits until an ``open_gate`` opens this gate (a slow load
+    held at an exact point)."""
+    load_generations: tuple[int, ...] = ()
+    """An extension: the generations whose load misbehaves; empty: every generation."""
+
+    @property
+    def loads_badly(self) -> bool:
+        """Some load of the directory raises, takes time or waits at a gate."""
+        return self.load_error is not None or self.load_ms > 0 or self.load_gate is not None
+
+    def affects(self, generation: int) -> bool:
+        """The load of this generation misbehaves."""
+        return self.loads_badly and (not self.load_generations or generation in self.load_generations)
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +340,10 @@ class Scenario:
     ``reload_policy = "lazy"``: the public contract says a reload loads it at once."""
     expect_events: tuple[EventExpectation, ...] = ()
     """An extension: what the timeline must hold (or must not), counted, between two events."""
+    load_budget_ms: int | None = None
+    """An extension: the supervisor's ``load_budget_ms`` (None: its default)."""
+    load_gates: tuple[str, ...] = ()
+    """An extension: every gate an instance fault's ``load_gate`` names, sorted."""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -440,6 +462,7 @@ def _event_fields() -> Mapping[str, frozenset[str]]:
     for tag in [tag for tag in fields if tag.startswith("ask.")]:
         fields[tag] |= {"ask", "action"}  # the file's ask name; the reply action that decided it
     fields["lifecycle.confirmed"].add("confirm")
+    fields["instance.load_failed"] = {"directory", "error"}  # the runner's: a preload that failed
     return MappingProxyType({tag: frozenset(names) for tag, names in fields.items()})
 
 
@@ -679,6 +702,10 @@ class _ActionModel(_Model):
 class _FaultModel(_Model):
     dispose_error: _Text | None = None
     dispose_ms: _Ms = 0
+    load_error: _Text | None = None
+    load_ms: _Ms = 0
+    load_gate: _Id | None = None
+    load_generations: list[Annotated[StrictInt, Field(ge=1)]] | None = None
 
 
 class _ScenarioModel(_Model):
@@ -694,6 +721,7 @@ class _ScenarioModel(_Model):
     queue_policies: dict[_Id, Annotated[StrictStr, _one_of_values(QueuePolicy)]] = Field(default_factory=dict)
     reload_policy: Annotated[StrictStr, _one_of_values(ReloadPolicy)] = ReloadPolicy.EAGER.value
     expect_events: list[dict[StrictStr, Any]] = Field(default_factory=list)
+    load_budget_ms: _Ms | None = None
 
 
 class _RunExpectModel(_Model):
@@ -1136,7 +1164,13 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
     action_ids = _check_namespace(model.runs, model.actions)
     _check_parents(runs)
     sessions = tuple(dict.fromkeys(run.session for run in runs))
-    gates = tuple(sorted({step.gate for run in runs for step in run.steps if step.gate is not None}))
+    load_gates = tuple(
+        sorted({f.load_gate for f in model.instance_faults.values() if f.load_gate is not None})
+    )
+    _check_load_faults(model)
+    gates = tuple(
+        sorted({step.gate for run in runs for step in run.steps if step.gate is not None} | {*load_gates})
+    )
     directories = {*model.directories, *(run.directory for run in runs), *model.instance_faults}
     names = _Names(
         runs={run.id: run for run in runs},
@@ -1155,7 +1189,14 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         _build_event_expectation(index, entry, names) for index, entry in enumerate(model.expect_events)
     )
     faults = {
-        directory: InstanceFaultSpec(dispose_error=fault.dispose_error, dispose_ms=fault.dispose_ms)
+        directory: InstanceFaultSpec(
+            dispose_error=fault.dispose_error,
+            dispose_ms=fault.dispose_ms,
+            load_error=fault.load_error,
+            load_ms=fault.load_ms,
+            load_gate=fault.load_gate,
+            load_generations=tuple(sorted(set(fault.load_generations or ()))),
+        )
         for directory, fault in model.instance_faults.items()
     }
     return Scenario(
@@ -1174,7 +1215,28 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         queue_policies=MappingProxyType({s: QueuePolicy(p) for s, p in model.queue_policies.items()}),
         reload_policy=ReloadPolicy(model.reload_policy),
         expect_events=expect_events,
+        load_budget_ms=model.load_budget_ms,
+        load_gates=load_gates,
     )
+
+
+def _check_load_faults(model: _ScenarioModel) -> None:
+    """A preloaded directory's load cannot wait at a gate (nothing can open it before the story
+    starts), and ``load_generations`` goes with a load fault."""
+    for directory, fault in model.instance_faults.items():
+        key = ("instance_faults", directory)
+        if fault.load_gate is not None and directory in model.directories:
+            raise _InvalidError(
+                _key(*key, "load_gate"),
+                f"{directory!r} is loaded before the story starts (it is in directories): no action "
+                "could open its load's gate; leave it out of directories so a run loads it",
+            )
+        bad = fault.load_error is not None or fault.load_ms > 0 or fault.load_gate is not None
+        if fault.load_generations is not None and not bad:
+            raise _InvalidError(
+                _key(*key, "load_generations"),
+                "names the generations of a load fault: give load_error, load_ms or load_gate",
+            )
 
 
 def _check_parents(runs: Sequence[RunSpec]) -> None:

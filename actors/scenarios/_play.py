@@ -36,6 +36,7 @@ from msgspec import UNSET
 
 from run_supervisor.actors import (
     Gate,
+    LoadFailed,
     RunContext,
     Subscription,
     Supervisor,
@@ -125,7 +126,9 @@ def _config(scenario: Scenario) -> SupervisorConfig:
     """The supervisor a scenario plays against: its reload policy is the file's (``eager``, the
     contract's reading, unless the file opts into ``lazy``), and so is its stall setting (none: stalls
     are not measured)."""
+    budget = {} if scenario.load_budget_ms is None else {"load_budget_ms": scenario.load_budget_ms}
     return SupervisorConfig(
+        **budget,
         shutdown_at_exit=False,
         reload_policy=scenario.reload_policy,
         stall_after_ms=scenario.stall_after_ms,
@@ -147,17 +150,14 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
         player = _Player(scenario, supervisor, supervisor.subscribe(), time.monotonic() + timeout, timeout)
         player.journal = journal
         try:
+            player.hooks = hooks
             player.declare()
-            plain = [d for d in scenario.directories if d not in scenario.fingerprints]
-            if plain:
-                supervisor.load(*plain)
-            for directory, fingerprint in scenario.fingerprints.items():
-                supervisor.load(directory, fingerprint=fingerprint)
+            player.preload()
             for session, policy in scenario.queue_policies.items():
                 supervisor.set_queue_policy(session, policy)
             player.run(hooks)
         finally:
-            hooks.release.set()  # the story is over: a dispose hook still sleeping may go
+            hooks.end()  # the story is over: a hook still sleeping or held at a gate may go
             if not player.supervisor.closed:
                 try:
                     player.supervisor.shutdown(
@@ -256,6 +256,30 @@ class _Player:
         self.held: list[str] | None = None
         """While a restart stops the old supervisor: the ``when`` names seen, fired on the new one."""
 
+    def _body(self, spec: RunSpec) -> Callable[[RunContext], None]:
+        fault = self.scenario.instance_faults.get(spec.directory)
+        reads = fault is not None and fault.loads_badly  # the run reads its instance, which may fail
+        return make_body(spec, self.gates, self.ask_ids, reads_instance=reads)
+
+    def preload(self) -> None:
+        """Load the file's ``directories`` (those with a ``fingerprint`` with it), as a host does at
+        its start; a load that fails is the runner's ``instance.load_failed`` row (the host's call
+        raised ``LoadFailed``), after the events the loads published."""
+        scenario = self.scenario
+        failed: dict[str, str] = {}
+        plain = [d for d in scenario.directories if d not in scenario.fingerprints]
+        loads: list[tuple[tuple[str, ...], str | None]] = [(tuple(plain), None)] if plain else []
+        loads += [((directory,), fingerprint) for directory, fingerprint in scenario.fingerprints.items()]
+        for directories, fingerprint in loads:
+            try:
+                self.supervisor.load(*directories, fingerprint=fingerprint)
+            except LoadFailed as failure:
+                failed.update(failure.errors)
+        if failed:
+            self._enter_delivered()
+            for directory, error in sorted(failed.items()):
+                self._record_own("instance.load_failed", {"directory": directory, "error": error})
+
     def declare(self) -> None:
         scenario = self.scenario
         known = {*scenario.directories, *(run.directory for run in scenario.runs), *scenario.instance_faults}
@@ -268,9 +292,7 @@ class _Player:
         for spec in self.scenario.runs:
             if spec.start is RunStart.BEGIN:
                 self.begin_pending.add(spec.id)
-                self._submit(
-                    _start(spec), _Asked(spec.id, begin=True), make_body(spec, self.gates, self.ask_ids)
-                )
+                self._submit(_start(spec), _Asked(spec.id, begin=True), self._body(spec))
         if not self.begin_pending:
             self._fire(WhenKind.BEGIN.value)
         while True:
@@ -359,6 +381,8 @@ class _Player:
             if spec.do is UserAction.OPEN_GATE:  # the runner's own action: no request
                 assert spec.gate is not None
                 self.gates[spec.gate].open()
+                if self.hooks is not None:
+                    self.hooks.open_gate(spec.gate)  # a load held at it (an instance fault)
                 self._on_answer(_Asked(spec.id), RequestOutcome(result=RequestResult.OK))
                 continue
             if spec.do is UserAction.CRASH:  # the runner's own action too: the process "dies"
@@ -371,7 +395,7 @@ class _Player:
             body = None
             if spec.do is UserAction.START_RUN:
                 assert spec.run is not None
-                body = make_body(self.runs[spec.run].spec, self.gates, self.ask_ids)
+                body = self._body(self.runs[spec.run].spec)
             self._submit(self._request_for(spec), _Asked(spec.id), body)
 
     def _request_for(self, spec: ActionSpec) -> Request:
@@ -681,7 +705,7 @@ class _Player:
         if not self.failures:
             self.failures.append(f"the scenario did not end within {self.timeout:g} s")
         # Tear down what hung: active runs end interrupted / timeout; their events go in the report too.
-        hooks.release.set()
+        hooks.end()
         if not self.supervisor.closed:
             try:
                 self.supervisor.shutdown(
