@@ -148,8 +148,8 @@ def test_the_project_s_scenario_format_holds_the_whole_contract_in_order() -> No
 # format (`error`, `answer`, `completed` of an [expect] entry; the `.completed` of a `when`; an action's
 # `run`, also LoadCause.RUN; a model step's `retry` list) and the WhenKind `run_finished`, and the format's
 # own Decision `reject` (a reply; the protocol's WhenBusy.REJECT is a queue rule's value, which the format
-# never spells).
-NOT_VOCABULARY = {"error", "answer", "completed", "run_finished", "reject", "run", "retry"}
+# never spells), and `none`, the format's word for null in [expect] (GraceClock.NONE is a grace rule's).
+NOT_VOCABULARY = {"error", "answer", "completed", "run_finished", "reject", "run", "retry", "none"}
 
 
 def test_the_scenario_code_spells_none_of_the_protocol_s_vocabulary_it_uses_the_enums() -> None:
