@@ -516,7 +516,7 @@ def test_a_dispose_a_stdio_parent_does_not_acknowledge_in_time_is_reported_as_ov
     run_stdio(scenario)
 
 
-def test_a_stdio_session_that_ends_fails_what_its_parent_left_unacknowledged() -> None:
+def test_a_stdio_session_whose_stdin_closed_asks_its_parent_nothing_more() -> None:
     async def scenario(s: Sidecar) -> None:
         await s.ask({"type": "register_hooks"})
         assert (await s.ask({"type": "directories", "directories": ["/w/a"]}))["status"] == 200
