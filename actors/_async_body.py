@@ -3,8 +3,10 @@ semantics in async form.
 
 The loop is the host's when it started the run through ``AsyncSupervisor`` (the loop that awaited
 ``start_run``), otherwise a loop thread the supervisor owns, started with the first async body.
-The run still has its ``RunActor`` (the design's owner of a run); ``AsyncRunActor._run`` only
-schedules the task, and the task reports ``BodyEnded`` when the body is done.
+The run still has its ``RunActor`` (the design's owner of a run, with the same token, decisions and
+events as a thread body's); at ``Go`` the supervisor's thread only schedules the task on that loop
+(``call_soon_threadsafe``), and the task reports ``BodyEnded`` when the body is done. An async run
+costs no OS thread: not at its start (which never waits on the loop), not while it is open.
 
 An interrupt cancels the task: the body sees ``asyncio.CancelledError`` at its next ``await`` (the
 context's own waits raise ``RunInterrupted``, as in a thread body). A body that swallows the
@@ -444,6 +446,11 @@ class AsyncRunActor(RunActor):
         self._async_body = body
         self._loop = loop
         self._async_token = token
+
+    def _begin(self, context: RunContext) -> None:
+        """At ``Go`` (on the supervisor's thread): schedule the body's task on its loop, and
+        nothing else: no pooled thread, no hop through one."""
+        self._run(context)
 
     def _run(self, context: RunContext) -> None:
         ctx = AsyncRunContext(context)
