@@ -62,6 +62,7 @@ from run_supervisor.protocol import (
     ReloadPolicy,
     Request,
     RequestOutcome,
+    RetryBudget,
     RunRecovered,
     RunSnapshot,
     SessionSnapshot,
@@ -127,6 +128,21 @@ class SupervisorConfig(BaseModel):
         "its body's later reports refused. The body's thread or task is left to end by itself "
         "(statistics: runs_abandoned). None (the default): the body is waited for. start_run and cancel "
         "may set their own; a shutdown uses its own grace.",
+    )
+    retry_attempts: int | None = Field(
+        default=None,
+        ge=0,
+        le=10**6,
+        description="Every run's retry budget in attempts (start_run(retry_budget=) may give its own): the "
+        "retry a body reports past it (ctx.retrying) interrupts the run, reason timeout, origin "
+        "retry_budget, and its run.finished carries that retry's attempt and message. None: unbounded.",
+    )
+    retry_backoff_ms: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_MS,
+        description="Every run's retry budget in total backoff (the waits its retries announce): past it "
+        "the run is interrupted as for retry_attempts. None: unbounded.",
     )
     shutdown_at_exit: bool = Field(
         default=True, description="Shut down at interpreter exit if the host did not."
@@ -215,6 +231,11 @@ class Supervisor:
             reload_policy=config.reload_policy,
             queue_policy=config.queue_policy,
             interrupt_grace_ms=config.interrupt_grace_ms,
+            retry_budget=(
+                None
+                if config.retry_attempts is None and config.retry_backoff_ms is None
+                else RetryBudget(attempts=config.retry_attempts, backoff_ms=config.retry_backoff_ms)
+            ),
         )
         self._publisher: Publisher
         recovered: list[Event] = []
@@ -358,6 +379,7 @@ class Supervisor:
         queue_policy: QueuePolicyName | QueuePolicy | None = None,
         stall_after_ms: int | None = None,
         interrupt_grace_ms: int | None = None,
+        retry_budget: RetryBudget | None = None,
         timeout: float | None = None,
     ) -> RunHandle:
         """Start a run (or queue it behind the session's active run). The body runs on its own
@@ -383,7 +405,11 @@ class Supervisor:
         (``run.stalled``) after this long without progress.
 
         ``interrupt_grace_ms`` overrides the config's ``interrupt_grace_ms`` for this run: once it is
-        interrupted (not by a shutdown), its body may go on this long before the run is abandoned."""
+        interrupted (not by a shutdown), its body may go on this long before the run is abandoned.
+
+        ``retry_budget`` (``RetryBudget(attempts=, backoff_ms=)``) replaces the config's
+        ``retry_attempts``/``retry_backoff_ms`` for this run: the retry past it interrupts the run
+        (reason ``timeout``, origin ``retry_budget``)."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = start_run_request(
@@ -396,6 +422,7 @@ class Supervisor:
             deadline_ms=deadline_ms,
             stall_after_ms=stall_after_ms,
             interrupt_grace_ms=interrupt_grace_ms,
+            retry_budget=retry_budget,
         )
         while True:
             finished: Future[RunSnapshot] = Future()

@@ -53,6 +53,7 @@ from run_supervisor.protocol import (
     ReloadPolicy,
     Request,
     RequestOutcome,
+    RetryBudget,
     RunRecovered,
     RunSnapshot,
     SessionSnapshot,
@@ -345,6 +346,7 @@ class AsyncSupervisor:
         queue_policy: QueuePolicyName | QueuePolicy | None = None,
         stall_after_ms: int | None = None,
         interrupt_grace_ms: int | None = None,
+        retry_budget: RetryBudget | None = None,
         timeout: float | None = None,
     ) -> AsyncRunHandle:
         """Start a run (or queue it behind the session's active run), pinned to the directory's
@@ -356,7 +358,8 @@ class AsyncSupervisor:
         then it is interrupted, ``timeout``, origin ``deadline``).
         ``queue_policy`` says what it does while the session is busy
         (``SessionBusy`` for ``"reject_if_busy"``); ``stall_after_ms`` is its own stall setting;
-        ``interrupt_grace_ms`` its own grace once interrupted. See ``Supervisor.start_run``."""
+        ``interrupt_grace_ms`` its own grace once interrupted; ``retry_budget`` its own retry budget.
+        See ``Supervisor.start_run``."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = start_run_request(
@@ -369,6 +372,7 @@ class AsyncSupervisor:
             deadline_ms=deadline_ms,
             stall_after_ms=stall_after_ms,
             interrupt_grace_ms=interrupt_grace_ms,
+            retry_budget=retry_budget,
         )
         while True:
             finished: Future[RunSnapshot] = Future()

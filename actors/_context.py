@@ -544,12 +544,16 @@ class _RunReports(Generic[P, F, C]):
         ``busy`` at the run's next step, tool-part change, ask or heartbeat (the attempt goes on),
         and ends with the run. Never blocks; ``RunInterrupted`` if the run was interrupted meanwhile."""
         self.check()
+        next_at_ms = _epoch_ms(next_at)
+        # The wait it announces counts against a retry budget's backoff_ms (the core reads no clock).
+        backoff_ms = None if next_at_ms is None else max(0, next_at_ms - int(time.time() * 1000))
         self._reporter._tell(
             RetryReport(
                 run_id=self.run_id,
                 attempt=_attempt(attempt),
                 message=_retry_message(message),
-                next_at_ms=_epoch_ms(next_at),
+                next_at_ms=next_at_ms,
+                backoff_ms=backoff_ms,
             )
         )
         self.token.progress.retrying = True  # the next heartbeat is the attempt going on: say so once

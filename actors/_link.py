@@ -107,6 +107,7 @@ def start_run_request(
     deadline_ms: object = None,
     stall_after_ms: object = None,
     interrupt_grace_ms: object = None,
+    retry_budget: object = None,
 ) -> StartRun:
     """Checked (``InvalidRequest`` naming the argument), every option in the order the facades
     document them (None: not given); without ``run_id``, a fresh ``run-N`` no host id has taken."""
@@ -132,6 +133,8 @@ def start_run_request(
         options["stall_after_ms"] = check.stall_after_ms("stall_after_ms", stall_after_ms)
     if interrupt_grace_ms is not None:
         options["interrupt_grace_ms"] = check.grace("interrupt_grace_ms", interrupt_grace_ms)
+    if retry_budget is not None:
+        options["retry_budget"] = check.retry_budget("retry_budget", retry_budget)
     return msgspec.structs.replace(request, **options) if options else request
 
 

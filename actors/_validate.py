@@ -44,6 +44,7 @@ from run_supervisor.protocol import (
     ReloadPolicy,
     ReplyPermission,
     Request,
+    RetryBudget,
     SetQueuePolicy,
     Shutdown,
     ShutdownReason,
@@ -247,6 +248,17 @@ def grace(name: str, value: object) -> int:
     return milliseconds(name, value, least=0, none="None: the run's, else the supervisor's")
 
 
+def retry_budget(name: str, value: object) -> RetryBudget:
+    """A ``RetryBudget`` whose bounds are None or ``int``s in ``[0, MAX_MS]``."""
+    if not isinstance(value, RetryBudget):
+        raise InvalidRequest(f"{name} must be a RetryBudget, not {_kind(value)}")
+    if value.attempts is not None:
+        milliseconds(f"{name}.attempts", value.attempts, least=0, none="None: unbounded")
+    if value.backoff_ms is not None:
+        milliseconds(f"{name}.backoff_ms", value.backoff_ms, least=0, none="None: unbounded")
+    return value
+
+
 def stall_after_ms(name: str, value: object) -> int:
     """A stall setting: ``int`` milliseconds in ``[1, MAX_MS]`` (0 would flag every run at once)."""
     return milliseconds(name, value, least=1, none="None: stalls are not measured")
@@ -318,6 +330,8 @@ def _check_fields(req: Request) -> None:
             stall_after_ms("stall_after_ms", req.stall_after_ms)
         if req.interrupt_grace_ms is not None:
             grace("interrupt_grace_ms", req.interrupt_grace_ms)
+        if req.retry_budget is not None:
+            retry_budget("retry_budget", req.retry_budget)
         identifier("session", req.session)
         directory_name("directory", req.directory)
         if req.queue_policy is not None and not isinstance(req.queue_policy, QueuePolicy):

@@ -84,6 +84,7 @@ from run_supervisor.protocol._requests import (
     ReplyPermission,
     Request,
     RequestOutcome,
+    RetryBudget,
     RetryReport,
     RunSnapshot,
     SessionSnapshot,
@@ -210,8 +211,15 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         reload_policy: ReloadPolicy = ReloadPolicy.EAGER,
         queue_policy: QueuePolicy = QueuePolicy.QUEUE,
         interrupt_grace_ms: int | None = None,
+        retry_budget: RetryBudget | None = None,
     ) -> None:
         self.dispose_budget_ms = dispose_budget_ms
+        problem = _budget_problem(retry_budget)
+        if problem is not None:
+            raise ValueError(problem)
+        self.retry_budget = None if retry_budget is None else (retry_budget.attempts, retry_budget.backoff_ms)
+        """Every run's retry budget (attempts, backoff ms) unless it names its own
+        (``StartRun.retry_budget``); None: unbounded."""
         if interrupt_grace_ms is not None and interrupt_grace_ms < 0:
             raise ValueError(f"interrupt_grace_ms must be >= 0 or None, got {interrupt_grace_ms}")
         self.interrupt_grace_ms = interrupt_grace_ms
@@ -483,6 +491,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             children=tuple(run.children),
             deadline_ms=run.deadline_ms,
             stalled=run.stalled,
+            retry_attempt=run.last_retry[0] if run.last_retry is not None else None,
+            retry_message=run.last_retry[1] if run.last_retry is not None else None,
         )
 
     def report_echo(self, run_id: str, call_id: str | None = None) -> ReportEcho | None:
@@ -584,6 +594,10 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 reply_to, RejectCode.INVALID_REQUEST, f"deadline_ms must be positive, got {req.deadline_ms}"
             )
             return
+        problem = _budget_problem(req.retry_budget)
+        if problem is not None:
+            self._reject(reply_to, RejectCode.INVALID_REQUEST, problem)
+            return
         if req.interrupt_grace_ms is not None and req.interrupt_grace_ms < 0:
             self._reject(
                 reply_to,
@@ -616,6 +630,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             parent=req.parent_run_id,
             deadline_ms=req.deadline_ms,
             interrupt_grace_ms=req.interrupt_grace_ms,
+            retry_budget=(
+                None if req.retry_budget is None else (req.retry_budget.attempts, req.retry_budget.backoff_ms)
+            ),
             queue_policy=policy,
         )
         self._journal.fresh(run)
@@ -809,7 +826,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         its grace (``grace_ms``, else the run's, else the core's) has passed without it."""
         self._decide_interrupt(run, reason, origin, action)
         self._move_run(run, RunTrigger.INTERRUPT)
-        self._progressed(run)  # no attempt will come: a retry status is over
+        self._progressed(run)  # no attempt will come: silently (``STOP``), until the run's end
         self._withdraw_open_asks(run, WithdrawReason.INTERRUPTED, reason)
         self._out.append(SignalInterrupt(run_id=run.id, reason=reason))
         self._arm_grace(run, reason, grace_ms)
@@ -1020,6 +1037,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 abandoned=run.abandoned,
                 generation=run.generation,
                 parts=self._part_snapshots(run),
+                retry_attempt=run.last_retry[0] if run.last_retry is not None else None,
+                retry_message=run.last_retry[1] if run.last_retry is not None else None,
             )
         )
         self._remember_finished(run.id)
@@ -1179,6 +1198,16 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
 
 
 _OK = RequestOutcome(result=RequestResult.OK)
+
+
+def _budget_problem(budget: RetryBudget | None) -> str | None:
+    """Why ``budget`` is not a retry budget (a bound below 0), or None."""
+    if budget is None:
+        return None
+    for name, value in (("attempts", budget.attempts), ("backoff_ms", budget.backoff_ms)):
+        if value is not None and value < 0:
+            return f"retry_budget.{name} must be >= 0 or None, got {value}"
+    return None
 
 
 T = TypeVar("T")

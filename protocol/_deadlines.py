@@ -9,10 +9,16 @@ The run's end sends ``DisarmDeadline``.
 
 **Retries.** A body reports that it is retrying (``RetryReport``: attempt, message, next attempt
 time); its session's status becomes ``retry`` with those (``session.status``), and goes back to
-``busy`` at the run's next progress (a step, a tool-part change, an ask, a heartbeat) or its
-interrupt, and
-to ``idle`` (or ``busy`` for the next queued run) at its end. The moves are
+``busy`` at the run's next progress (a step, a tool-part change, an ask, a heartbeat), and to
+``idle`` (or ``busy`` for the next queued run) at its end. An interrupt says nothing (``STOP``): a
+run stopped during a backoff shows ``retry -> idle``, never ``busy`` after the stop. The moves are
 ``protocol._rules.SESSION_TRANSITIONS``.
+
+**Retry budgets.** A run's budget (``StartRun.retry_budget``, else ``SupervisorCore(retry_budget=)``)
+bounds its retries and their total backoff: the report that exceeds it is not announced; the run is
+interrupted with reason ``timeout`` and origin ``retry_budget`` (``RETRY_BUDGET_REASON``,
+``RETRY_BUDGET_ORIGIN``). Every accepted retry is remembered on the run: ``run.finished`` carries the
+last one's attempt and message.
 
 ``DeadlinesMixin`` is one part of ``SupervisorCore`` (it shares the core's tables).
 """
@@ -23,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from run_supervisor.protocol._commands import ArmDeadline, Command, DisarmDeadline
-from run_supervisor.protocol._enums import InterruptReason, SessionStatus
+from run_supervisor.protocol._enums import InterruptReason, RunState, SessionStatus
 from run_supervisor.protocol._events import Event, SessionStatusChanged
 from run_supervisor.protocol._records import _Run, _Session
 from run_supervisor.protocol._requests import DeadlineExpired, RetryReport
@@ -31,10 +37,13 @@ from run_supervisor.protocol._rules import (
     DEADLINE_EXPIRY,
     DEADLINE_ORIGIN,
     DEADLINE_REASON,
+    RETRY_BUDGET_ORIGIN,
+    RETRY_BUDGET_REASON,
     RETRY_REPORTED_IN,
     RunTrigger,
     SessionTrigger,
     next_session_status,
+    retry_budget_exhausted,
     session_status_announced,
 )
 
@@ -49,6 +58,7 @@ class DeadlinesMixin:
         _runs: dict[str, _Run]
         _sessions: dict[str, _Session]
         _touch: Callable[[object], None]
+        retry_budget: tuple[int | None, int | None] | None
 
         def _next_seq(self) -> int: ...
         def _emit(self, event: Event) -> None: ...
@@ -96,14 +106,24 @@ class DeadlinesMixin:
         ):
             self._ignore()  # late (interrupting, finished) or malformed: no attempt will come
             return
+        self._touch(run)
+        run.last_retry = (report.attempt, report.message)
+        run.backoff_total_ms += max(0, report.backoff_ms or 0)
+        budget = run.retry_budget if run.retry_budget is not None else self.retry_budget
+        if budget is not None and retry_budget_exhausted(*budget, report.attempt, run.backoff_total_ms):
+            self._interrupt(run, RETRY_BUDGET_REASON, RETRY_BUDGET_ORIGIN, None)
+            return
         self._move_session(session, SessionTrigger.RETRY, (report.attempt, report.message, report.next_at_ms))
 
     def _progressed(self, run: _Run) -> None:
-        """The run went on (a step, a tool-part change, an ask, a heartbeat) or was interrupted: a
-        retry it reported is over."""
+        """The run went on (a step, a tool-part change, an ask, a heartbeat): a retry it reported is
+        over. Once it is interrupted nothing more is announced (``STOP``)."""
         session = self._sessions.get(run.session)
-        if session is not None and session.active == run.id and session.retry is not None:
-            self._move_session(session, SessionTrigger.PROGRESS, None)
+        if session is None or session.active != run.id or session.retry is None:
+            return
+        # An interrupted run's session says nothing until the run's end (``STOP``).
+        trigger = SessionTrigger.PROGRESS if run.state is RunState.ACTIVE else SessionTrigger.STOP
+        self._move_session(session, trigger, session.retry if trigger is SessionTrigger.STOP else None)
 
     def _move_session(
         self, session: _Session, trigger: SessionTrigger, retry: tuple[int, str, int | None] | None
@@ -112,7 +132,7 @@ class DeadlinesMixin:
         new = next_session_status(old, trigger)
         self._touch(session)
         session.retry = retry if new is SessionStatus.RETRY else None
-        if session_status_announced(old, new):
+        if session_status_announced(old, new, trigger):
             attempt, message, next_at = session.retry if session.retry is not None else (None, None, None)
             self._emit(
                 SessionStatusChanged(

@@ -157,11 +157,18 @@ class RunFinished(_Event, frozen=True, tag="run.finished"):
     phase: Phase | None
     error: str | None = None
     abandoned: bool = False
-    """The body ignored its cancellation past the shutdown deadline and was left behind."""
+    """The body ignored its interrupt past its grace (the shutdown's, or the run's own) and was
+    left behind: its thread or task may still be running; its later reports are refused."""
     generation: int | None = None
     """The instance generation the run was pinned to (None: it never started)."""
     parts: tuple[PartSnapshot, ...] = ()
     """Its tool parts as they ended: what a UI needs to draw the tool cards."""
+    retry_attempt: int | None = None
+    """Whenever the run retried (it ended during a retry's backoff, or after one): the last
+    attempt its body announced (``session.status`` ``retry``), or the one that exhausted its retry
+    budget..."""
+    retry_message: str | None = None
+    """...and that retry's message (the provider's error): a turn stopped while retrying keeps it."""
 
 
 class RunRecovered(_Event, frozen=True, tag="run.recovered"):

@@ -81,6 +81,9 @@ class _Run:
     deadline_ms: int | None = None  # counted from run.started; the shell holds the timer
     interrupt_grace_ms: int | None = None  # its own grace once interrupted (``INTERRUPT_GRACE``)
     grace_armed: bool = False  # a StartInterruptGrace was sent: StopInterruptGrace at its end
+    retry_budget: tuple[int | None, int | None] | None = None  # (attempts, backoff_ms) of its own
+    last_retry: tuple[int, str] | None = None  # the last retry its body reported (attempt, message)
+    backoff_total_ms: int = 0  # announced backoff so far (``RetryReport.backoff_ms``)
     queue_policy: QueuePolicy = QueuePolicy.QUEUE  # what it was started with (``QUEUE_RULES``)
     stalled: bool = False  # flagged: no progress for its stall setting (``protocol._stalls``)
     refused: int = 0

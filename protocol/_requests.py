@@ -53,6 +53,7 @@ __all__ = [
     "ReplyPermission",
     "Request",
     "RequestOutcome",
+    "RetryBudget",
     "RetryReport",
     "RunSnapshot",
     "SetQueuePolicy",
@@ -61,6 +62,16 @@ __all__ = [
     "StepReport",
     "WithdrawAsk",
 ]
+
+
+class RetryBudget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How much retrying a run may do before it is interrupted (reason ``timeout``, origin
+    ``retry_budget``): a retry report past either bound exhausts it (``protocol.retry_budget_exhausted``)."""
+
+    attempts: int | None = None
+    """Retries allowed (a report of attempt ``attempts + 1`` exhausts it; 0: none). None: unbounded."""
+    backoff_ms: int | None = None
+    """Total backoff allowed, summed over the reports' ``backoff_ms``. None: unbounded."""
 
 
 class _Request(msgspec.Struct, frozen=True, tag_field="type", kw_only=True, forbid_unknown_fields=True):
@@ -88,6 +99,9 @@ class StartRun(_Request, frozen=True, tag="start_run"):
     """What this start does while its session is busy (``protocol.QUEUE_RULES``): ``queue``,
     ``coalesce`` or ``reject_if_busy``. None: the session's default (``SetQueuePolicy``), else the
     supervisor's (``SupervisorConfig.queue_policy``; ``queue`` unless set)."""
+    retry_budget: RetryBudget | None = None
+    """This run's retry budget; None: the supervisor's (``SupervisorCore(retry_budget=)``; none
+    there: retries are the body's business)."""
     interrupt_grace_ms: int | None = None
     """How long this run's body may go on once the run is interrupted (a cancel, a decline, a
     confirmed close, its deadline) before the run is finished without it: ``interrupted`` with its
@@ -342,6 +356,9 @@ class RetryReport(msgspec.Struct, frozen=True, kw_only=True):
     """Why (the provider's error), for the user."""
     next_at_ms: int | None = None
     """When the next attempt is due, in Unix epoch milliseconds (None: unknown)."""
+    backoff_ms: int | None = None
+    """How long the body waits before that attempt (None: not said; counts 0 against a budget's
+    ``backoff_ms``)."""
 
 
 # --- Answers -----------------------------------------------------------------------------------
@@ -407,6 +424,10 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Its deadline (``start_run(..., deadline_ms=...)``), counted from ``run.started``."""
     stalled: bool = False
     """It is active and made no progress for its stall setting (``run.stalled``); cleared by progress."""
+    retry_attempt: int | None = None
+    """The last retry its body reported (accepted), if any: the attempt it announced..."""
+    retry_message: str | None = None
+    """...and why (the provider's error): kept after the retry is over, and through its end."""
 
 
 class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):

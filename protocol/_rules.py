@@ -57,6 +57,8 @@ __all__ = [
     "QUEUE_REASONS",
     "QUEUE_RULES",
     "RELOAD_RULES",
+    "RETRY_BUDGET_ORIGIN",
+    "RETRY_BUDGET_REASON",
     "RETRY_REPORTED_IN",
     "RUNNING_RUN_STATES",
     "RUN_OUTCOMES",
@@ -94,6 +96,7 @@ __all__ = [
     "next_session_status",
     "next_stall_state",
     "reload_loads",
+    "retry_budget_exhausted",
     "retry_waiting",
     "session_status_announced",
     "stall_applies",
@@ -629,6 +632,10 @@ class SessionTrigger(StrEnum):
     PROGRESS = "progress"
     """Its active run goes on: a step, a tool-part change, an ask or a heartbeat; or it is interrupted (no
     attempt will come)."""
+    STOP = "stop"
+    """Its active run is interrupted: no attempt will come, but nothing is announced until the run's
+    end (``idle``, or ``busy`` for the next run): a UI never says "working" between a stop and
+    ``idle``. A retry's status and details are kept until then (the last provider error stands)."""
     HAND_OVER = "hand_over"
     """Its active run finished and the next queued run starts."""
     END = "end"
@@ -641,12 +648,14 @@ SESSION_TRANSITIONS: Mapping[SessionStatus, Mapping[SessionTrigger, SessionStatu
         SessionStatus.BUSY: {
             SessionTrigger.RETRY: SessionStatus.RETRY,
             SessionTrigger.PROGRESS: SessionStatus.BUSY,
+            SessionTrigger.STOP: SessionStatus.BUSY,
             SessionTrigger.HAND_OVER: SessionStatus.BUSY,
             SessionTrigger.END: SessionStatus.IDLE,
         },
         SessionStatus.RETRY: {
             SessionTrigger.RETRY: SessionStatus.RETRY,
             SessionTrigger.PROGRESS: SessionStatus.BUSY,
+            SessionTrigger.STOP: SessionStatus.RETRY,
             SessionTrigger.HAND_OVER: SessionStatus.BUSY,
             SessionTrigger.END: SessionStatus.IDLE,
         },
@@ -667,9 +676,34 @@ def next_session_status(status: SessionStatus, trigger: SessionTrigger) -> Sessi
         raise IllegalTransitionError(f"session: {trigger.value} while {status.value}") from None
 
 
-def session_status_announced(old: SessionStatus, new: SessionStatus) -> bool:
-    """A move is announced when the status changes, and every retry is (a new attempt)."""
+def session_status_announced(
+    old: SessionStatus, new: SessionStatus, trigger: SessionTrigger | None = None
+) -> bool:
+    """A move is announced when the status changes, and every retry is (a new attempt); a stop
+    never is (the session's next word is its run's end)."""
+    if trigger is SessionTrigger.STOP:
+        return False
     return new is not old or new is SessionStatus.RETRY
+
+
+RETRY_BUDGET_REASON = InterruptReason.TIMEOUT
+"""A run that exhausts its retry budget is interrupted with this reason (a budget is a limit, as a
+deadline is)..."""
+RETRY_BUDGET_ORIGIN = "retry_budget"
+"""...and this origin, which tells it apart from a deadline (``deadline``) and a watchdog's cancel.
+Its ``run.finished`` carries the retry that exhausted it (``retry_attempt``, ``retry_message``)."""
+
+
+def retry_budget_exhausted(
+    attempts: int | None, backoff_ms: int | None, attempt: int, backoff_total_ms: int
+) -> bool:
+    """A retry report of ``attempt`` (the attempt to come, 1 for the first retry), after
+    ``backoff_total_ms`` of announced backoff in all (this report's included), exhausts a budget of
+    ``attempts`` retries and ``backoff_ms`` of backoff (None: that bound is not set): the attempt is
+    not made, the run is interrupted (``RETRY_BUDGET_REASON``, ``RETRY_BUDGET_ORIGIN``)."""
+    return (attempts is not None and attempt > attempts) or (
+        backoff_ms is not None and backoff_total_ms > backoff_ms
+    )
 
 
 # --- queue policies: what a start does while its session is busy ----------------------------------

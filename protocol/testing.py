@@ -175,6 +175,8 @@ from run_supervisor.protocol._rules import (
     INTERRUPT_GRACE,
     QUEUE_REASONS,
     QUEUE_RULES,
+    RETRY_BUDGET_ORIGIN,
+    RETRY_BUDGET_REASON,
     SHUTDOWN_ACTIONS,
     SHUTDOWN_INTERRUPT_REASONS,
     CloseScope,
@@ -237,6 +239,8 @@ class _Session:
     active: str | None = None
     queue: deque[str] = field(default_factory=deque)
     status: SessionStatus | None = None
+    stopped: str | None = None
+    """Its active run, once signalled: no ``busy`` (nor a new ``retry``) until that run's end."""
 
 
 @dataclass(slots=True)
@@ -768,6 +772,8 @@ class InvariantChecker:
         instance = self.instances.get((run.directory, run.generation or 0))
         if instance is not None:
             instance.runs.discard(run.id)
+        if session.stopped == run.id:
+            session.stopped = None
         if session.active == run.id:
             session.active = None
         else:
@@ -790,6 +796,8 @@ class InvariantChecker:
         if event.reason is None:
             self.violation(f"{run.id} was interrupted without a reason")
             return
+        if event.origin == RETRY_BUDGET_ORIGIN and run.parent is None and event.retry_attempt is None:
+            self.violation(f"{run.id} ended by its retry budget without the retry that exhausted it")
         if self.commands_seen and was == "active" and run.signalled is not event.reason:
             self.violation(
                 f"{run.id} ended interrupted ({event.reason.value}) but was signalled {run.signalled}"
@@ -884,6 +892,12 @@ class InvariantChecker:
                 )
         elif retry != (None, None, None):
             self.violation(f"session {event.session} said {event.status.value} with a retry's fields {retry}")
+        stopped = session.stopped is not None and session.stopped == session.active
+        if stopped and event.status is not SessionStatus.IDLE:
+            self.violation(
+                f"session {event.session} said {event.status.value} after its run {session.stopped} was "
+                "stopped: the next word after a stop is the run's end"
+            )
         if session.status is event.status and event.status is not SessionStatus.RETRY:
             self.violation(f"session {event.session} said {event.status.value} twice in a row")
         if event.status is SessionStatus.IDLE and (session.active is not None or session.queue):
@@ -1139,8 +1153,8 @@ class InvariantChecker:
     def _signal(self, command: SignalInterrupt) -> None:
         run = self.runs.get(command.run_id)
         session = self.sessions.get(run.session) if run is not None else None
-        if session is not None and session.active == command.run_id and session.status is SessionStatus.RETRY:
-            self.violation(f"{command.run_id} signalled while its session still says retry")
+        if session is not None and session.active == command.run_id:
+            session.stopped = command.run_id  # from now on it says nothing until the run's end
         if run is None or run.state != "active":
             self.violation(f"{command.run_id} signalled while it is not active")
         elif run.signalled is not None:
@@ -1382,6 +1396,18 @@ class InvariantChecker:
                 continue
             if run.id in self.shutdown_queued and event.reason in _SHUTDOWN_REASONS:
                 continue
+            if event.origin == RETRY_BUDGET_ORIGIN:  # no request decided it: a retry past its budget did
+                if event.reason is not RETRY_BUDGET_REASON or event.action_id is not None:
+                    self.violation(
+                        f"{run.id} interrupted by its retry budget with reason {event.reason}, "
+                        f"action {event.action_id} (timeout, none expected)"
+                    )
+                elif not self._retried_up(run):
+                    self.violation(
+                        f"{run.id} interrupted by a retry budget, but neither it nor a parent ended "
+                        "with the retry that exhausted it (retry_attempt, retry_message)"
+                    )
+                continue
             if event.origin == DEADLINE_ORIGIN:  # no request decided it: its deadline did
                 if event.reason is not DEADLINE_REASON or event.action_id is not None:
                     self.violation(
@@ -1392,6 +1418,18 @@ class InvariantChecker:
                     self.violation(f"{run.id} interrupted by a deadline that neither it nor a parent had")
                 continue
             self.violation(f"{run.id} ended interrupted ({event.reason}) but no accepted request decided it")
+
+    def _retried_up(self, run: _Run) -> bool:
+        """``run`` or an ancestor finished carrying the retry that exhausted its budget."""
+        seen: set[str] = set()
+        here: _Run | None = run
+        while here is not None and here.id not in seen:
+            seen.add(here.id)
+            end = here.finished
+            if end is not None and end.origin == RETRY_BUDGET_ORIGIN and end.retry_attempt is not None:
+                return end.retry_message is not None
+            here = self.runs.get(here.parent) if here.parent is not None else None
+        return False
 
     def _deadline_owner(self, run: _Run) -> str | None:
         """The run (itself or the nearest ancestor) whose deadline interrupted ``run``: one that had

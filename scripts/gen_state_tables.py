@@ -25,6 +25,7 @@ from run_supervisor.protocol import (
     PART_TRANSITIONS,
     QUEUE_RULES,
     RELOAD_RULES,
+    RETRY_BUDGET_ORIGIN,
     RUN_TRANSITIONS,
     SESSION_TRANSITIONS,
 )
@@ -35,6 +36,7 @@ from run_supervisor.protocol._rules import (
     CONFIRM_RULES,
     DECLINE_RULES,
     QUEUE_REASONS,
+    RETRY_BUDGET_REASON,
     RUN_OUTCOMES,
     RUNNING_RUN_STATES,
     SHUTDOWN_RULES,
@@ -233,7 +235,9 @@ def _deadline_and_session_tables() -> list[str]:
         lines.append(f"| `{state.value}` | {trigger.value if trigger else 'ignored'} |")
     lines += [
         "",
-        "**Sessions** (`SESSION_TRANSITIONS`): `busy`, `idle` and a run's retries",
+        "**Sessions** (`SESSION_TRANSITIONS`): `busy`, `idle` and a run's retries (`stop` is never "
+        "announced). A retry past the run's `RetryBudget` is not announced: it interrupts the run with "
+        f"reason `{RETRY_BUDGET_REASON.value}`, origin `{RETRY_BUDGET_ORIGIN}`",
         "",
         "| state | trigger | next state |",
         "| --- | --- | --- |",

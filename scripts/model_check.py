@@ -23,7 +23,8 @@ interleaving of host requests and internal reports, breadth-first, merging state
 * the ``abandons`` scope: the core gives every interrupted body a grace of its own
   (``interrupt_grace_ms``); an armed grace passes at any moment (the run is then abandoned if its
   body still runs), also after its body ended; an abandoned body goes on reporting (steps, retries,
-  its end), which the core refuses; the session's next queued run starts.
+  its end), which the core refuses; the session's next queued run starts; a retry budget of one
+  attempt stops a run at its second retry.
 
 After every step the one ``InvariantChecker`` (``run_supervisor.protocol.testing``) checks the new
 command batch; with ``--drain`` (the default) every new state is also driven to its end (a test
@@ -194,10 +195,14 @@ class World:
 
 
 def initial_world(
-    core: Callable[[], SupervisorCore] = SupervisorCore, interrupt_grace_ms: int | None = None
+    core: Callable[[], SupervisorCore] = SupervisorCore,
+    interrupt_grace_ms: int | None = None,
+    retry_attempts: int | None = None,
 ) -> World:
     world = World(core=core(), checker=InvariantChecker())
     world.core.interrupt_grace_ms = interrupt_grace_ms
+    if retry_attempts is not None:
+        world.core.retry_budget = (retry_attempts, None)
     world.core.declare(B)
     world.carry_out(world.core.preload(A, "f0"))  # the no-op gate compares closes with it
     return world
@@ -367,6 +372,8 @@ class Scope:
     interrupt_grace_ms: int | None = None
     """The core's own grace for an interrupted body (``SupervisorCore(interrupt_grace_ms=)``): each
     armed grace passes at any moment."""
+    retry_attempts: int | None = None
+    """The core's retry budget (``RetryBudget(attempts=)``): the retry past it interrupts the run."""
 
 
 FULL = Scope(
@@ -505,8 +512,9 @@ SCOPES = {
             "abandons",
             "3 runs in /w/a (s1, s2; queued behind each other); every interrupted body gets a grace of its "
             "own, which passes at any moment (also after the body ended): cancel, permission asks and forms "
-            "with every reply, deadlines, a confirmed reload; an abandoned body goes on stepping, retrying "
-            "and ends; shutdown and the grace deadline",
+            "with every reply, deadlines, a confirmed reload; a retry budget of one attempt (the second "
+            "retry stops the run); an abandoned body goes on stepping, retrying and ends; shutdown and "
+            "the grace deadline",
             runs=3,
             places=(("s1", A), ("s2", A)),
             closes=((CloseAction.RELOAD, (A,)),),
@@ -517,6 +525,7 @@ SCOPES = {
             raises=False,
             deadlines=True,
             interrupt_grace_ms=50,
+            retry_attempts=1,
         ),
     )
 }
@@ -811,7 +820,7 @@ def explore(
     """Breadth-first over every interleaving up to ``depth`` steps, checking after every step."""
     started = time.perf_counter()
     result = Result(scope=scope.name, about=scope.about, depth=depth)
-    root = initial_world(core, scope.interrupt_grace_ms)
+    root = initial_world(core, scope.interrupt_grace_ms, scope.retry_attempts)
     seen = {state_key(root)}
     frontier: list[tuple[World, tuple[str, ...]]] = [(root, ())]
     result.states = 1

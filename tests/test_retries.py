@@ -159,19 +159,25 @@ def test_a_queued_run_starts_in_a_busy_session_not_a_retrying_one() -> None:
     assert shell.one(RunStarted, run_id="next").session == "s"
 
 
-def test_an_interrupt_ends_the_retry_and_a_later_retry_report_is_ignored() -> None:
+def test_a_run_stopped_during_a_retry_shows_retry_then_idle_never_busy_and_a_later_retry_is_ignored() -> None:
     shell = CoreShell("/w/a")
     shell.start("r", session="s")
     _retrying(shell)
     shell.cancel("r")
-    assert _statuses(shell, "s")[-1] == (SessionStatus.BUSY, None, None)
+    assert _statuses(shell, "s")[-1] == (SessionStatus.RETRY, 1, "529 overloaded")  # nothing said
     ignored = shell.core.statistics().reports_ignored
 
     _retrying(shell, attempt=2)  # the body had not seen the interrupt yet
 
     assert shell.core.statistics().reports_ignored == ignored + 1
-    assert _statuses(shell, "s")[-1] == (SessionStatus.BUSY, None, None)
     shell.finish("r")
+    assert [status for status, _, _ in _statuses(shell, "s")] == [
+        SessionStatus.BUSY,
+        SessionStatus.RETRY,
+        SessionStatus.IDLE,
+    ]
+    finished = shell.finished("r")
+    assert (finished.retry_attempt, finished.retry_message) == (1, "529 overloaded")
     shell.shutdown()
     shell.checker.finish()
 
