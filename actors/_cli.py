@@ -307,6 +307,17 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _openapi(args: argparse.Namespace) -> int:
+    try:
+        from run_supervisor.actors.hosts._openapi import document_json
+    except ImportError as exc:  # the document describes serve: it needs serve's packages
+        missing = f"{exc.name} is missing: pip install 'run-supervisor[server]'"
+        _write(sys.stderr, f"run-supervisor openapi: {missing}\n")
+        return 2
+    sys.stdout.write(document_json().decode())
+    return 0
+
+
 # ----------------------------------------------------------------------------------------------------
 # The table and the entry point
 
@@ -328,6 +339,12 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
         "print the JSON Schema of every request, answer, snapshot and event (to generate client types)",
         _schema_arguments,
         _schema,
+    ),
+    Subcommand(
+        "openapi",
+        "print the OpenAPI 3.1 document of serve's routes (docs/openapi.json; GET /openapi.json)",
+        _no_arguments,
+        _openapi,
     ),
     Subcommand(
         "stdio",

@@ -247,6 +247,17 @@ class RejectCode(StrEnum):
     INVALID_REQUEST = "invalid_request"
     INTERNAL_ERROR = "internal_error"
     """The supervisor failed while handling the request (a bug): it was contained and logged."""
+    # What the wire hosts refuse themselves, before the supervisor sees a request (same answer shape).
+    NOT_FOUND = "not_found"
+    """A wire host: no such route (or method), or no such session."""
+    UNAUTHORIZED = "unauthorized"
+    """The HTTP host: the route needs ``Authorization: Bearer <token>`` (or an event-stream ticket)."""
+    FORBIDDEN = "forbidden"
+    """The HTTP host: the ``Host`` or ``Origin`` header is not this server's (a DNS-rebinding guard)."""
+    TOO_LARGE = "too_large"
+    """A wire host: the request body (or stdin line) is over its size limit."""
+    TIMEOUT = "timeout"
+    """A wire host: the supervisor did not answer within the host's bound."""
 
 
 class AskKind(StrEnum):

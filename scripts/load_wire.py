@@ -55,7 +55,7 @@ async def _rate(name: str, count: int, concurrency: int, call: Any) -> dict[str,
 
 
 async def _ok(response: httpx.Response) -> None:
-    if response.status_code != 200:
+    if response.status_code not in (200, 201):  # 201: POST /runs created a run
         raise RuntimeError(f"{response.request.url}: {response.status_code} {response.text}")
 
 

@@ -281,7 +281,7 @@ def test_a_deadline_given_over_http_interrupts_the_external_run_and_tells_its_cl
             answer = await client.post(
                 "/runs", json={"run_id": "r1", "session": "s1", "directory": "/w/a", "deadline_ms": 100}
             )
-            assert answer.status_code == 200, answer.text
+            assert answer.status_code == 201, answer.text
             started = await events.until(of_type("run.started", run_id="r1"))
             assert started.data["deadline_ms"] == 100
             notice = await events.until(of_type("external.interrupt", run_id="r1"))

@@ -26,7 +26,7 @@ async def start(client: httpx.AsyncClient, run_id: str, session: str, **extra: A
     answer = await client.post(
         "/runs", json={"run_id": run_id, "session": session, "directory": "/w/a", **extra}
     )
-    assert answer.status_code == 200, answer.text
+    assert answer.status_code == 201, answer.text
 
 
 async def report(client: httpx.AsyncClient, run_id: str, **fields: Any) -> httpx.Response:

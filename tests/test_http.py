@@ -36,7 +36,7 @@ async def start(client: httpx.AsyncClient, run_id: str, directory: str = "/w/a",
     answer = await client.post(
         "/runs", json={"run_id": run_id, "session": f"s-{run_id}", "directory": directory, **extra}
     )
-    assert answer.status_code == 200, answer.text
+    assert answer.status_code == 201, answer.text
     assert answer.json()["result"] == "ok"
 
 
@@ -535,7 +535,7 @@ def test_a_rejected_start_answers_no_run_id_or_lease_of_a_run_that_never_was() -
             assert bad.status_code == 422 and bad.json()["code"] == "invalid_request"
             assert (bad.json()["run_id"], bad.json()["lease_ms"]) == (None, None)
             fine = await client.post("/runs", json={"session": "s3", "directory": "/w/a", "lease_ms": 4000})
-            assert fine.status_code == 200 and fine.json()["run_id"].startswith("run-")
+            assert fine.status_code == 201 and fine.json()["run_id"].startswith("run-")
             assert fine.json()["lease_ms"] == 4000
 
     run(scenario)

@@ -524,19 +524,19 @@ def test_over_http_a_session_default_and_a_start_policy_reach_external_runs() ->
         policy = await client.put("/sessions/chat/queue_policy", json={"queue_policy": "reject_if_busy"})
         assert policy.status_code == 200, policy.text
         first = await client.post("/runs", json={"run_id": "e1", "session": "chat", "directory": "/w/a"})
-        assert first.status_code == 200, first.text
+        assert first.status_code == 201, first.text
         busy = await client.post("/runs", json={"run_id": "e2", "session": "chat", "directory": "/w/a"})
         assert (busy.status_code, busy.json()["code"]) == (409, "session_busy")
         queued = await client.post(
             "/runs", json={"run_id": "e3", "session": "chat", "directory": "/w/a", "queue_policy": "coalesce"}
         )
-        assert queued.status_code == 200, queued.text
+        assert queued.status_code == 201, queued.text
         session = (await client.get("/sessions/chat")).json()
         assert (session["queue_policy"], session["queued"]) == ("reject_if_busy", ["e3"])
         bad = await client.put("/sessions/chat/queue_policy", json={"queue_policy": "fifo"})
         assert bad.status_code == 422
         later = {"run_id": "e4", "session": "chat", "directory": "/w/a", "queue_policy": "coalesce"}
-        assert (await client.post("/runs", json=later)).status_code == 200
+        assert (await client.post("/runs", json=later)).status_code == 201
         replaced = (await client.get("/runs/e3")).json()
         assert (replaced["reason"], replaced["origin"]) == ("coalesced", "e4")
 

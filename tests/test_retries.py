@@ -328,7 +328,7 @@ def test_an_external_run_reports_a_retry_over_http_and_its_next_step_clears_it()
     async def scenario(srv: Served) -> None:
         async with srv.client() as client, sse(client, "/events?after=0") as events:
             answer = await client.post("/runs", json={"run_id": "r1", "session": "s1", "directory": "/w/a"})
-            assert answer.status_code == 200, answer.text
+            assert answer.status_code == 201, answer.text
             retry = {"type": "retry", "attempt": 2, "message": "overloaded", "next_at_ms": 1_767_225_600_000}
             assert (await client.post("/runs/r1/reports", json=retry)).status_code == 200
             shown = await events.until(of_type("session.status", session="s1", status="retry"))

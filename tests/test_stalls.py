@@ -610,7 +610,7 @@ def test_over_http_a_progress_heartbeat_clears_a_stall_and_a_confirm_interrupts_
                 started = await client.post(
                     "/runs", json={"run_id": run_id, "session": f"s-{run_id}", "directory": "/w/a"}
                 )
-                assert started.status_code == 200, started.text
+                assert started.status_code == 201, started.text
             stalled = {(await events.until(of_type("run.stalled"))).data["run_id"] for _ in range(2)}
             assert stalled == {"r1", "r2"}
             beat = await client.post("/runs/r2/reports", json={"type": "heartbeat", "progress": True})

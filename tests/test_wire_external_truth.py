@@ -59,7 +59,7 @@ async def start(client: httpx.AsyncClient, run_id: str, session: str, **extra: A
     answer = await client.post(
         "/runs", json={"run_id": run_id, "session": session, "directory": "/w/a", **extra}
     )
-    assert answer.status_code == 200, answer.text
+    assert answer.status_code == 201, answer.text
 
 
 async def report(client: httpx.AsyncClient, run_id: str, **fields: Any) -> httpx.Response:
@@ -335,7 +335,7 @@ def test_sequences_of_part_states_through_the_real_server_draw_the_cards_they_me
             started = client.post(
                 "/runs", json={"run_id": run_id, "session": f"s-{run_id}", "directory": "/w/a"}
             )
-            assert started.status_code == 200, started.text
+            assert started.status_code == 201, started.text
             model: dict[str, _Expected] = {}
             for call_id, state, message in reports:
                 body: dict[str, Any] = {"type": "part", "tool": _TOOLS[call_id], "state": state.value}

@@ -58,7 +58,7 @@ async def start(client: httpx.AsyncClient, run_id: str, **extra: Any) -> None:
     answer = await client.post(
         "/runs", json={"run_id": run_id, "session": f"s-{run_id}", "directory": "/w/a", **extra}
     )
-    assert answer.status_code == 200, answer.text
+    assert answer.status_code == 201, answer.text
 
 
 def publish_bulk(srv: Served, count: int, size: int) -> None:
@@ -147,7 +147,7 @@ def test_a_resume_with_an_id_from_before_a_restart_gets_a_reset_and_the_recovere
                 answer = await client.post(
                     "/runs", json={"run_id": "r1", "session": "s1", "directory": "/p/a"}
                 )
-                assert answer.status_code == 200, answer.text
+                assert answer.status_code == 201, answer.text
                 card = {"type": "part", "tool": "bash", "state": "pending"}
                 assert (await client.post("/runs/r1/reports", json=card)).status_code == 200
                 await events.until(of_type("run.part.updated", run_id="r1", state="pending"))

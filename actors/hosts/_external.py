@@ -68,6 +68,7 @@ from run_supervisor.protocol import (
     DeliverAnswer,
     InterruptReason,
     PartState,
+    Question,
     RejectCode,
     RequestResult,
     RunState,
@@ -147,7 +148,7 @@ class AskReport(_Report, frozen=True, tag="ask"):
     title: str | None = None
     command: str | None = None
     options: tuple[str, ...] = ()
-    questions: tuple[Any, ...] = ()
+    questions: tuple[str | Question, ...] = ()
     """Form questions: text, or objects with the fields of ``Question``."""
     data: dict[str, Any] | None = None
 

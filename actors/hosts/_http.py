@@ -34,7 +34,8 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
-from run_supervisor.actors.hosts._external import ReportOutcome, decode_report
+from run_supervisor.actors.hosts import _answers as answers
+from run_supervisor.actors.hosts._external import MAX_LEASE_MS, MIN_LEASE_MS, ReportOutcome, decode_report
 from run_supervisor.actors.hosts._hub import EventHub, Listener, WireItem
 from run_supervisor.actors.hosts._remote_caches import http_routes as cache_routes
 from run_supervisor.actors.hosts._timeline import live_page
@@ -47,6 +48,7 @@ from run_supervisor.protocol import (
     RejectCode,
     Request,
     RequestOutcome,
+    RequestResult,
     StartRun,
     decode_request,
     encode,
@@ -60,8 +62,9 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-PUBLIC_PATHS = frozenset({"/health", "/"})
-"""Routes that need no token: a health check, and the page shell (static; its data needs the token)."""
+PUBLIC_PATHS = frozenset({"/health", "/", "/openapi.json"})
+"""Routes that need no token: a health check, the page shell (static; its data needs the token), and
+the OpenAPI document (static: it describes the routes and holds no data)."""
 
 TRANSPORT_KEY = "run_supervisor.transport"
 """Where the guard leaves the connection's transport in the scope (when the server is uvicorn), so an
@@ -102,6 +105,12 @@ class HttpSettings:
     allowed_hosts: set[str] = field(default_factory=set)
     extra_hosts: tuple[str, ...] = ()
     """Host names (without port) besides the loopback names that this server answers to."""
+    cors_origins: tuple[str, ...] = ()
+    """Origins (``http://localhost:5173``) a browser page may call this server from (``serve
+    --allow-origin``): their preflights are answered and their answers carry
+    ``Access-Control-Allow-Origin``. None by default: only this server's own origin may call it."""
+    ticket_ttl_s: float = 30.0
+    """How long an event-stream ticket (``POST /events/ticket``) stays valid; each is used once."""
 
     def allow_port(self, bound_host: str, port: int) -> None:
         names = {"127.0.0.1", "localhost", "[::1]", *self.extra_hosts}
@@ -111,7 +120,45 @@ class HttpSettings:
 
     @property
     def allowed_origins(self) -> set[str]:
-        return {f"http://{host}" for host in self.allowed_hosts}
+        return {f"http://{host}" for host in self.allowed_hosts} | set(self.cors_origins)
+
+
+CORS_METHODS = "GET, POST, PUT"
+CORS_HEADERS = (
+    "authorization, content-type, last-event-id, x-opencode-directory, x-opencode-client-action-id, "
+    "x-opencode-client-action-kind"
+)
+EVENT_PATHS = frozenset({"/events", "/event"})
+"""The event streams: a single-use ticket (``?ticket=``) may stand for the token there."""
+MAX_TICKETS = 1024
+"""Tickets outstanding at once; issuing one more drops the oldest."""
+
+
+class Tickets:
+    """Single-use, short-lived tickets for an event stream, so that a browser's ``EventSource`` (which
+    cannot send a header) never puts the long-lived token in a URL. Thread-safe."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._live: dict[str, float] = {}  # ticket -> when it expires (monotonic), oldest first
+
+    def issue(self) -> str:
+        ticket = secrets.token_urlsafe(24)
+        now = time.monotonic()
+        with self._lock:
+            for old in [t for t, until in self._live.items() if until <= now]:
+                del self._live[old]
+            while len(self._live) >= MAX_TICKETS:
+                del self._live[next(iter(self._live))]
+            self._live[ticket] = now + self.ttl_s
+        return ticket
+
+    def redeem(self, ticket: str) -> bool:
+        """True once for a ticket issued less than ``ttl_s`` ago; False ever after (or if unknown)."""
+        with self._lock:
+            until = self._live.pop(ticket, None)
+        return until is not None and time.monotonic() < until
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -123,30 +170,39 @@ def _refusal(code: str, error: str, headers: dict[str, str] | None = None) -> Re
     return _json(HostError(code, error).body(), http_status(code), headers)
 
 
-def _outcome(
-    outcome: CloseOutcome | RequestOutcome | ReportOutcome, extra: dict[str, Any] | None = None
-) -> Response:
+def _outcome(outcome: CloseOutcome | RequestOutcome | ReportOutcome) -> Response:
     status = http_status(outcome.code.value if outcome.code else None)
-    if extra:
-        body = {**msgspec.to_builtins(outcome), **extra}
-        return _json(body, status)
     return _json(encode(outcome), status)
 
 
 class Guard:
     """Host, Origin, token and body-size checks in front of the app (a plain ASGI middleware)."""
 
-    def __init__(self, app: ASGIApp, settings: HttpSettings, streams: EventStreams | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        settings: HttpSettings,
+        streams: EventStreams | None = None,
+        tickets: Tickets | None = None,
+    ) -> None:
         self.app = app
         self.settings = settings
         self.streams = streams if streams is not None else EventStreams()
         """The app's open event streams (see ``create_app``)."""
+        self.tickets = tickets if tickets is not None else Tickets(settings.ticket_ttl_s)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        origin = headers.get("origin")
+        if origin is not None and origin in self.settings.cors_origins:
+            if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
+                host_refusal = self._check_host(headers)  # a preflight carries no token
+                await (host_refusal or _preflight(origin))(scope, receive, send)
+                return
+            send = _with_cors(send, origin)
         refusal = self._check(scope, headers)
         if refusal is None and scope["method"] in ("POST", "PUT", "PATCH", "DELETE"):
             body, refusal = await self._read_body(receive, headers)
@@ -160,17 +216,29 @@ class Guard:
             scope[TRANSPORT_KEY] = transport
         await self.app(scope, receive, send)
 
-    def _check(self, scope: Scope, headers: dict[str, str]) -> Response | None:
+    def _check_host(self, headers: dict[str, str]) -> Response | None:
         host = headers.get("host", "")
         if host not in self.settings.allowed_hosts:
             return _refusal(
                 "forbidden", f"Host {host!r} is not this server's address (a DNS-rebinding guard)"
             )
+        return None
+
+    def _check(self, scope: Scope, headers: dict[str, str]) -> Response | None:
+        host_refusal = self._check_host(headers)
+        if host_refusal is not None:
+            return host_refusal
         origin = headers.get("origin")
         if origin is not None and origin not in self.settings.allowed_origins:
             return _refusal("forbidden", f"Origin {origin!r} may not call this server")
         if scope["path"] in PUBLIC_PATHS and scope["method"] == "GET":
             return None
+        if scope["path"] in EVENT_PATHS and scope["method"] == "GET" and "authorization" not in headers:
+            ticket = _query_value(scope, "ticket")
+            if ticket is not None:
+                if self.tickets.redeem(ticket):
+                    return None
+                return _refusal("unauthorized", "the ticket is unknown, used or expired: ask for another")
         scheme, _, given = headers.get("authorization", "").partition(" ")
         expected = self.settings.token.encode()
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
@@ -200,6 +268,46 @@ class Guard:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks), None
+
+
+def _query_value(scope: Scope, name: str) -> str | None:
+    from urllib.parse import parse_qs
+
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(name)
+    return values[0] if values else None
+
+
+def _preflight(origin: str) -> Response:
+    """A CORS preflight from an allowed origin: the methods and headers it may use (no credentials:
+    the token is a header the page sends itself)."""
+    return Response(
+        status_code=204,
+        headers={
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Allow-Methods": CORS_METHODS,
+            "Access-Control-Allow-Headers": CORS_HEADERS,
+            "Access-Control-Max-Age": "600",
+            "Vary": "Origin",
+        },
+    )
+
+
+def _with_cors(send: Send, origin: str) -> Send:
+    """``send`` with the CORS answer headers added to the response's head."""
+    added = [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-expose-headers", b"www-authenticate"),
+        (b"vary", b"Origin"),
+    ]
+
+    async def cors_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *added]}
+        await send(message)
+
+    if hasattr(send, "__self__"):  # keep the server's transport reachable for the event streams
+        cors_send.__self__ = send.__self__  # type: ignore[attr-defined]
+    return cors_send
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -448,6 +556,11 @@ def _lease(value: Any, default: int) -> int:
         return default
     if not isinstance(value, int) or isinstance(value, bool):
         raise HostError(RejectCode.INVALID_REQUEST.value, f"lease_ms must be an integer, got {value!r}")
+    if not MIN_LEASE_MS <= value <= MAX_LEASE_MS:  # 0 too: never taken as "the default"
+        raise HostError(
+            RejectCode.INVALID_REQUEST.value,
+            f"lease_ms must be between {MIN_LEASE_MS} and {MAX_LEASE_MS}, got {value}",
+        )
     return value
 
 
@@ -463,6 +576,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
     ``streams`` are the event streams it has open: a host ends them (``end_all``) before it stops the
     server, or drops them (``drop_all``) to stop at once."""
     streams = EventStreams()
+    tickets = Tickets(settings.ticket_ttl_s)
 
     def handler(
         fn: Callable[[HttpRequest], Awaitable[Response]],
@@ -481,14 +595,21 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         return wrapped
 
     async def health(request: HttpRequest) -> Response:
-        return _json({"status": "closed" if host.hub.closed else "ok"})
+        return _json(answers.Health(status="closed" if host.hub.closed else "ok"))
+
+    async def openapi(request: HttpRequest) -> Response:
+        from run_supervisor.actors.hosts._openapi import document_json
+
+        return _json(document_json())
 
     async def page(request: HttpRequest) -> Response:
         return HTMLResponse(live_page())
 
     async def submit_any(request: HttpRequest) -> Response:
         fields = await _body(request)
-        lease = _lease(fields.pop("lease_ms", None), host.default_lease_ms)
+        lease = None
+        if fields.get("type") == "start_run":  # an external run's lease; any other request refuses it
+            lease = _lease(fields.pop("lease_ms", None), host.default_lease_ms)
         outcome = await host.submit(_request(fields), lease_ms=lease)
         return _outcome(outcome)
 
@@ -500,12 +621,17 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
             fields.setdefault("run_id", f"run-{uuid.uuid4().hex[:12]}")
             parsed = _request({**fields, "type": "start_run"})
         except HostError as exc:  # refused before the supervisor saw it: no run either
-            return _json({**exc.body(), "run_id": None, "lease_ms": None}, http_status(exc.code))
+            code = RejectCode(exc.code)
+            refused = answers.StartedRun(result=RequestResult.REJECTED, code=code, error=exc.error)
+            return _json(refused, http_status(exc.code))
         assert isinstance(parsed, StartRun)
         outcome = await host.submit(parsed, lease_ms=lease)
         if outcome.code is not None:  # no run was started: no id or lease a client could report to
-            return _outcome(outcome, {"run_id": None, "lease_ms": None})
-        return _outcome(outcome, {"run_id": parsed.run_id, "lease_ms": lease})
+            rejected = RequestResult.REJECTED
+            started = answers.StartedRun(result=rejected, code=outcome.code, error=outcome.error)
+            return _json(started, http_status(outcome.code.value))
+        started = answers.StartedRun(result=RequestResult.OK, run_id=parsed.run_id, lease_ms=lease)
+        return _json(started, 201)  # created: the run exists now
 
     def on_run(kind: str) -> Callable[[HttpRequest], Awaitable[Response]]:
         async def route(request: HttpRequest) -> Response:
@@ -580,7 +706,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         if not isinstance(load, bool):
             raise HostError(RejectCode.INVALID_REQUEST.value, f"load must be true or false, got {load!r}")
         await host.directories(tuple(names), load=load)
-        return _json({"result": "ok", "directories": names, "loaded": load})
+        return _json(answers.DirectoriesAnswer(directories=tuple(names), loaded=load))
 
     async def get_run(request: HttpRequest) -> Response:
         run_id = request.path_params["run_id"]
@@ -604,18 +730,23 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
             await host.submit(_request({**fields, "type": "set_queue_policy", "session": session}))
         )
 
+    async def events_ticket(request: HttpRequest) -> Response:
+        _only(await _body(request), (), "POST /events/ticket")
+        ticket = answers.Ticket(ticket=tickets.issue(), expires_in_ms=int(settings.ticket_ttl_s * 1000))
+        return _json(ticket, 201)
+
     async def get_actions(request: HttpRequest) -> Response:
         return _json(encode(host.read(lambda sup: sup.pending_actions())))
 
     async def get_statistics(request: HttpRequest) -> Response:
         stats = host.read(lambda sup: sup.statistics())
-        body = {
-            **msgspec.to_builtins(stats),
-            "stall_after_ms": host.supervisor.config.stall_after_ms,
-            "external_runs": host.external.live,
-            "sse_listeners": host.hub.listeners,
-            "events_buffered": host.hub.buffered,
-        }
+        body = answers.HostStatistics(
+            **msgspec.structs.asdict(stats),
+            stall_after_ms=host.supervisor.config.stall_after_ms,
+            external_runs=host.external.live,
+            sse_listeners=host.hub.listeners,
+            events_buffered=host.hub.buffered,
+        )
         return _json(body)
 
     # --- seed 002's backend routes --------------------------------------------------------------
@@ -643,11 +774,11 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
             if outcome.code is not None:
                 return _outcome(outcome)
             return _json(
-                {
-                    "status": "completed" if outcome.completed else "deferred",
-                    "lifecycleActionID": outcome.action_id,
-                    "affectedDirectoryKeys": [*outcome.completed_directories, *outcome.pending_directories],
-                }
+                answers.CompatCloseAnswer(
+                    status="completed" if outcome.completed else "deferred",
+                    lifecycle_action_id=outcome.action_id,
+                    affected_directory_keys=(*outcome.completed_directories, *outcome.pending_directories),
+                )
             )
 
         return route
@@ -671,6 +802,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
     routes = [
         Route("/health", handler(health), methods=["GET"]),
         Route("/", handler(page), methods=["GET"]),
+        Route("/openapi.json", handler(openapi), methods=["GET"]),
         Route("/requests", handler(submit_any), methods=["POST"]),
         Route("/runs", handler(start_run), methods=["POST"]),
         Route("/runs/{run_id}", handler(get_run), methods=["GET"]),
@@ -692,6 +824,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         Route("/shutdown", handler(shutdown), methods=["POST"]),
         Route("/directories", handler(directories), methods=["POST"]),
         *cache_routes(host.caches, handler, _body),  # caches over the wire: _remote_caches
+        Route("/events/ticket", handler(events_ticket), methods=["POST"]),
         Route("/events", handler(events(False)), methods=["GET"]),
         Route("/event", handler(events(True)), methods=["GET"]),
         Route("/global/dispose", handler(compat(CloseAction.DISPOSE_ALL)), methods=["POST"]),
@@ -706,7 +839,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         return _refusal("not_found", f"{request.url.path} does not take {request.method}")
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
-    return Guard(app, settings, streams)
+    return Guard(app, settings, streams, tickets)
 
 
 # --- running it ---------------------------------------------------------------------------------

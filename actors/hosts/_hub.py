@@ -34,6 +34,12 @@ from loguru import logger
 
 from run_supervisor.actors._api import Supervisor
 from run_supervisor.actors._subscription import Subscription
+from run_supervisor.actors.hosts._answers import (
+    GlobalDisposed,
+    GlobalDisposedProperties,
+    InstanceDisposed,
+    InstanceDisposedProperties,
+)
 from run_supervisor.protocol import (
     CloseAction,
     Event,
@@ -227,11 +233,11 @@ class EventHub:
             if event.action_id not in self._dispose_all_actions:
                 return None
             tag = self._dispose_all_actions.pop(event.action_id)
-            props: dict[str, Any] = {"lifecycleActionID": event.action_id, "clientActionID": tag}
-            return msgspec.json.encode({"type": "global.disposed", "properties": props})
+            props = GlobalDisposedProperties(lifecycle_action_id=event.action_id, client_action_id=tag)
+            return msgspec.json.encode(GlobalDisposed(properties=props))
         if isinstance(event, InstanceClosed):
-            props = {"directory": event.directory, "generation": event.generation}
-            return msgspec.json.encode({"type": "server.instance.disposed", "properties": props})
+            closed = InstanceDisposedProperties(directory=event.directory, generation=event.generation)
+            return msgspec.json.encode(InstanceDisposed(properties=closed))
         return None
 
     def _add(self, event: Event) -> None:

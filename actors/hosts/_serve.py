@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import sqlite3
 import stat
@@ -42,6 +43,10 @@ FORCED_EXIT = 1
 """``serve``'s exit status when a second signal stopped it before its shutdown completed."""
 
 
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
+"""What ``--allow-origin`` takes: a browser origin (scheme, host, port), exactly as the page sends it."""
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback)")
     parser.add_argument(
@@ -63,6 +68,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="another Host name this server answers to (repeatable)",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser origin (http://localhost:5173) that may call this server: CORS (repeatable)",
     )
     parser.add_argument("--buffer", type=int, default=10_000, help="events kept for Last-Event-ID replay")
     parser.add_argument(
@@ -126,6 +138,9 @@ def _token(args: argparse.Namespace, new_token: Callable[[], str]) -> tuple[str 
 
 def serve_command(args: argparse.Namespace) -> int:
     try:
+        import msgspec
+
+        from run_supervisor.actors.hosts._answers import ReadyLine
         from run_supervisor.actors.hosts._http import (
             HttpSettings,
             bind,
@@ -155,6 +170,13 @@ def serve_command(args: argparse.Namespace) -> int:
         return 2
     if not _stall_setting_ok("serve", args) or not _journal_path_ok("serve", args.journal):
         return 2
+    for origin in args.allow_origin:
+        if not _ORIGIN.fullmatch(origin):
+            sys.stderr.write(
+                f"run-supervisor serve: --allow-origin takes an origin such as http://localhost:5173 "
+                f"(scheme, host and port, no path or *), got {origin!r}\n"
+            )
+            return 2
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
@@ -163,7 +185,12 @@ def serve_command(args: argparse.Namespace) -> int:
         )
         return 2
     port = sock.getsockname()[1]
-    settings = HttpSettings(token=token, max_body=args.max_body, extra_hosts=tuple(args.allow_host))
+    settings = HttpSettings(
+        token=token,
+        max_body=args.max_body,
+        extra_hosts=tuple(args.allow_host),
+        cors_origins=tuple(args.allow_origin),
+    )
     settings.allow_port(args.host, port)
     caches = RemoteCaches()  # a host may register to own the caches out of process
     supervisor = _start_supervisor("serve", args, hooks=caches)
@@ -220,16 +247,15 @@ def serve_command(args: argparse.Namespace) -> int:
         while not server.started and not task.done():
             await asyncio.sleep(0.01)  # uvicorn offers no started event; bounded by the task
         if server.started:
-            ready = {
-                "ready": True,
-                "url": url,
-                "port": port,
-                "pid": os.getpid(),
-                "reload_policy": supervisor.config.reload_policy.value,
-            }
-            if generated:
-                ready["token"] = token
-            sys.stdout.write(json.dumps(ready) + "\n")
+            ready = ReadyLine(  # the document's ReadyLine (docs/openapi.json, x-ready-line)
+                ready=True,
+                url=url,
+                port=port,
+                pid=os.getpid(),
+                reload_policy=supervisor.config.reload_policy.value,
+                token=token if generated else None,
+            )
+            sys.stdout.write(json.dumps(msgspec.to_builtins(ready)) + "\n")
             sys.stdout.flush()
         await task
 
