@@ -234,6 +234,8 @@ def test_a_registered_http_host_is_asked_to_dispose_after_the_run_and_to_load_af
             ("instance.load_requested", 2, registered["registration"]),
         ]
         assert [e["budget_ms"] for e in requests] == [5000, 1000, 5000]
+        # Each carries the seq of the supervisor event it follows in the stream, as the host's notices do.
+        assert 0 < requests[1]["seq"] <= requests[2]["seq"]
 
     if server == "thread":
         run_http(_config(), scenario)

@@ -268,7 +268,9 @@ class RemoteCaches:
             self._pending[request.request_id] = pending
             publish = self._publish
         if publish is not None:
-            publish(msgspec.to_builtins(request))
+            payload: dict[str, Any] = msgspec.to_builtins(request)
+            del payload["seq"]  # the hub sets it: the supervisor event this request follows
+            publish(payload)
         return pending
 
     def _wait(self, pending: _Pending) -> None:
