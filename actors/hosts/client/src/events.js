@@ -2,7 +2,7 @@
 // that lets many waiters share one stream (wait for the first event that matches, bounded).
 
 /** @typedef {import("../types/openapi.js").components["schemas"]} Schemas */
-/** @typedef {Schemas["Event"] | Schemas["HostEvent"]} WireEvent */
+/** @typedef {Schemas["StreamEvent"] | Schemas["CompatStreamEvent"]} WireEvent  what `GET /events` and `GET /event` send */
 /** @typedef {Schemas["StreamReset"]} StreamReset */
 /** @typedef {{ id: string | null, event: WireEvent }} Item  the event and its id (a reset has none) */
 

@@ -6,10 +6,8 @@ import { EventFeed, readStream, sleep } from "./events.js";
 /** @typedef {Schemas["ExternalReport"]} Report */
 /** @typedef {import("./events.js").Item} Item */
 /** @typedef {import("./events.js").StreamOptions} StreamOptions */
-/** @typedef {{ origin?: string | null, tag?: string | null }} Origin */
-/** @typedef {Omit<Schemas["StartRun"], "type" | "run_id"> & { run_id?: string, lease_ms?: number }} StartBody */
-/** @typedef {Schemas["RequestOutcome"] & { run_id: string | null, lease_ms: number | null }} Started */
-/** @typedef {{ status: string, lifecycleActionID: string | null, affectedDirectoryKeys: string[] }} CompatClose */
+/** @typedef {Schemas["StartRunBody"]} StartBody */
+/** @typedef {Schemas["StartedRun"]} Started */
 /** @typedef {{ mode?: "maintenance" | "user_confirmed_interrupt", kind?: string, id?: string, directory?: string }} CompatOptions */
 
 /** A refused request: `status` is the HTTP status, `code` and `error` the server's (the answer is kept). */
@@ -73,7 +71,7 @@ export class Client {
 
   /**
    * Any route: the parsed answer, or a WireError for a status of 400 and above.
-   * @param {"GET" | "POST" | "PUT"} method
+   * @param {"GET" | "POST" | "PUT" | "DELETE"} method
    * @param {string} path relative, e.g. `runs/r1/reports`
    * @param {{ body?: unknown, headers?: Record<string, string>, retry?: boolean, signal?: AbortSignal }} [options]
    * @returns {Promise<any>}
@@ -102,12 +100,22 @@ export class Client {
     }
   }
 
-  /** @returns {Promise<{ status: string }>} */
+  /** @returns {Promise<Schemas["Health"]>} */
   health() { return this.call("GET", "health"); }
+
+  /** @returns {Promise<Record<string, unknown>>} the OpenAPI document this server answers by */
+  openapi() { return this.call("GET", "openapi.json"); }
+
+  /**
+   * A short-lived, single-use ticket that stands for the token on an event stream
+   * (`/events?ticket=...`: a browser's EventSource cannot send a header).
+   * @returns {Promise<Schemas["Ticket"]>}
+   */
+  ticket() { return this.call("POST", "events/ticket", { body: {} }); }
 
   /**
    * Any protocol request (`{"type": "close", ...}`; `lease_ms` with a `start_run`).
-   * @param {Schemas["Request"] & { lease_ms?: number }} request
+   * @param {Schemas["AnyRequest"]} request
    * @returns {Promise<any>}
    */
   submit(request) { return this.call("POST", "requests", { body: request }); }
@@ -131,7 +139,7 @@ export class Client {
 
   /**
    * @param {string} runId
-   * @param {Origin & { reason?: "user_cancel" | "timeout" }} [body]
+   * @param {Schemas["CancelRunBody"]} [body]
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
   cancel(runId, body = {}) { return this.call("POST", `runs/${enc(runId)}/cancel`, { body }); }
@@ -166,21 +174,21 @@ export class Client {
 
   /**
    * @param {string} askId
-   * @param {{ approve: boolean, message?: string | null, tag?: string | null }} body
+   * @param {Schemas["ReplyPermissionBody"]} body
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
   replyPermission(askId, body) { return this.call("POST", `asks/${enc(askId)}/permission`, { body }); }
 
   /**
    * @param {string} askId
-   * @param {{ answer: string, tag?: string | null }} body
+   * @param {Schemas["AnswerFormBody"]} body
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
   answerForm(askId, body) { return this.call("POST", `asks/${enc(askId)}/form`, { body }); }
 
   /**
    * @param {string} askId
-   * @param {{ message?: string | null, tag?: string | null }} [body]
+   * @param {Schemas["DismissFormBody"]} [body]
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
   dismissForm(askId, body = {}) { return this.call("POST", `asks/${enc(askId)}/dismiss`, { body }); }
@@ -189,20 +197,20 @@ export class Client {
    * The same three for a run with exactly one open ask of that kind.
    * @param {string} runId
    * @param {"permission" | "form" | "form/dismiss"} what
-   * @param {object} body
+   * @param {Schemas["ReplyPermissionBody"] | Schemas["AnswerFormBody"] | Schemas["DismissFormBody"]} body
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
   answerRun(runId, what, body) { return this.call("POST", `runs/${enc(runId)}/${what}`, { body }); }
 
   /**
    * Any close in any mode.
-   * @param {Omit<Schemas["CloseRequest"], "type" | "directories"> & { directory?: string, directories?: string[] }} body
+   * @param {Schemas["CloseRequestBody"]} body
    * @returns {Promise<Schemas["CloseOutcome"]>}
    */
   close(body) { return this.call("POST", "close", { body }); }
 
   /**
-   * @param {Omit<Schemas["Shutdown"], "type">} [body]
+   * @param {Schemas["ShutdownBody"]} [body]
    * @returns {Promise<Schemas["CloseOutcome"]>}
    */
   shutdown(body = {}) { return this.call("POST", "shutdown", { body }); }
@@ -211,7 +219,7 @@ export class Client {
    * Declare directories, and load them unless `load` is false.
    * @param {string[]} directories
    * @param {{ load?: boolean }} [options]
-   * @returns {Promise<{ result: string }>}
+   * @returns {Promise<Schemas["DirectoriesAnswer"]>}
    */
   directories(directories, options = {}) {
     return this.call("POST", "directories", { body: { directories, load: options.load ?? true } });
@@ -223,12 +231,12 @@ export class Client {
   /**
    * Turn a pending maintenance close into a confirmed one (its blocking runs are interrupted).
    * @param {string} actionId
-   * @param {Origin} [body]
+   * @param {Schemas["ConfirmCloseBody"]} [body]
    * @returns {Promise<Schemas["CloseOutcome"]>}
    */
   confirm(actionId, body = {}) { return this.call("POST", `actions/${enc(actionId)}/confirm`, { body }); }
 
-  /** @returns {Promise<Schemas["CoreStatistics"] & { stall_after_ms: number | null, external_runs: number, sse_listeners: number, events_buffered: number }>} */
+  /** @returns {Promise<Schemas["HostStatistics"]>} */
   statistics() { return this.call("GET", "statistics"); }
 
   /**
@@ -236,7 +244,7 @@ export class Client {
    * upstream's shapes, for upstream clients.
    * @param {"global/dispose" | "instance/dispose" | "instance/reload"} route
    * @param {CompatOptions} [options]
-   * @returns {Promise<CompatClose>}
+   * @returns {Promise<Schemas["CompatCloseAnswer"]>}
    */
   compatClose(route, options = {}) {
     const query = new URLSearchParams();
@@ -249,6 +257,32 @@ export class Client {
     const tail = query.size ? `?${query}` : "";
     return this.call("POST", `${route}${tail}`, { body: {}, headers });
   }
+
+  /** @returns {Promise<Schemas["HooksState"]>} the cache registrations (caches kept out of process) */
+  hooks() { return this.call("GET", "instances/hooks"); }
+
+  /**
+   * Register for the caches' load and dispose requests (`instance.load_requested`,
+   * `instance.dispose_requested` on the event stream; acknowledge each with `ackHook`).
+   * @param {Schemas["HooksRegisterBody"]} [body]
+   * @returns {Promise<Schemas["HooksRegistered"]>}
+   */
+  registerHooks(body = {}) { return this.call("POST", "instances/hooks", { body }); }
+
+  /**
+   * @param {string} requestId the request's `request_id`
+   * @param {Schemas["HookAckBody"]} [body] `error`: the load or dispose failed, and why
+   * @returns {Promise<Schemas["CacheAck"]>}
+   */
+  ackHook(requestId, body = {}) {
+    return this.call("POST", `instances/hooks/acks/${enc(requestId)}`, { body, retry: true });
+  }
+
+  /**
+   * @param {string} registration
+   * @returns {Promise<Schemas["HooksUnregistered"]>}
+   */
+  unregisterHooks(registration) { return this.call("DELETE", `instances/hooks/${enc(registration)}`); }
 
   /**
    * The event stream (`GET /events`), resumed across drops and restarts with Last-Event-ID.

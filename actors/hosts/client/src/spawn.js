@@ -6,7 +6,7 @@ import { Client } from "./http.js";
 
 /**
  * The ready line serve prints on stdout once it listens.
- * @typedef {{ ready: true, url: string, port: number, pid: number, reload_policy: string, token?: string }} Ready
+ * @typedef {import("../types/openapi.js").components["schemas"]["ReadyLine"]} Ready
  */
 
 /**

@@ -33,7 +33,7 @@ export class StdioClient {
     this.nextId = 1;
     /** @type {Map<number, { resolve: (line: any) => void, reject: (error: Error) => void }>} */
     this.pending = new Map();
-    /** @type {Schemas["StdioError"][]} error lines of no request of ours (id null) */
+    /** @type {{ type: "error", id: unknown, status: number, code: Schemas["RejectCode"], error: string }[]} error lines of no request of ours (id null) */
     this.errors = [];
     /** @type {Record<string, unknown> | null} a ready line, if the sidecar writes one */
     this.ready = null;
@@ -118,34 +118,34 @@ export class StdioClient {
 
   /**
    * @param {string} runId
-   * @param {{ origin?: string, tag?: string | null, reason?: "user_cancel" | "timeout" }} [body]
+   * @param {Schemas["CancelRunBody"]} [body]
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
   cancel(runId, body = {}) { return this.send({ ...body, type: "cancel", run_id: runId }); }
 
   /**
    * @param {string} askId
-   * @param {{ approve: boolean, message?: string | null }} body
+   * @param {Schemas["ReplyPermissionBody"]} body
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
   replyPermission(askId, body) { return this.send({ ...body, type: "reply_permission", ask_id: askId }); }
 
   /**
    * @param {string} askId
-   * @param {{ answer: string }} body
+   * @param {Schemas["AnswerFormBody"]} body
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
   answerForm(askId, body) { return this.send({ ...body, type: "answer_form", ask_id: askId }); }
 
   /**
    * @param {string} askId
-   * @param {{ message?: string | null }} [body]
+   * @param {Schemas["DismissFormBody"]} [body]
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
   dismissForm(askId, body = {}) { return this.send({ ...body, type: "dismiss_form", ask_id: askId }); }
 
   /**
-   * @param {Omit<Schemas["CloseRequest"], "type" | "directories"> & { directory?: string, directories?: string[] }} body
+   * @param {Schemas["CloseRequestBody"]} body
    * @returns {Promise<Schemas["CloseOutcome"]>}
    */
   close(body) {
@@ -154,14 +154,14 @@ export class StdioClient {
   }
 
   /**
-   * @param {Omit<Schemas["Shutdown"], "type">} [body]
+   * @param {Schemas["ShutdownBody"]} [body]
    * @returns {Promise<Schemas["CloseOutcome"]>}
    */
   shutdown(body = {}) { return this.send({ ...body, type: "shutdown" }); }
 
   /**
    * @param {string} actionId
-   * @param {{ origin?: string | null }} [body]
+   * @param {Schemas["ConfirmCloseBody"]} [body]
    * @returns {Promise<Schemas["CloseOutcome"]>}
    */
   confirm(actionId, body = {}) { return this.send({ ...body, type: "confirm_close", action_id: actionId }); }
@@ -169,7 +169,7 @@ export class StdioClient {
   /**
    * @param {string[]} directories
    * @param {{ load?: boolean }} [options]
-   * @returns {Promise<{ result: string }>}
+   * @returns {Promise<Schemas["DirectoriesAnswer"]>}
    */
   directories(directories, options = {}) {
     return this.send({ type: "directories", directories, load: options.load ?? true });
@@ -186,13 +186,21 @@ export class StdioClient {
    * @param {string} runId
    * @returns {Promise<Schemas["RunSnapshot"]>}
    */
-  run(runId) { return this.send({ type: "query", what: "run", run_id: runId }); }
+  async run(runId) {
+    const answer = await this.send({ type: "query", what: "run", run_id: runId });
+    if (answer === null) throw unknown("unknown_run", `query run: no run '${runId}'`); // as HTTP's 404
+    return answer;
+  }
 
   /**
    * @param {string} session
    * @returns {Promise<Schemas["SessionSnapshot"]>}
    */
-  session(session) { return this.send({ type: "query", what: "session", session }); }
+  async session(session) {
+    const answer = await this.send({ type: "query", what: "session", session });
+    if (answer === null) throw unknown("not_found", `query session: no session '${session}'`);
+    return answer;
+  }
 
   /**
    * @param {string} [runId]
@@ -203,7 +211,7 @@ export class StdioClient {
   /** @returns {Promise<Schemas["ActionSnapshot"][]>} */
   actions() { return this.send({ type: "query", what: "actions" }); }
 
-  /** @returns {Promise<Schemas["CoreStatistics"] & { stall_after_ms: number | null }>} */
+  /** @returns {Promise<Omit<Schemas["HostStatistics"], "external_runs" | "sse_listeners" | "events_buffered">>} */
   statistics() { return this.send({ type: "query", what: "statistics" }); }
 
   /**
@@ -220,3 +228,10 @@ export class StdioClient {
     }
   }
 }
+
+/**
+ * stdio answers a query of what it does not know with null; HTTP with a 404: one error for both.
+ * @param {Schemas["RejectCode"]} code
+ * @param {string} error
+ */
+const unknown = (code, error) => new WireError("query", 404, { result: "rejected", code, error });

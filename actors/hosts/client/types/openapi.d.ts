@@ -3,19 +3,569 @@
  * Do not make direct changes to the file.
  */
 
-export type paths = Record<string, never>;
+export interface paths {
+    "/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The live timeline page (a static shell; its data needs the token) */
+        get: operations["page"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/actions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Lifecycle actions still pending */
+        get: operations["get_actions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/actions/{action_id}/confirm": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Confirm a pending maintenance close */
+        post: operations["confirm_close"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/asks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Open asks (of one run with ?run_id=) */
+        get: operations["get_asks"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/asks/{ask_id}/dismiss": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Dismiss a form */
+        post: operations["dismiss_form"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/asks/{ask_id}/form": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Answer a form */
+        post: operations["answer_form"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/asks/{ask_id}/permission": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Reply to a permission ask */
+        post: operations["reply_permission"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/close": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A lifecycle close (dispose, reload, dispose_all, invalidate_config) */
+        post: operations["close"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/directories": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Make directories known, and load them */
+        post: operations["directories"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/event": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Seed 002's event stream (upstream's shapes; each `data` is a CompatStreamEvent) */
+        get: operations["compat_events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The event stream (SSE; each `data` is a StreamEvent, tagged by type)
+         * @description Each frame: `id: <epoch>:<seq>` and `data: <StreamEvent JSON>` (a `stream.reset` has no id). The stream's item schema is `x-event-schema`.
+         */
+        get: operations["events"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/events/ticket": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A single-use ticket for one event stream (EventSource cannot send a header) */
+        post: operations["events_ticket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/global/dispose": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Seed 002: dispose every instance (upstream's shape) */
+        post: operations["compat_global_dispose"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/health": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Is the server up (no token needed) */
+        get: operations["health"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/instance/dispose": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Seed 002: dispose one directory's instance (upstream's shape) */
+        post: operations["compat_instance_dispose"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/instance/reload": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Seed 002: reload one directory's instance (upstream's shape) */
+        post: operations["compat_instance_reload"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/instances/hooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The registration, its outstanding requests and the generations it holds */
+        get: operations["get_hooks"];
+        put?: never;
+        /** Register as the host that keeps the caches out of process (replaces any registration) */
+        post: operations["register_hooks"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/instances/hooks/acks/{request_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Acknowledge a load or dispose request (error: it could not be done) */
+        post: operations["ack_hook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/instances/hooks/{registration}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** End the registration: its outstanding requests fail at once */
+        delete: operations["unregister_hooks"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/openapi.json": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** This document (no token needed: it holds no data) */
+        get: operations["openapi"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/requests": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Submit any protocol request (a start_run may give lease_ms) */
+        post: operations["submit"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Start an external run (created: 201) */
+        post: operations["start_run"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** What is known of a run */
+        get: operations["get_run"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Cancel a run */
+        post: operations["cancel"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/form": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Answer the run's one open form */
+        post: operations["answer_form_of_run"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/form/dismiss": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Dismiss the run's one open form */
+        post: operations["dismiss_form_of_run"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/permission": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Reply to the run's one open permission ask */
+        post: operations["reply_permission_of_run"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/runs/{run_id}/reports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** An external run's report (step, part, ask, retry, heartbeat, end) */
+        post: operations["report"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{session}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A session's status, active run and queue */
+        get: operations["get_session"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{session}/queue_policy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /** Set a session's default queue policy */
+        put: operations["set_queue_policy"];
+        /** Set a session's default queue policy */
+        post: operations["set_queue_policy_post"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/shutdown": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Shut the supervisor down (then the server stops) */
+        post: operations["shutdown"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/statistics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Counters of the core and the host */
+        get: operations["get_statistics"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+}
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /** ActionResult */
         ActionResult: {
-            /** @enum {unknown} */
-            type: "action.result";
             action_id: string;
             result: components["schemas"]["CloseResult"];
+            seq: number;
             /** @default null */
             tag: string | null;
-            seq: number;
+            /** @enum {unknown} */
+            type: "action.result";
         };
         /**
          * ActionSnapshot
@@ -23,18 +573,18 @@ export interface components {
          */
         ActionSnapshot: {
             action_id: string;
+            blocking_runs: string[];
+            /** @default null */
+            confirmed_by: string | null;
             do: components["schemas"]["CloseAction"];
             mode: components["schemas"]["CloseMode"];
             origin: string;
-            result: components["schemas"]["CloseResult"];
             pending_directories: string[];
-            blocking_runs: string[];
-            /** @default null */
-            tag: string | null;
+            result: components["schemas"]["CloseResult"];
             /** @default [] */
             stalled_runs: string[];
             /** @default null */
-            confirmed_by: string | null;
+            tag: string | null;
         };
         /**
          * AnswerForm
@@ -42,8 +592,6 @@ export interface components {
          *     open form).
          */
         AnswerForm: {
-            /** @enum {unknown} */
-            type: "answer_form";
             answer: string;
             /** @default null */
             ask_id?: string | null;
@@ -51,21 +599,54 @@ export interface components {
             run_id?: string | null;
             /** @default null */
             tag?: string | null;
+            /** @enum {unknown} */
+            type: "answer_form";
         };
+        /**
+         * AnswerFormBody
+         * @description Answer a form; addressed like ``ReplyPermission`` (``ask_id``, or ``run_id`` with exactly one
+         *     open form).
+         */
+        AnswerFormBody: {
+            answer: string;
+            /** @default null */
+            tag?: string | null;
+        };
+        /**
+         * AnswerNotice
+         * @description The user answered one of the run's asks: a permission approved (``approved``) or rejected
+         *     with feedback (``message``); a form answered (``answer``) or dismissed with a message
+         *     (``dismissed``, ``message``). A rejection or dismissal without a message interrupts the run
+         *     instead (``external.interrupt``).
+         */
+        AnswerNotice: {
+            answer: string | null;
+            approved: boolean;
+            ask_id: string;
+            dismissed: boolean;
+            form: boolean;
+            message: string | null;
+            run_id: string;
+            /** @default 0 */
+            seq: number;
+            /** @enum {unknown} */
+            type: "external.answer";
+        };
+        AnyRequest: components["schemas"]["StartRunRequest"] | components["schemas"]["CancelRun"] | components["schemas"]["CloseRequest"] | components["schemas"]["Shutdown"] | components["schemas"]["ReplyPermission"] | components["schemas"]["AnswerForm"] | components["schemas"]["DismissForm"] | components["schemas"]["SetQueuePolicy"] | components["schemas"]["ConfirmClose"];
         /**
          * AskDismissed
          * @description A form was dismissed: with a ``message`` it is model-visible feedback and the run goes on;
          *     without one the run is interrupted (``form_dismissed``).
          */
         AskDismissed: {
-            /** @enum {unknown} */
-            type: "ask.dismissed";
             ask_id: string;
-            run_id: string;
             message: string | null;
+            run_id: string;
+            seq: number;
             /** @default null */
             tag: string | null;
-            seq: number;
+            /** @enum {unknown} */
+            type: "ask.dismissed";
         };
         /**
          * AskKind
@@ -81,32 +662,58 @@ export interface components {
          */
         AskPayload: {
             /** @default null */
-            title: string | null;
-            /** @default null */
             command: string | null;
+            /** @default {} */
+            data: Record<string, never>;
             /** @default [] */
             options: string[];
             /** @default [] */
             questions: components["schemas"]["Question"][];
-            /** @default {} */
-            data: Record<string, never>;
+            /** @default null */
+            title: string | null;
         };
         /**
          * AskReplied
          * @description A permission was approved or rejected, or a form answered.
          */
         AskReplied: {
-            /** @enum {unknown} */
-            type: "ask.replied";
-            ask_id: string;
-            run_id: string;
-            kind: components["schemas"]["AskKind"];
-            approved: boolean;
-            message: string | null;
             answer: string | null;
+            approved: boolean;
+            ask_id: string;
+            kind: components["schemas"]["AskKind"];
+            message: string | null;
+            run_id: string;
+            seq: number;
             /** @default null */
             tag: string | null;
-            seq: number;
+            /** @enum {unknown} */
+            type: "ask.replied";
+        };
+        /**
+         * AskReport
+         * @description The client asks the user: a permission (``form=false``) or a form, with what to show (the
+         *     ``ask.requested`` event carries it). The answer comes back as an ``external.answer`` event (or,
+         *     for a rejection without feedback, an interrupt). Answered with its ``ask_id``.
+         */
+        AskReport: {
+            /** @default null */
+            call_id?: string | null;
+            /** @default null */
+            command?: string | null;
+            /** @default null */
+            data?: Record<string, never> | null;
+            /** @default false */
+            form?: boolean;
+            /** @default [] */
+            options?: string[];
+            /** @default [] */
+            questions?: (string | components["schemas"]["QuestionInput"])[];
+            /** @default null */
+            title?: string | null;
+            /** @default null */
+            tool?: string | null;
+            /** @enum {unknown} */
+            type: "ask";
         };
         /**
          * AskRequested
@@ -114,16 +721,16 @@ export interface components {
          *     as soon as it arrives (addressed by ``ask_id``) always finds it.
          */
         AskRequested: {
+            ask_id: string;
+            call_id: string | null;
+            kind: components["schemas"]["AskKind"];
+            payload: components["schemas"]["AskPayload"];
+            run_id: string;
+            seq: number;
+            session: string;
+            tool: string | null;
             /** @enum {unknown} */
             type: "ask.requested";
-            ask_id: string;
-            run_id: string;
-            session: string;
-            kind: components["schemas"]["AskKind"];
-            tool: string | null;
-            call_id: string | null;
-            payload: components["schemas"]["AskPayload"];
-            seq: number;
         };
         /**
          * AskSnapshot
@@ -131,13 +738,13 @@ export interface components {
          */
         AskSnapshot: {
             ask_id: string;
+            call_id: string | null;
+            kind: components["schemas"]["AskKind"];
+            payload: components["schemas"]["AskPayload"];
             run_id: string;
             session: string;
-            kind: components["schemas"]["AskKind"];
             state: components["schemas"]["AskState"];
             tool: string | null;
-            call_id: string | null;
-            payload: components["schemas"]["AskPayload"];
             /** @default null */
             withdraw_reason: components["schemas"]["WithdrawReason"] | null;
         };
@@ -152,20 +759,48 @@ export interface components {
          * @description Nobody waits for this ask any more; a UI removes its prompt. A late reply is rejected.
          */
         AskWithdrawn: {
-            /** @enum {unknown} */
-            type: "ask.withdrawn";
             ask_id: string;
-            run_id: string;
+            interrupt_reason: components["schemas"]["InterruptReason"] | null;
             kind: components["schemas"]["AskKind"];
             reason: components["schemas"]["WithdrawReason"];
-            interrupt_reason: components["schemas"]["InterruptReason"] | null;
+            run_id: string;
             seq: number;
+            /** @enum {unknown} */
+            type: "ask.withdrawn";
+        };
+        /**
+         * CacheAck
+         * @description The answer to an acknowledgement.
+         */
+        CacheAck: {
+            on_time: boolean;
+            /** @default false */
+            repeated: boolean;
+            request_id: string;
+            /**
+             * @default ok
+             * @enum {unknown}
+             */
+            result: "ok";
         };
         /** CancelRun */
         CancelRun: {
+            /** @default null */
+            grace_ms?: number | null;
+            /** @default user */
+            origin?: string;
+            /** @default user_cancel */
+            reason?: components["schemas"]["InterruptReason"];
+            run_id: string;
+            /** @default null */
+            tag?: string | null;
             /** @enum {unknown} */
             type: "cancel";
-            run_id: string;
+        };
+        /** CancelRunBody */
+        CancelRunBody: {
+            /** @default null */
+            grace_ms?: number | null;
             /** @default user */
             origin?: string;
             /** @default user_cancel */
@@ -191,39 +826,59 @@ export interface components {
          *     at the time of the answer; follow ``lifecycle.completed`` (same ``action_id``) for later.
          */
         CloseOutcome: {
-            result: components["schemas"]["CloseResult"];
+            /** @default [] */
+            abandoned_runs: string[];
             /** @default null */
             action_id: string | null;
+            /** @default [] */
+            blocking_runs: string[];
+            /** @default null */
+            code: components["schemas"]["RejectCode"] | null;
             /** @default false */
             completed: boolean;
             /** @default [] */
             completed_directories: string[];
-            /** @default [] */
-            pending_directories: string[];
-            /** @default [] */
-            blocking_runs: string[];
+            /** @default null */
+            error: string | null;
             /** @default [] */
             interrupted_runs: string[];
             /** @default [] */
-            abandoned_runs: string[];
-            /** @default null */
-            error: string | null;
-            /** @default null */
-            code: components["schemas"]["RejectCode"] | null;
-            /** @default [] */
             overran: string[];
+            /** @default [] */
+            pending_directories: string[];
+            result: components["schemas"]["CloseResult"];
         };
         /** CloseRequest */
         CloseRequest: {
-            /** @enum {unknown} */
-            type: "close";
-            do: components["schemas"]["CloseAction"];
-            mode: components["schemas"]["CloseMode"];
-            origin: string;
             /** @default [] */
             directories?: string[];
+            do: components["schemas"]["CloseAction"];
             /** @default null */
             fingerprint?: string | null;
+            /** @default null */
+            grace_ms?: number | null;
+            mode: components["schemas"]["CloseMode"];
+            origin: string;
+            /** @default null */
+            reload_policy?: components["schemas"]["ReloadPolicy"] | null;
+            /** @default null */
+            tag?: string | null;
+            /** @enum {unknown} */
+            type: "close";
+        };
+        /** CloseRequestBody */
+        CloseRequestBody: {
+            /** @default [] */
+            directories?: string[];
+            /** @description One directory (instead of `directories`). */
+            directory?: string;
+            do: components["schemas"]["CloseAction"];
+            /** @default null */
+            fingerprint?: string | null;
+            /** @default null */
+            grace_ms?: number | null;
+            mode: components["schemas"]["CloseMode"];
+            origin: string;
             /** @default null */
             reload_policy?: components["schemas"]["ReloadPolicy"] | null;
             /** @default null */
@@ -236,6 +891,19 @@ export interface components {
          */
         CloseResult: "completed" | "deferred" | "forced" | "interrupted" | "noop" | "rejected";
         /**
+         * CompatCloseAnswer
+         * @description Seed 002's answer to ``/global/dispose`` and ``/instance/*`` (upstream's camelCase).
+         */
+        CompatCloseAnswer: {
+            /** @default [] */
+            affectedDirectoryKeys: string[];
+            /** @default null */
+            lifecycleActionID: string | null;
+            /** @enum {unknown} */
+            status: "completed" | "deferred";
+        };
+        CompatStreamEvent: components["schemas"]["ServerConnected"] | components["schemas"]["GlobalDisposed"] | components["schemas"]["InstanceDisposed"] | components["schemas"]["StreamReset"];
+        /**
          * ConfirmClose
          * @description Turn a pending maintenance close into a confirmed one: its blocking runs are interrupted now
          *     (``lifecycle_interrupt``, the action's id as their ``action_id``), as a ``user_confirmed_interrupt``
@@ -244,80 +912,285 @@ export interface components {
          *     confirm interrupted). Rejected ``unknown_action``, ``action_already_completed`` or ``not_confirmable``.
          */
         ConfirmClose: {
+            action_id: string;
+            /** @default null */
+            grace_ms?: number | null;
+            /** @default null */
+            origin?: string | null;
+            /** @default null */
+            tag?: string | null;
             /** @enum {unknown} */
             type: "confirm_close";
-            action_id: string;
+        };
+        /**
+         * ConfirmCloseBody
+         * @description Turn a pending maintenance close into a confirmed one: its blocking runs are interrupted now
+         *     (``lifecycle_interrupt``, the action's id as their ``action_id``), as a ``user_confirmed_interrupt``
+         *     close would; it then completes as their bodies stop. Answered with the action's outcome (its
+         *     result, once announced, stays: typically ``deferred``; ``interrupted_runs`` lists the runs this
+         *     confirm interrupted). Rejected ``unknown_action``, ``action_already_completed`` or ``not_confirmable``.
+         */
+        ConfirmCloseBody: {
+            /** @default null */
+            grace_ms?: number | null;
             /** @default null */
             origin?: string | null;
             /** @default null */
             tag?: string | null;
         };
+        /** DirectoriesAnswer */
+        DirectoriesAnswer: {
+            /** @default [] */
+            directories: string[];
+            /** @default true */
+            loaded: boolean;
+            /**
+             * @default ok
+             * @enum {unknown}
+             */
+            result: "ok";
+        };
         /**
-         * CoreStatistics
-         * @description Counters of the decision core (``Supervisor.statistics()``): runs, closes, asks and instances
-         *     by state, and the policies in force.
+         * DirectoriesBody
+         * @description ``POST /directories``: make directories known, and load their instances unless ``load`` is false.
          */
-        CoreStatistics: {
-            runs_active: number;
-            runs_queued: number;
-            runs_finished: number;
-            sessions_busy: number;
-            instances_open: number;
-            actions_pending: number;
-            events_emitted: number;
-            reports_ignored: number;
-            shutting_down: boolean;
-            closed: boolean;
-            /** @default 0 */
-            runs_known: number;
-            /** @default 0 */
-            sessions_known: number;
-            /** @default 0 */
-            directories_known: number;
-            /** @default 0 */
-            loads_deferred: number;
-            /** @default eager */
-            reload_policy: components["schemas"]["ReloadPolicy"];
-            /** @default queue */
-            queue_policy: components["schemas"]["QueuePolicy"];
+        DirectoriesBody: {
+            directories: string[];
+            /** @default true */
+            load?: boolean;
         };
         /**
          * DismissForm
          * @description Dismiss a form; addressed like ``ReplyPermission``.
          */
         DismissForm: {
-            /** @enum {unknown} */
-            type: "dismiss_form";
             /** @default null */
             ask_id?: string | null;
             /** @default null */
+            message?: string | null;
+            /** @default null */
             run_id?: string | null;
+            /** @default null */
+            tag?: string | null;
+            /** @enum {unknown} */
+            type: "dismiss_form";
+        };
+        /**
+         * DismissFormBody
+         * @description Dismiss a form; addressed like ``ReplyPermission``.
+         */
+        DismissFormBody: {
             /** @default null */
             message?: string | null;
             /** @default null */
             tag?: string | null;
         };
-        /** InstanceClosed */
-        InstanceClosed: {
-            /** @enum {unknown} */
-            type: "instance.closed";
+        /**
+         * DisposeRequested
+         * @description Tear this instance's caches down, then acknowledge.
+         */
+        DisposeRequested: {
+            budget_ms: number;
             directory: string;
             generation: number;
+            registration: string;
+            request_id: string;
+            /** @default 0 */
+            seq: number;
+            /** @enum {unknown} */
+            type: "instance.dispose_requested";
+        };
+        /**
+         * EndReport
+         * @description The client's loop is done: ``error`` null means it returned, else it failed with it.
+         */
+        EndReport: {
+            /** @default null */
+            error?: string | null;
+            /** @enum {unknown} */
+            type: "end";
+        };
+        Event: components["schemas"]["InstanceStarted"] | components["schemas"]["InstanceClosed"] | components["schemas"]["RunQueued"] | components["schemas"]["RunStarted"] | components["schemas"]["StepStarted"] | components["schemas"]["StepFinished"] | components["schemas"]["RunPartUpdated"] | components["schemas"]["RunFinished"] | components["schemas"]["RunRecovered"] | components["schemas"]["SessionStatusChanged"] | components["schemas"]["LifecycleRequested"] | components["schemas"]["LifecycleDeferred"] | components["schemas"]["LifecycleCompleted"] | components["schemas"]["ActionResult"] | components["schemas"]["AskRequested"] | components["schemas"]["AskReplied"] | components["schemas"]["AskDismissed"] | components["schemas"]["AskWithdrawn"] | components["schemas"]["RunStalled"] | components["schemas"]["RunUnstalled"] | components["schemas"]["LifecycleConfirmed"];
+        ExternalReport: components["schemas"]["StepUpdate"] | components["schemas"]["PartUpdate"] | components["schemas"]["AskReport"] | components["schemas"]["RetryUpdate"] | components["schemas"]["HeartbeatReport"] | components["schemas"]["EndReport"];
+        /**
+         * GlobalDisposed
+         * @description A ``dispose_all`` completed (deferred or not): its action and the client's own action id.
+         */
+        GlobalDisposed: {
+            properties: components["schemas"]["GlobalDisposedProperties"];
+            /** @enum {unknown} */
+            type: "global.disposed";
+        };
+        /** GlobalDisposedProperties */
+        GlobalDisposedProperties: {
+            /** @default null */
+            clientActionID: string | null;
+            lifecycleActionID: string;
+        };
+        /**
+         * Health
+         * @description ``GET /health``: ``closed`` once the supervisor has shut down.
+         */
+        Health: {
+            /** @enum {unknown} */
+            status: "closed" | "ok";
+        };
+        /**
+         * HeartbeatReport
+         * @description Nothing happened, but the client is alive: renews the lease.
+         */
+        HeartbeatReport: {
+            /** @default false */
+            progress?: boolean;
+            /** @enum {unknown} */
+            type: "heartbeat";
+        };
+        /**
+         * HookAckBody
+         * @description An acknowledgement's body (``POST /instances/hooks/acks/{request_id}``; stdio ``ack_hook``
+         *     with ``request_id``); it may be empty.
+         */
+        HookAckBody: {
+            /** @default null */
+            error?: string | null;
+        };
+        /**
+         * HooksRegisterBody
+         * @description A registration's body (``POST /instances/hooks``; stdio ``register_hooks``); it may be empty.
+         */
+        HooksRegisterBody: {
+            /** @default null */
+            name?: string | null;
+        };
+        /**
+         * HooksRegistered
+         * @description The answer to a registration.
+         */
+        HooksRegistered: {
+            dispose_budget_ms: number;
+            load_budget_ms: number;
+            name: string | null;
+            pending: (components["schemas"]["LoadRequested"] | components["schemas"]["DisposeRequested"])[];
+            registration: string;
+            replaced: string | null;
+            /**
+             * @default ok
+             * @enum {unknown}
+             */
+            result: "ok";
+        };
+        /**
+         * HooksState
+         * @description ``GET /instances/hooks`` (stdio ``query`` ``hooks``).
+         */
+        HooksState: {
+            dispose_budget_ms: number;
+            load_budget_ms: number;
+            loaded: components["schemas"]["LoadedInstance"][];
+            name: string | null;
+            pending: (components["schemas"]["LoadRequested"] | components["schemas"]["DisposeRequested"])[];
+            registration: string | null;
+        };
+        /** HooksUnregistered */
+        HooksUnregistered: {
+            failed: string[];
+            registration: string;
+            /**
+             * @default ok
+             * @enum {unknown}
+             */
+            result: "ok";
+        };
+        HostEvent: components["schemas"]["InterruptNotice"] | components["schemas"]["AnswerNotice"] | components["schemas"]["RefusedNotice"] | components["schemas"]["LoadRequested"] | components["schemas"]["DisposeRequested"] | components["schemas"]["StreamReset"];
+        /**
+         * HostStatistics
+         * @description ``GET /statistics``: the core's counters, and the host's own.
+         */
+        HostStatistics: {
+            actions_pending: number;
+            closed: boolean;
+            /** @default 0 */
+            directories_known: number;
+            /** @default 0 */
+            events_buffered: number;
+            events_emitted: number;
+            /** @default 0 */
+            external_runs: number;
+            instances_open: number;
+            /** @default null */
+            interrupt_grace_ms: number | null;
+            /** @default 0 */
+            loads_deferred: number;
+            /** @default queue */
+            queue_policy: components["schemas"]["QueuePolicy"];
+            /** @default eager */
+            reload_policy: components["schemas"]["ReloadPolicy"];
+            reports_ignored: number;
+            /** @default 0 */
+            runs_abandoned: number;
+            runs_active: number;
+            runs_finished: number;
+            /** @default 0 */
+            runs_known: number;
+            runs_queued: number;
+            sessions_busy: number;
+            /** @default 0 */
+            sessions_known: number;
+            shutting_down: boolean;
+            /** @default 0 */
+            sse_listeners: number;
+            /** @default null */
+            stall_after_ms: number | null;
+        };
+        /** InstanceClosed */
+        InstanceClosed: {
+            directory: string;
             /** @default null */
             error: string | null;
+            generation: number;
             seq: number;
+            /** @enum {unknown} */
+            type: "instance.closed";
+        };
+        /**
+         * InstanceDisposed
+         * @description An instance closed (its directory and generation).
+         */
+        InstanceDisposed: {
+            properties: components["schemas"]["InstanceDisposedProperties"];
+            /** @enum {unknown} */
+            type: "server.instance.disposed";
+        };
+        /** InstanceDisposedProperties */
+        InstanceDisposedProperties: {
+            directory: string;
+            generation: number;
         };
         /** InstanceStarted */
         InstanceStarted: {
-            /** @enum {unknown} */
-            type: "instance.started";
-            directory: string;
-            generation: number;
-            /** @default null */
-            fingerprint: string | null;
             /** @default load */
             cause: components["schemas"]["LoadCause"];
+            directory: string;
+            /** @default null */
+            fingerprint: string | null;
+            generation: number;
             seq: number;
+            /** @enum {unknown} */
+            type: "instance.started";
+        };
+        /**
+         * InterruptNotice
+         * @description The run was interrupted: stop and report ``end``.
+         */
+        InterruptNotice: {
+            action_id: string | null;
+            origin: string | null;
+            reason: components["schemas"]["InterruptReason"];
+            run_id: string;
+            /** @default 0 */
+            seq: number;
+            /** @enum {unknown} */
+            type: "external.interrupt";
         };
         /**
          * InterruptReason
@@ -327,18 +1200,18 @@ export interface components {
         InterruptReason: "coalesced" | "crash" | "dropped" | "form_dismissed" | "lifecycle_interrupt" | "permission_rejected" | "shutdown" | "test_teardown" | "timeout" | "user_cancel";
         /** LifecycleCompleted */
         LifecycleCompleted: {
-            /** @enum {unknown} */
-            type: "lifecycle.completed";
+            /** @default [] */
+            abandoned_runs: string[];
             action_id: string;
+            /** @default null */
+            error: string | null;
+            seq: number;
             /** @default null */
             superseded_by: string | null;
             /** @default null */
-            error: string | null;
-            /** @default [] */
-            abandoned_runs: string[];
-            /** @default null */
             tag: string | null;
-            seq: number;
+            /** @enum {unknown} */
+            type: "lifecycle.completed";
         };
         /**
          * LifecycleConfirmed
@@ -346,42 +1219,42 @@ export interface components {
          *     interrupted (``lifecycle_interrupt``, this ``action_id``, ``origin``).
          */
         LifecycleConfirmed: {
-            /** @enum {unknown} */
-            type: "lifecycle.confirmed";
             action_id: string;
-            origin: string;
             interrupted_runs: string[];
+            origin: string;
+            seq: number;
             /** @default null */
             tag: string | null;
-            seq: number;
+            /** @enum {unknown} */
+            type: "lifecycle.confirmed";
         };
         /** LifecycleDeferred */
         LifecycleDeferred: {
-            /** @enum {unknown} */
-            type: "lifecycle.deferred";
             action_id: string;
-            pending_directories: string[];
             blocking_runs: string[];
+            pending_directories: string[];
+            seq: number;
             /** @default null */
             tag: string | null;
-            seq: number;
+            /** @enum {unknown} */
+            type: "lifecycle.deferred";
         };
         /** LifecycleRequested */
         LifecycleRequested: {
-            /** @enum {unknown} */
-            type: "lifecycle.requested";
             action_id: string;
-            do: components["schemas"]["CloseAction"];
-            mode: components["schemas"]["CloseMode"];
-            origin: string;
             directories: string[];
-            /** @default null */
-            tag: string | null;
+            do: components["schemas"]["CloseAction"];
             /** @default null */
             fingerprint: string | null;
+            mode: components["schemas"]["CloseMode"];
+            origin: string;
             /** @default null */
             reload_policy: components["schemas"]["ReloadPolicy"] | null;
             seq: number;
+            /** @default null */
+            tag: string | null;
+            /** @enum {unknown} */
+            type: "lifecycle.requested";
         };
         /**
          * LoadCause
@@ -389,6 +1262,26 @@ export interface components {
          * @enum {unknown}
          */
         LoadCause: "load" | "previous_closed" | "reload" | "run";
+        /**
+         * LoadRequested
+         * @description Build this instance's caches, then acknowledge (with ``error`` if they could not be built).
+         */
+        LoadRequested: {
+            budget_ms: number;
+            directory: string;
+            generation: number;
+            registration: string;
+            request_id: string;
+            /** @default 0 */
+            seq: number;
+            /** @enum {unknown} */
+            type: "instance.load_requested";
+        };
+        /** LoadedInstance */
+        LoadedInstance: {
+            directory: string;
+            generation: number;
+        };
         /**
          * Outcome
          * @description How a run ended.
@@ -400,29 +1293,29 @@ export interface components {
          * @description One tool part (one tool call) of a run, as a tool card draws it.
          */
         PartSnapshot: {
-            tool: string;
-            state: components["schemas"]["PartState"];
-            tool_started: boolean;
-            /** @default null */
-            message: string | null;
-            /** @default null */
-            reason: components["schemas"]["InterruptReason"] | null;
-            /** @default null */
-            origin: string | null;
-            /** @default null */
-            phase: components["schemas"]["Phase"] | null;
-            /** @default null */
-            call_id: string | null;
             /** @default null */
             ask_id: string | null;
             /** @default null */
-            waiting_for: components["schemas"]["AskKind"] | null;
+            call_id: string | null;
             /** @default null */
             declined: components["schemas"]["AskKind"] | null;
             /** @default  */
             label: string;
             /** @default null */
+            message: string | null;
+            /** @default null */
             note: string | null;
+            /** @default null */
+            origin: string | null;
+            /** @default null */
+            phase: components["schemas"]["Phase"] | null;
+            /** @default null */
+            reason: components["schemas"]["InterruptReason"] | null;
+            state: components["schemas"]["PartState"];
+            tool: string;
+            tool_started: boolean;
+            /** @default null */
+            waiting_for: components["schemas"]["AskKind"] | null;
         };
         /**
          * PartState
@@ -430,6 +1323,20 @@ export interface components {
          * @enum {unknown}
          */
         PartState: "completed" | "error" | "interrupted" | "pending" | "prepared" | "running";
+        /**
+         * PartUpdate
+         * @description A tool part moved to ``state``; ``pending`` begins a new part of that tool.
+         */
+        PartUpdate: {
+            /** @default null */
+            call_id?: string | null;
+            /** @default null */
+            message?: string | null;
+            state: components["schemas"]["PartState"];
+            tool: string;
+            /** @enum {unknown} */
+            type: "part";
+        };
         /**
          * Phase
          * @description The phase of the open tool part at an interruption.
@@ -441,13 +1348,26 @@ export interface components {
          * @description One question of a form.
          */
         Question: {
-            question: string;
             /** @default null */
             header: string | null;
-            /** @default [] */
-            options: string[];
             /** @default false */
             multiple: boolean;
+            /** @default [] */
+            options: string[];
+            question: string;
+        };
+        /**
+         * QuestionInput
+         * @description One question of a form.
+         */
+        QuestionInput: {
+            /** @default null */
+            header?: string | null;
+            /** @default false */
+            multiple?: boolean;
+            /** @default [] */
+            options?: string[];
+            question: string;
         };
         /**
          * QueuePolicy
@@ -457,11 +1377,57 @@ export interface components {
          */
         QueuePolicy: "coalesce" | "queue" | "reject_if_busy";
         /**
+         * ReadyLine
+         * @description The one line ``run-supervisor serve`` prints on stdout once it accepts connections. ``token``
+         *     only when the server generated it (none was given).
+         */
+        ReadyLine: {
+            pid: number;
+            port: number;
+            /** @enum {unknown} */
+            ready: true;
+            reload_policy: string;
+            /** @default null */
+            token?: string | null;
+            url: string;
+        };
+        /**
+         * Refusal
+         * @description A request the host refused before the supervisor saw it (or a contained failure): the status
+         *     is ``code``'s (``STATUS_BY_CODE``).
+         */
+        Refusal: {
+            code: components["schemas"]["RejectCode"];
+            error: string;
+            /**
+             * @default rejected
+             * @enum {unknown}
+             */
+            result: "rejected";
+        };
+        /**
+         * RefusedNotice
+         * @description A report kept while the run was queued (answered ``ok`` with ``queued: true``) did nothing
+         *     when the run started (or the run ended unstarted): what its answer would have said.
+         */
+        RefusedNotice: {
+            /** @default null */
+            call_id: string | null;
+            code: components["schemas"]["RejectCode"];
+            error: string;
+            report: string;
+            run_id: string;
+            /** @default 0 */
+            seq: number;
+            /** @enum {unknown} */
+            type: "external.refused";
+        };
+        /**
          * RejectCode
          * @description Why a request was rejected; each maps to one exception class in ``actors``.
          * @enum {unknown}
          */
-        RejectCode: "action_already_completed" | "already_interrupting" | "ask_already_answered" | "ask_withdrawn" | "internal_error" | "invalid_request" | "not_confirmable" | "nothing_pending" | "run_already_exists" | "run_finished" | "session_busy" | "supervisor_closed" | "unknown_action" | "unknown_ask" | "unknown_directory" | "unknown_run";
+        RejectCode: "action_already_completed" | "already_interrupting" | "ask_already_answered" | "ask_withdrawn" | "forbidden" | "internal_error" | "invalid_request" | "not_confirmable" | "not_found" | "nothing_pending" | "run_already_exists" | "run_finished" | "session_busy" | "supervisor_closed" | "timeout" | "too_large" | "unauthorized" | "unknown_action" | "unknown_ask" | "unknown_directory" | "unknown_run";
         /**
          * ReloadPolicy
          * @description When a ``reload`` loads its directory's next generation (``protocol.RELOAD_RULES``).
@@ -475,28 +1441,60 @@ export interface components {
          *     the two is given.
          */
         ReplyPermission: {
-            /** @enum {unknown} */
-            type: "reply_permission";
             approve: boolean;
             /** @default null */
             ask_id?: string | null;
             /** @default null */
+            message?: string | null;
+            /** @default null */
             run_id?: string | null;
+            /** @default null */
+            tag?: string | null;
+            /** @enum {unknown} */
+            type: "reply_permission";
+        };
+        /**
+         * ReplyPermissionBody
+         * @description Answer a permission ask. Address it by ``ask_id`` (from ``ask.requested``); or, as a
+         *     convenience, by ``run_id`` when that run has exactly one open permission ask. Exactly one of
+         *     the two is given.
+         */
+        ReplyPermissionBody: {
+            approve: boolean;
             /** @default null */
             message?: string | null;
             /** @default null */
             tag?: string | null;
         };
         /**
+         * ReportOutcome
+         * @description The answer to a report: a ``RequestOutcome`` plus what the report made (an ask's id, a part's
+         *     call id), so the client can address it. ``ok`` means it took effect -- except with ``queued``.
+         */
+        ReportOutcome: {
+            /** @default null */
+            ask_id: string | null;
+            /** @default null */
+            call_id: string | null;
+            /** @default null */
+            code: components["schemas"]["RejectCode"] | null;
+            /** @default null */
+            error: string | null;
+            /** @default false */
+            queued: boolean;
+            result: components["schemas"]["RequestResult"];
+        };
+        Request: components["schemas"]["StartRun"] | components["schemas"]["CancelRun"] | components["schemas"]["CloseRequest"] | components["schemas"]["Shutdown"] | components["schemas"]["ReplyPermission"] | components["schemas"]["AnswerForm"] | components["schemas"]["DismissForm"] | components["schemas"]["SetQueuePolicy"] | components["schemas"]["ConfirmClose"];
+        /**
          * RequestOutcome
          * @description The answer to a request that is not a lifecycle action.
          */
         RequestOutcome: {
-            result: components["schemas"]["RequestResult"];
-            /** @default null */
-            error: string | null;
             /** @default null */
             code: components["schemas"]["RejectCode"] | null;
+            /** @default null */
+            error: string | null;
+            result: components["schemas"]["RequestResult"];
         };
         /**
          * RequestResult
@@ -504,25 +1502,38 @@ export interface components {
          * @enum {unknown}
          */
         RequestResult: "ok" | "rejected";
+        /**
+         * RetryUpdate
+         * @description The client's loop is retrying a provider call: the session's status shows ``retry`` with
+         *     these until the loop's next step, part change or ask (``RunContext.retrying``).
+         */
+        RetryUpdate: {
+            attempt: number;
+            message: string;
+            /** @default null */
+            next_at_ms?: number | null;
+            /** @enum {unknown} */
+            type: "retry";
+        };
         /** RunFinished */
         RunFinished: {
-            /** @enum {unknown} */
-            type: "run.finished";
-            run_id: string;
-            outcome: components["schemas"]["Outcome"];
-            reason: components["schemas"]["InterruptReason"] | null;
-            origin: string | null;
-            action_id: string | null;
-            phase: components["schemas"]["Phase"] | null;
-            /** @default null */
-            error: string | null;
             /** @default false */
             abandoned: boolean;
+            action_id: string | null;
+            /** @default null */
+            error: string | null;
             /** @default null */
             generation: number | null;
+            origin: string | null;
+            outcome: components["schemas"]["Outcome"];
             /** @default [] */
             parts: components["schemas"]["PartSnapshot"][];
+            phase: components["schemas"]["Phase"] | null;
+            reason: components["schemas"]["InterruptReason"] | null;
+            run_id: string;
             seq: number;
+            /** @enum {unknown} */
+            type: "run.finished";
         };
         /**
          * RunPartUpdated
@@ -532,35 +1543,35 @@ export interface components {
          *     at the run's end), never twice for the same content.
          */
         RunPartUpdated: {
+            ask_id: string | null;
+            call_id: string;
+            declined: components["schemas"]["AskKind"] | null;
+            label: string;
+            message: string | null;
+            note: string | null;
+            origin: string | null;
+            phase: components["schemas"]["Phase"] | null;
+            reason: components["schemas"]["InterruptReason"] | null;
+            run_id: string;
+            seq: number;
+            state: components["schemas"]["PartState"];
+            tool: string;
+            tool_started: boolean;
             /** @enum {unknown} */
             type: "run.part.updated";
-            run_id: string;
-            call_id: string;
-            tool: string;
-            state: components["schemas"]["PartState"];
-            phase: components["schemas"]["Phase"] | null;
-            tool_started: boolean;
-            label: string;
-            note: string | null;
-            message: string | null;
-            reason: components["schemas"]["InterruptReason"] | null;
-            origin: string | null;
-            ask_id: string | null;
             waiting_for: components["schemas"]["AskKind"] | null;
-            declined: components["schemas"]["AskKind"] | null;
-            seq: number;
         };
         /** RunQueued */
         RunQueued: {
-            /** @enum {unknown} */
-            type: "run.queued";
-            run_id: string;
-            session: string;
             /** @default null */
             parent_run_id: string | null;
             /** @default queue */
             queue_policy: components["schemas"]["QueuePolicy"];
+            run_id: string;
             seq: number;
+            session: string;
+            /** @enum {unknown} */
+            type: "run.queued";
         };
         /**
          * RunRecovered
@@ -568,55 +1579,55 @@ export interface components {
          *     ``interrupted`` with reason ``crash``; published before the supervisor accepts any request.
          */
         RunRecovered: {
-            /** @enum {unknown} */
-            type: "run.recovered";
-            run_id: string;
-            session: string;
             directory: string | null;
             generation: number | null;
-            outcome: components["schemas"]["Outcome"];
-            reason: components["schemas"]["InterruptReason"];
             origin: string;
-            phase: components["schemas"]["Phase"] | null;
+            outcome: components["schemas"]["Outcome"];
             parent_run_id: string | null;
             parts: components["schemas"]["PartSnapshot"][];
-            withdrawn_asks: string[];
+            phase: components["schemas"]["Phase"] | null;
+            reason: components["schemas"]["InterruptReason"];
+            run_id: string;
             seq: number;
+            session: string;
+            /** @enum {unknown} */
+            type: "run.recovered";
+            withdrawn_asks: string[];
         };
         /**
          * RunSnapshot
          * @description What the supervisor knows of one run.
          */
         RunSnapshot: {
-            run_id: string;
-            session: string;
-            directory: string;
-            generation: number | null;
-            state: components["schemas"]["RunState"];
-            /** @default null */
-            outcome: components["schemas"]["Outcome"] | null;
-            /** @default null */
-            reason: components["schemas"]["InterruptReason"] | null;
-            /** @default null */
-            origin: string | null;
-            /** @default null */
-            action_id: string | null;
-            /** @default null */
-            phase: components["schemas"]["Phase"] | null;
-            /** @default null */
-            error: string | null;
             /** @default false */
             abandoned: boolean;
-            /** @default [] */
-            parts: components["schemas"]["PartSnapshot"][];
             /** @default null */
-            parent_run_id: string | null;
+            action_id: string | null;
             /** @default [] */
             children: string[];
             /** @default null */
             deadline_ms: number | null;
+            directory: string;
+            /** @default null */
+            error: string | null;
+            generation: number | null;
+            /** @default null */
+            origin: string | null;
+            /** @default null */
+            outcome: components["schemas"]["Outcome"] | null;
+            /** @default null */
+            parent_run_id: string | null;
+            /** @default [] */
+            parts: components["schemas"]["PartSnapshot"][];
+            /** @default null */
+            phase: components["schemas"]["Phase"] | null;
+            /** @default null */
+            reason: components["schemas"]["InterruptReason"] | null;
+            run_id: string;
+            session: string;
             /** @default false */
             stalled: boolean;
+            state: components["schemas"]["RunState"];
         };
         /**
          * RunStalled
@@ -625,29 +1636,29 @@ export interface components {
          *     e.g. ``confirm_close`` of an action listed in ``holding``.
          */
         RunStalled: {
+            holding: string[];
+            idle_ms: number;
+            run_id: string;
+            seq: number;
+            session: string;
             /** @enum {unknown} */
             type: "run.stalled";
-            run_id: string;
-            session: string;
-            idle_ms: number;
-            holding: string[];
-            seq: number;
         };
         /** RunStarted */
         RunStarted: {
-            /** @enum {unknown} */
-            type: "run.started";
-            run_id: string;
-            session: string;
+            /** @default null */
+            deadline_ms: number | null;
             directory: string;
             generation: number;
             /** @default null */
-            resume_of: string | null;
-            /** @default null */
             parent_run_id: string | null;
             /** @default null */
-            deadline_ms: number | null;
+            resume_of: string | null;
+            run_id: string;
             seq: number;
+            session: string;
+            /** @enum {unknown} */
+            type: "run.started";
         };
         /**
          * RunState
@@ -661,21 +1672,30 @@ export interface components {
          *     interrupted or ended (``progress`` false; ``run.finished`` follows when its body stops).
          */
         RunUnstalled: {
+            progress: boolean;
+            run_id: string;
+            seq: number;
             /** @enum {unknown} */
             type: "run.unstalled";
-            run_id: string;
-            progress: boolean;
-            seq: number;
         };
+        /**
+         * ServerConnected
+         * @description The first event of every ``GET /event`` stream (seed 002's).
+         */
+        ServerConnected: {
+            /** @default {} */
+            properties: components["schemas"]["ServerConnectedProperties"];
+            /** @enum {unknown} */
+            type: "server.connected";
+        };
+        /** ServerConnectedProperties */
+        ServerConnectedProperties: Record<string, never>;
         /**
          * SessionSnapshot
          * @description A session as ``Supervisor.session()`` reports it: its status, its active run, its queue.
          */
         SessionSnapshot: {
-            session: string;
-            status: components["schemas"]["SessionStatus"];
             active: string | null;
-            queued: string[];
             /** @default null */
             attempt: number | null;
             /** @default null */
@@ -684,6 +1704,9 @@ export interface components {
             next_at_ms: number | null;
             /** @default queue */
             queue_policy: components["schemas"]["QueuePolicy"];
+            queued: string[];
+            session: string;
+            status: components["schemas"]["SessionStatus"];
         };
         /**
          * SessionStatus
@@ -693,10 +1716,6 @@ export interface components {
         SessionStatus: "busy" | "idle" | "retry";
         /** SessionStatusChanged */
         SessionStatusChanged: {
-            /** @enum {unknown} */
-            type: "session.status";
-            session: string;
-            status: components["schemas"]["SessionStatus"];
             /** @default null */
             attempt: number | null;
             /** @default null */
@@ -704,6 +1723,10 @@ export interface components {
             /** @default null */
             next_at_ms: number | null;
             seq: number;
+            session: string;
+            status: components["schemas"]["SessionStatus"];
+            /** @enum {unknown} */
+            type: "session.status";
         };
         /**
          * SetQueuePolicy
@@ -712,23 +1735,45 @@ export interface components {
          *     default is remembered until set back to the supervisor's own (``SupervisorConfig.queue_policy``).
          */
         SetQueuePolicy: {
+            queue_policy: components["schemas"]["QueuePolicy"];
+            session: string;
+            /** @default null */
+            tag?: string | null;
             /** @enum {unknown} */
             type: "set_queue_policy";
-            session: string;
+        };
+        /**
+         * SetQueuePolicyBody
+         * @description Set a session's default queue policy: what its starts that name none do while it is busy.
+         *     Applies to later starts only (queued runs keep theirs). A session need not exist yet; the
+         *     default is remembered until set back to the supervisor's own (``SupervisorConfig.queue_policy``).
+         */
+        SetQueuePolicyBody: {
             queue_policy: components["schemas"]["QueuePolicy"];
             /** @default null */
             tag?: string | null;
         };
         /** Shutdown */
         Shutdown: {
-            /** @enum {unknown} */
-            type: "shutdown";
+            /** @default 1000 */
+            grace_ms?: number;
+            /** @default null */
+            origin?: string | null;
             /** @default shutdown */
             reason?: components["schemas"]["ShutdownReason"];
             /** @default null */
-            origin?: string | null;
+            tag?: string | null;
+            /** @enum {unknown} */
+            type: "shutdown";
+        };
+        /** ShutdownBody */
+        ShutdownBody: {
             /** @default 1000 */
             grace_ms?: number;
+            /** @default null */
+            origin?: string | null;
+            /** @default shutdown */
+            reason?: components["schemas"]["ShutdownReason"];
             /** @default null */
             tag?: string | null;
         };
@@ -740,36 +1785,100 @@ export interface components {
         ShutdownReason: "shutdown" | "test_teardown" | "timeout";
         /** StartRun */
         StartRun: {
-            /** @enum {unknown} */
-            type: "start_run";
-            run_id: string;
-            session: string;
+            /** @default null */
+            deadline_ms?: number | null;
             directory: string;
             /** @default null */
-            resume_of?: string | null;
+            interrupt_grace_ms?: number | null;
             /** @default null */
             parent_run_id?: string | null;
             /** @default null */
+            queue_policy?: components["schemas"]["QueuePolicy"] | null;
+            /** @default null */
+            resume_of?: string | null;
+            run_id: string;
+            session: string;
+            /** @default null */
+            stall_after_ms?: number | null;
+            /** @default null */
+            tag?: string | null;
+            /** @enum {unknown} */
+            type: "start_run";
+        };
+        /** StartRunBody */
+        StartRunBody: {
+            /** @default null */
             deadline_ms?: number | null;
+            directory: string;
+            /** @default null */
+            interrupt_grace_ms?: number | null;
+            /** @description The external run's lease: report (a heartbeat will do) within it, or the run is interrupted with reason timeout. Default: serve's --lease-ms (30000). */
+            lease_ms?: number;
+            /** @default null */
+            parent_run_id?: string | null;
             /** @default null */
             queue_policy?: components["schemas"]["QueuePolicy"] | null;
+            /** @default null */
+            resume_of?: string | null;
+            run_id?: string;
+            session: string;
             /** @default null */
             stall_after_ms?: number | null;
             /** @default null */
             tag?: string | null;
         };
+        /** StartRunRequest */
+        StartRunRequest: {
+            /** @default null */
+            deadline_ms?: number | null;
+            directory: string;
+            /** @default null */
+            interrupt_grace_ms?: number | null;
+            /** @description The external run's lease: report (a heartbeat will do) within it, or the run is interrupted with reason timeout. Default: serve's --lease-ms (30000). */
+            lease_ms?: number;
+            /** @default null */
+            parent_run_id?: string | null;
+            /** @default null */
+            queue_policy?: components["schemas"]["QueuePolicy"] | null;
+            /** @default null */
+            resume_of?: string | null;
+            run_id: string;
+            session: string;
+            /** @default null */
+            stall_after_ms?: number | null;
+            /** @default null */
+            tag?: string | null;
+            /** @enum {unknown} */
+            type: "start_run";
+        };
+        /**
+         * StartedRun
+         * @description ``POST /runs``: the start's outcome, with the run's id and lease (both null when refused: no
+         *     run exists to report to).
+         */
+        StartedRun: {
+            /** @default null */
+            code: components["schemas"]["RejectCode"] | null;
+            /** @default null */
+            error: string | null;
+            /** @default null */
+            lease_ms: number | null;
+            result: components["schemas"]["RequestResult"];
+            /** @default null */
+            run_id: string | null;
+        };
         /** StepFinished */
         StepFinished: {
-            /** @enum {unknown} */
-            type: "run.step.finished";
-            run_id: string;
-            step: string;
-            kind: components["schemas"]["StepKind"];
-            /** @default null */
-            tool: string | null;
             /** @default null */
             call_id: string | null;
+            kind: components["schemas"]["StepKind"];
+            run_id: string;
             seq: number;
+            step: string;
+            /** @default null */
+            tool: string | null;
+            /** @enum {unknown} */
+            type: "run.step.finished";
         };
         /**
          * StepKind
@@ -779,181 +1888,31 @@ export interface components {
         StepKind: "form" | "model" | "permission" | "tool_exec" | "tool_input";
         /** StepStarted */
         StepStarted: {
-            /** @enum {unknown} */
-            type: "run.step.started";
-            run_id: string;
-            step: string;
-            kind: components["schemas"]["StepKind"];
-            /** @default null */
-            tool: string | null;
             /** @default null */
             call_id: string | null;
+            kind: components["schemas"]["StepKind"];
+            run_id: string;
             seq: number;
+            step: string;
+            /** @default null */
+            tool: string | null;
+            /** @enum {unknown} */
+            type: "run.step.started";
         };
-        /**
-         * WithdrawReason
-         * @description Why an ask was withdrawn.
-         * @enum {unknown}
-         */
-        WithdrawReason: "body" | "interrupted" | "run_ended" | "timeout";
-        Request: components["schemas"]["StartRun"] | components["schemas"]["CancelRun"] | components["schemas"]["CloseRequest"] | components["schemas"]["Shutdown"] | components["schemas"]["ReplyPermission"] | components["schemas"]["AnswerForm"] | components["schemas"]["DismissForm"] | components["schemas"]["SetQueuePolicy"] | components["schemas"]["ConfirmClose"];
-        Event: components["schemas"]["InstanceStarted"] | components["schemas"]["InstanceClosed"] | components["schemas"]["RunQueued"] | components["schemas"]["RunStarted"] | components["schemas"]["StepStarted"] | components["schemas"]["StepFinished"] | components["schemas"]["RunPartUpdated"] | components["schemas"]["RunFinished"] | components["schemas"]["RunRecovered"] | components["schemas"]["SessionStatusChanged"] | components["schemas"]["LifecycleRequested"] | components["schemas"]["LifecycleDeferred"] | components["schemas"]["LifecycleCompleted"] | components["schemas"]["ActionResult"] | components["schemas"]["AskRequested"] | components["schemas"]["AskReplied"] | components["schemas"]["AskDismissed"] | components["schemas"]["AskWithdrawn"] | components["schemas"]["RunStalled"] | components["schemas"]["RunUnstalled"] | components["schemas"]["LifecycleConfirmed"];
-        Answer: components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"];
         /**
          * StepUpdate
          * @description The client's loop entered (``finished=false``) or left (``finished=true``) a step.
          */
         StepUpdate: {
-            /** @enum {unknown} */
-            type: "step";
+            /** @default false */
+            finished?: boolean;
             kind: components["schemas"]["StepKind"];
             /** @default null */
             step?: string | null;
-            /** @default false */
-            finished?: boolean;
-        };
-        /**
-         * PartUpdate
-         * @description A tool part moved to ``state``; ``pending`` begins a new part of that tool.
-         */
-        PartUpdate: {
             /** @enum {unknown} */
-            type: "part";
-            tool: string;
-            state: components["schemas"]["PartState"];
-            /** @default null */
-            call_id?: string | null;
-            /** @default null */
-            message?: string | null;
+            type: "step";
         };
-        /**
-         * AskReport
-         * @description The client asks the user: a permission (``form=false``) or a form, with what to show (the
-         *     ``ask.requested`` event carries it). The answer comes back as an ``external.answer`` event (or,
-         *     for a rejection without feedback, an interrupt). Answered with its ``ask_id``.
-         */
-        AskReport: {
-            /** @enum {unknown} */
-            type: "ask";
-            /** @default false */
-            form?: boolean;
-            /** @default null */
-            tool?: string | null;
-            /** @default null */
-            call_id?: string | null;
-            /** @default null */
-            title?: string | null;
-            /** @default null */
-            command?: string | null;
-            /** @default [] */
-            options?: string[];
-            /** @default [] */
-            questions?: unknown[];
-            /** @default null */
-            data?: Record<string, never> | null;
-        };
-        /**
-         * RetryUpdate
-         * @description The client's loop is retrying a provider call: the session's status shows ``retry`` with
-         *     these until the loop's next step, part change or ask (``RunContext.retrying``).
-         */
-        RetryUpdate: {
-            /** @enum {unknown} */
-            type: "retry";
-            attempt: number;
-            message: string;
-            /** @default null */
-            next_at_ms?: number | null;
-        };
-        /**
-         * HeartbeatReport
-         * @description Nothing happened, but the client is alive: renews the lease.
-         */
-        HeartbeatReport: {
-            /** @enum {unknown} */
-            type: "heartbeat";
-            /** @default false */
-            progress?: boolean;
-        };
-        /**
-         * EndReport
-         * @description The client's loop is done: ``error`` null means it returned, else it failed with it.
-         */
-        EndReport: {
-            /** @enum {unknown} */
-            type: "end";
-            /** @default null */
-            error?: string | null;
-        };
-        /**
-         * ReportOutcome
-         * @description The answer to a report: a ``RequestOutcome`` plus what the report made (an ask's id, a part's
-         *     call id), so the client can address it. ``ok`` means it took effect -- except with ``queued``.
-         */
-        ReportOutcome: {
-            result: components["schemas"]["RequestResult"];
-            /** @default null */
-            error: string | null;
-            /** @default null */
-            code: components["schemas"]["RejectCode"] | null;
-            /** @default null */
-            ask_id: string | null;
-            /** @default null */
-            call_id: string | null;
-            /** @default false */
-            queued: boolean;
-        };
-        /**
-         * InterruptNotice
-         * @description The run was interrupted: stop and report ``end``.
-         */
-        InterruptNotice: {
-            /** @enum {unknown} */
-            type: "external.interrupt";
-            run_id: string;
-            reason: components["schemas"]["InterruptReason"];
-            origin: string | null;
-            action_id: string | null;
-            /** @default 0 */
-            seq: number;
-        };
-        /**
-         * AnswerNotice
-         * @description The user answered one of the run's asks: a permission approved (``approved``) or rejected
-         *     with feedback (``message``); a form answered (``answer``) or dismissed with a message
-         *     (``dismissed``, ``message``). A rejection or dismissal without a message interrupts the run
-         *     instead (``external.interrupt``).
-         */
-        AnswerNotice: {
-            /** @enum {unknown} */
-            type: "external.answer";
-            run_id: string;
-            ask_id: string;
-            form: boolean;
-            dismissed: boolean;
-            approved: boolean;
-            message: string | null;
-            answer: string | null;
-            /** @default 0 */
-            seq: number;
-        };
-        /**
-         * RefusedNotice
-         * @description A report kept while the run was queued (answered ``ok`` with ``queued: true``) did nothing
-         *     when the run started (or the run ended unstarted): what its answer would have said.
-         */
-        RefusedNotice: {
-            /** @enum {unknown} */
-            type: "external.refused";
-            run_id: string;
-            report: string;
-            code: components["schemas"]["RejectCode"];
-            error: string;
-            /** @default null */
-            call_id: string | null;
-            /** @default 0 */
-            seq: number;
-        };
+        StreamEvent: components["schemas"]["InstanceStarted"] | components["schemas"]["InstanceClosed"] | components["schemas"]["RunQueued"] | components["schemas"]["RunStarted"] | components["schemas"]["StepStarted"] | components["schemas"]["StepFinished"] | components["schemas"]["RunPartUpdated"] | components["schemas"]["RunFinished"] | components["schemas"]["RunRecovered"] | components["schemas"]["SessionStatusChanged"] | components["schemas"]["LifecycleRequested"] | components["schemas"]["LifecycleDeferred"] | components["schemas"]["LifecycleCompleted"] | components["schemas"]["ActionResult"] | components["schemas"]["AskRequested"] | components["schemas"]["AskReplied"] | components["schemas"]["AskDismissed"] | components["schemas"]["AskWithdrawn"] | components["schemas"]["RunStalled"] | components["schemas"]["RunUnstalled"] | components["schemas"]["LifecycleConfirmed"] | components["schemas"]["InterruptNotice"] | components["schemas"]["AnswerNotice"] | components["schemas"]["RefusedNotice"] | components["schemas"]["LoadRequested"] | components["schemas"]["DisposeRequested"] | components["schemas"]["StreamReset"];
         /**
          * StreamReset
          * @description Sent (without an SSE id) when a resume asks for more than the replay buffer holds; the whole
@@ -964,47 +1923,29 @@ export interface components {
          *     server: it restarted, and its ``seq`` counts again from 1).
          */
         StreamReset: {
-            /** @enum {unknown} */
-            type: "stream.reset";
             after: string;
+            epoch: string;
             oldest: string | null;
             /** @enum {unknown} */
+            type: "stream.reset";
+            /** @enum {unknown} */
             why: "evicted" | "other_epoch" | "unknown_id";
-            epoch: string;
         };
         /**
-         * StdioAnswer
-         * @description One per understood stdin line: ``id`` is the line's, ``status`` from the HTTP table.
+         * Ticket
+         * @description ``POST /events/ticket``: a single-use ticket for one ``GET /events?ticket=`` (or ``/event``),
+         *     valid ``expires_in_ms`` from now: a browser's ``EventSource`` cannot send a header.
          */
-        StdioAnswer: {
-            /** @enum {unknown} */
-            type: "answer";
-            id: unknown;
-            status: number;
-            answer: unknown;
+        Ticket: {
+            expires_in_ms: number;
+            ticket: string;
         };
         /**
-         * StdioError
-         * @description One per stdin line that was not understood; ``error`` names the line and the problem.
+         * WithdrawReason
+         * @description Why an ask was withdrawn.
+         * @enum {unknown}
          */
-        StdioError: {
-            /** @enum {unknown} */
-            type: "error";
-            id: unknown;
-            status: number;
-            code: string;
-            error: string;
-        };
-        /** StdioEvent */
-        StdioEvent: {
-            /** @enum {unknown} */
-            type: "event";
-            id: string;
-            event: unknown;
-        };
-        ExternalReport: components["schemas"]["StepUpdate"] | components["schemas"]["PartUpdate"] | components["schemas"]["AskReport"] | components["schemas"]["RetryUpdate"] | components["schemas"]["HeartbeatReport"] | components["schemas"]["EndReport"];
-        HostEvent: components["schemas"]["InterruptNotice"] | components["schemas"]["AnswerNotice"] | components["schemas"]["RefusedNotice"] | components["schemas"]["StreamReset"];
-        StdioOutput: components["schemas"]["StdioAnswer"] | components["schemas"]["StdioError"] | components["schemas"]["StdioEvent"];
+        WithdrawReason: "body" | "interrupted" | "run_ended" | "timeout";
     };
     responses: never;
     parameters: never;
@@ -1013,4 +1954,2791 @@ export interface components {
     pathItems: never;
 }
 export type $defs = Record<string, never>;
-export type operations = Record<string, never>;
+export interface operations {
+    page: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The live timeline page (a static shell; its data needs the token) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    get_actions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Lifecycle actions still pending */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ActionSnapshot"][];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    confirm_close: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                action_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ConfirmCloseBody"];
+            };
+        };
+        responses: {
+            /** @description Confirm a pending maintenance close */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_action` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `action_already_completed`, `not_confirmable` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    get_asks: {
+        parameters: {
+            query?: {
+                /** @description Only this run's asks. */
+                run_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Open asks (of one run with ?run_id=) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AskSnapshot"][];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    dismiss_form: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                ask_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["DismissFormBody"];
+            };
+        };
+        responses: {
+            /** @description Dismiss a form */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run`, `unknown_ask` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `run_finished`, `nothing_pending`, `ask_withdrawn`, `ask_already_answered` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    answer_form: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                ask_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AnswerFormBody"];
+            };
+        };
+        responses: {
+            /** @description Answer a form */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run`, `unknown_ask` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `run_finished`, `nothing_pending`, `ask_withdrawn`, `ask_already_answered` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    reply_permission: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                ask_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReplyPermissionBody"];
+            };
+        };
+        responses: {
+            /** @description Reply to a permission ask */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run`, `unknown_ask` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `run_finished`, `nothing_pending`, `ask_withdrawn`, `ask_already_answered` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    close: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CloseRequestBody"];
+            };
+        };
+        responses: {
+            /** @description A lifecycle close (dispose, reload, dispose_all, invalidate_config) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_directory` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    directories: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DirectoriesBody"];
+            };
+        };
+        responses: {
+            /** @description Make directories known, and load them */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DirectoriesAnswer"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    compat_events: {
+        parameters: {
+            query?: {
+                /** @description Resume after this event id (as Last-Event-ID); `0`: the whole buffer. */
+                after?: string;
+                /** @description A single-use ticket from POST /events/ticket, instead of the Authorization header. */
+                ticket?: string;
+            };
+            header?: {
+                /** @description Resume after this event id. */
+                "last-event-id"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Seed 002's event stream (upstream's shapes; each `data` is a CompatStreamEvent) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    events: {
+        parameters: {
+            query?: {
+                /** @description Resume after this event id (as Last-Event-ID); `0`: the whole buffer. */
+                after?: string;
+                /** @description A single-use ticket from POST /events/ticket, instead of the Authorization header. */
+                ticket?: string;
+            };
+            header?: {
+                /** @description Resume after this event id. */
+                "last-event-id"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream (SSE; each `data` is a StreamEvent, tagged by type) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    events_ticket: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A single-use ticket for one event stream (EventSource cannot send a header) */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Ticket"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    compat_global_dispose: {
+        parameters: {
+            query?: {
+                /** @description The close's mode (default maintenance). */
+                mode?: components["schemas"]["CloseMode"];
+            };
+            header?: {
+                /** @description The client's own action id: echoed as `clientActionID`. */
+                "x-opencode-client-action-id"?: string;
+                /** @description The close's origin (default: the route's, e.g. global.dispose). */
+                "x-opencode-client-action-kind"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Seed 002: dispose every instance (upstream's shape) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompatCloseAnswer"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_directory` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    health: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Is the server up (no token needed) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Health"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    compat_instance_dispose: {
+        parameters: {
+            query?: {
+                /** @description The close's mode (default maintenance). */
+                mode?: components["schemas"]["CloseMode"];
+                /** @description The directory (or the header x-opencode-directory). */
+                directory?: string;
+            };
+            header?: {
+                /** @description The client's own action id: echoed as `clientActionID`. */
+                "x-opencode-client-action-id"?: string;
+                /** @description The close's origin (default: the route's, e.g. global.dispose). */
+                "x-opencode-client-action-kind"?: string;
+                /** @description The directory (or ?directory=). */
+                "x-opencode-directory"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Seed 002: dispose one directory's instance (upstream's shape) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompatCloseAnswer"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_directory` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    compat_instance_reload: {
+        parameters: {
+            query?: {
+                /** @description The close's mode (default maintenance). */
+                mode?: components["schemas"]["CloseMode"];
+                /** @description The directory (or the header x-opencode-directory). */
+                directory?: string;
+            };
+            header?: {
+                /** @description The client's own action id: echoed as `clientActionID`. */
+                "x-opencode-client-action-id"?: string;
+                /** @description The close's origin (default: the route's, e.g. global.dispose). */
+                "x-opencode-client-action-kind"?: string;
+                /** @description The directory (or ?directory=). */
+                "x-opencode-directory"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Seed 002: reload one directory's instance (upstream's shape) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CompatCloseAnswer"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_directory` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    get_hooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The registration, its outstanding requests and the generations it holds */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HooksState"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `not_found` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    register_hooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["HooksRegisterBody"];
+            };
+        };
+        responses: {
+            /** @description Register as the host that keeps the caches out of process (replaces any registration) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HooksRegistered"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `not_found` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    ack_hook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                request_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["HookAckBody"];
+            };
+        };
+        responses: {
+            /** @description Acknowledge a load or dispose request (error: it could not be done) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CacheAck"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `not_found` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    unregister_hooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                registration: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description End the registration: its outstanding requests fail at once */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HooksUnregistered"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `not_found` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    openapi: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description This document (no token needed: it holds no data) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": Record<string, never>;
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    submit: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AnyRequest"];
+            };
+        };
+        responses: {
+            /** @description Submit any protocol request (a start_run may give lease_ms) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run`, `unknown_directory`, `unknown_ask`, `unknown_action` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `run_already_exists`, `session_busy`, `run_finished`, `nothing_pending`, `ask_withdrawn`, `ask_already_answered`, `already_interrupting`, `action_already_completed`, `not_confirmable` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    start_run: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StartRunBody"];
+            };
+        };
+        responses: {
+            /** @description Start an external run (created: 201) */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedRun"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedRun"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedRun"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run`, `unknown_directory` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedRun"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `run_already_exists`, `session_busy`, `run_finished` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedRun"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedRun"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedRun"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedRun"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedRun"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StartedRun"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    get_run: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description What is known of a run */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunSnapshot"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    cancel: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["CancelRunBody"];
+            };
+        };
+        responses: {
+            /** @description Cancel a run */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `run_finished`, `already_interrupting` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    answer_form_of_run: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["AnswerFormBody"];
+            };
+        };
+        responses: {
+            /** @description Answer the run's one open form */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run`, `unknown_ask` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `run_finished`, `nothing_pending`, `ask_withdrawn`, `ask_already_answered` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    dismiss_form_of_run: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["DismissFormBody"];
+            };
+        };
+        responses: {
+            /** @description Dismiss the run's one open form */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run`, `unknown_ask` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `run_finished`, `nothing_pending`, `ask_withdrawn`, `ask_already_answered` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    reply_permission_of_run: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReplyPermissionBody"];
+            };
+        };
+        responses: {
+            /** @description Reply to the run's one open permission ask */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run`, `unknown_ask` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `run_finished`, `nothing_pending`, `ask_withdrawn`, `ask_already_answered` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    report: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExternalReport"];
+            };
+        };
+        responses: {
+            /** @description An external run's report (step, part, ask, retry, heartbeat, end) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `unknown_run`, `unknown_ask` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `run_finished`, `nothing_pending` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReportOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    get_session: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A session's status, active run and queue */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionSnapshot"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `not_found` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    set_queue_policy: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetQueuePolicyBody"];
+            };
+        };
+        responses: {
+            /** @description Set a session's default queue policy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    set_queue_policy_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SetQueuePolicyBody"];
+            };
+        };
+        responses: {
+            /** @description Set a session's default queue policy */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    shutdown: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["ShutdownBody"];
+            };
+        };
+        responses: {
+            /** @description Shut the supervisor down (then the server stops) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CloseOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    get_statistics: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Counters of the core and the host */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HostStatistics"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+}
