@@ -231,14 +231,18 @@ def test_a_session_over_every_route_sends_and_gets_only_what_the_document_says()
             asks = await c.call("GET", "/asks", params={"run_id": "r1"})
             assert [a["ask_id"] for a in asks.json()] == [ask_id]
             await c.call("GET", "/asks", params={"runId": "r1"})  # 422: a misspelt filter
-            ok = await c.call("POST", "/asks/{ask_id}/permission", {"approve": True}, path={"ask_id": ask_id})
+            ok = await c.call(
+                "POST", "/asks/{ask_id}/permission", {"approved": True}, path={"ask_id": ask_id}
+            )
             assert ok.status_code == 200
             late = await c.call(
                 "POST", "/asks/{ask_id}/permission", {"approve": True}, path={"ask_id": ask_id}
             )
             assert late.status_code == 409
             await c.call("POST", reports, {"type": "ask", "title": "p2"}, path=r1)
-            await c.call("POST", "/runs/{run_id}/permission", {"approve": False, "message": "no"}, path=r1)
+            await c.call(
+                "POST", "/runs/{run_id}/permission", {"approve": False, "message": "no"}, path=r1
+            )  # the old spelling
             questions = [{"question": "Which?", "options": ["a", "b"]}, "Why?"]
             form = await c.call(
                 "POST", reports, {"type": "ask", "form": True, "title": "f", "questions": questions}, path=r1

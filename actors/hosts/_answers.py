@@ -86,6 +86,7 @@ class Ticket(msgspec.Struct, frozen=True, kw_only=True):
     """``POST /events/ticket``: a single-use ticket for one ``GET /events?ticket=`` (or ``/event``),
     valid ``expires_in_ms`` from now: a browser's ``EventSource`` cannot send a header."""
 
+    result: Literal["ok"] = "ok"
     ticket: str
     expires_in_ms: int
 

@@ -544,6 +544,19 @@ def _from_path(fields: dict[str, Any], route: str, *names: str) -> None:
         )
 
 
+def _approved(fields: dict[str, Any]) -> dict[str, Any]:
+    """A permission reply on its routes says ``approved``, as the events do (``external.answer``,
+    ``ask.replied``); ``approve`` (the protocol request's name, which ``POST /requests`` and stdio carry
+    as it is) is its deprecated spelling there. Both at once: refused."""
+    if "approved" in fields:
+        if "approve" in fields:
+            both = "give `approved` (or the old `approve`), not both"
+            raise HostError(RejectCode.INVALID_REQUEST.value, both)
+        fields = {**fields, "approve": fields["approved"]}
+        del fields["approved"]
+    return fields
+
+
 def _request(fields: dict[str, Any]) -> Request:
     try:
         return decode_request(msgspec.json.encode(fields))
@@ -637,6 +650,8 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         async def route(request: HttpRequest) -> Response:
             fields = await _body(request)
             _from_path(fields, f"POST {request.url.path}", "run_id", "ask_id")
+            if kind == "reply_permission":
+                fields = _approved(fields)
             outcome = await host.submit(
                 _request({**fields, "type": kind, "run_id": request.path_params["run_id"]})
             )
@@ -648,6 +663,8 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         async def route(request: HttpRequest) -> Response:
             fields = await _body(request)
             _from_path(fields, f"POST {request.url.path}", "ask_id", "run_id")
+            if kind == "reply_permission":
+                fields = _approved(fields)
             outcome = await host.submit(
                 _request({**fields, "type": kind, "ask_id": request.path_params["ask_id"]})
             )

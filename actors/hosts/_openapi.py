@@ -149,6 +149,9 @@ class Body:
     add: dict[str, Any] = field(default_factory=dict)
     optional: tuple[str, ...] = ()
     """Fields of the source the route fills in when absent."""
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Fields the route spells otherwise (old -> new); the old spelling stays, deprecated, and exactly
+    one of the two is given."""
 
 
 @dataclass(frozen=True)
@@ -304,7 +307,9 @@ OPERATIONS: list[Operation] = [
         "reply_permission_of_run",
         "Reply to the run's one open permission ask",
         ref("RequestOutcome"),
-        body=_request_body("ReplyPermissionBody", ReplyPermission, ("run_id", "ask_id")),
+        body=_request_body(
+            "ReplyPermissionBody", ReplyPermission, ("run_id", "ask_id"), renamed={"approve": "approved"}
+        ),
         codes=_ASK_CODES,
     ),
     Operation(
@@ -651,6 +656,16 @@ def _derive(schemas: dict[str, Any], body: Body) -> None:
         base["properties"].pop(name, None)
     base["properties"].update(body.add)
     required = [n for n in base.get("required", []) if n not in body.drop and n not in body.optional]
+    for old, new in body.renamed.items():
+        base["properties"][new] = base["properties"][old]
+        base["properties"][old] = {
+            **base["properties"][old],
+            "deprecated": True,
+            "description": f"Say `{new}`.",
+        }
+        if old in required:
+            required.remove(old)
+            base["oneOf"] = [{"required": [new]}, {"required": [old]}]
     base["required"] = required
     if not required:
         del base["required"]
@@ -788,7 +803,7 @@ def document() -> dict[str, Any]:
         if op.body is not None:
             body_schema = schemas[op.body.name]
             entry["requestBody"] = {
-                "required": bool(body_schema.get("required") or "anyOf" in body_schema),
+                "required": bool(body_schema.get("required") or {"anyOf", "oneOf"} & set(body_schema)),
                 "content": {"application/json": {"schema": ref(op.body.name)}},
             }
         doc["paths"].setdefault(op.path, {})[op.method.lower()] = entry
