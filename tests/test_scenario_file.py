@@ -671,7 +671,7 @@ def test_an_unknown_key_is_reported_with_the_keys_that_are_allowed_there() -> No
 
     assert error.message == (
         "not a key of a run (its keys: id, session, directory, start, steps, parent, queue_policy, "
-        "deadline_ms)"
+        "deadline_ms, resume_of)"
     )
 
 

@@ -210,6 +210,30 @@ def test_a_bad_event_expectation_is_refused_naming_its_key(extra: str, key: str,
     assert says in error.message
 
 
+@pytest.mark.parametrize(
+    ("extra", "key", "says"),
+    [
+        ('type = "run.finished"\ngeneration = "two"', "expect_events[0].generation", "an integer or 'none'"),
+        ('type = "run.finished"\nrecovered = 1', "expect_events[0].recovered", "true or false"),
+        ('type = "run.finished"\nreason = "asleep"', "expect_events[0].reason", "'user_cancel'"),
+        ('type = "ask.requested"\npayload = { command = 1 }', "expect_events[0].payload.command", "a string"),
+        (
+            'type = "ask.requested"\npayload = { colour = "red" }',
+            "expect_events[0].payload.colour",
+            "not a key",
+        ),
+        ('type = "ask.requested"\npayload = "git push"', "expect_events[0].payload", "must be a table"),
+        ('type = "lifecycle.requested"\ndirectories = "/proj/a"', "expect_events[0].directories", "a list"),
+    ],
+)
+def test_an_expected_field_value_of_the_wrong_type_is_refused_naming_its_key(
+    extra: str, key: str, says: str
+) -> None:
+    error = refused(HELD_RUN + "[[expect_events]]\n" + extra + "\n")
+    assert error.key == key
+    assert says in error.message
+
+
 def test_expect_events_is_a_list_of_tables() -> None:
     error = refused('expect_events = { type = "run.finished" }\n' + HELD_RUN)
     assert (error.key, error.message) == ("expect_events", "must be a list, not a table")
@@ -403,5 +427,128 @@ def test_a_load_held_at_its_gate_holds_only_the_runs_that_read_it() -> None:
 )
 def test_a_bad_load_fault_is_refused_naming_its_key(top: str, faults: str, key: str, says: str) -> None:
     error = refused(top + LOADS + '[instance_faults."/proj/a"]\n' + faults)
+    assert error.key == key
+    assert says in error.message
+
+
+# ----------------------------------------------------------------------------------------------------
+# resume_of
+
+RESUMES = """
+name = "resumes"
+directories = ["/proj/a"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [{ kind = "model" }]
+
+[[runs]]
+id = "r2"
+session = "s1"
+directory = "/proj/a"
+start = "manual"
+resume_of = "r1"
+steps = [{ kind = "model" }]
+
+[[actions]]
+id = "go"
+when = "r1.finished"
+do = "start_run"
+run = "r2"
+"""
+
+
+def test_a_run_that_resumes_another_is_started_with_resume_of_and_its_report_says_so() -> None:
+    report = played(RESUMES + '[expect.r2]\nresume_of = "r1"\n[expect.r1]\nresume_of = "none"\n')
+    assert report.failures == []
+    assert report.runs["r2"].resume_of == "r1"
+    [started] = [row for row in report.events if row["type"] == "run.started" and row["run"] == "r2"]
+    assert started["resume_of"] == "r1"
+
+
+def test_a_resume_of_a_run_that_has_not_ended_is_rejected() -> None:
+    held = RESUMES.replace('steps = [{ kind = "model" }]', 'steps = [{ kind = "model", gate = "g" }]', 1)
+    held += '[[actions]]\nwhen = "go.rejected"\ndo = "open_gate"\ngate = "g"\n'
+    report = played(held.replace('when = "r1.finished"', 'when = "r1.started"'))
+    assert report.failures == []
+    assert (report.actions["go"].result, report.actions["go"].code) == ("rejected", "invalid_request")
+    assert report.runs["r2"].outcome is None
+
+
+def test_a_wrong_resume_of_expectation_fails() -> None:
+    [line] = played(RESUMES + '[expect.r2]\nresume_of = "none"\n').failures
+    assert line == "r2: expected resume_of none, got 'r1'"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key"),
+    [
+        ('resume_of = "r1"', 'resume_of = "r9"', "runs[1].resume_of"),
+        ('resume_of = "r1"', 'resume_of = "r2"', "runs[1].resume_of"),
+        ('resume_of = "r1"', "resume_of = 1", "runs[1].resume_of"),
+        ('run = "r2"\n', 'run = "r2"\n[expect.r2]\nresume_of = "r9"\n', "expect.r2.resume_of"),
+    ],
+)
+def test_a_bad_resume_of_is_refused_naming_its_key(old: str, new: str, key: str) -> None:
+    assert refused(RESUMES.replace(old, new)).key == key
+
+
+# ----------------------------------------------------------------------------------------------------
+# Retry details
+
+RETRIES = """
+name = "retries"
+directories = ["/proj/a"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [{ kind = "model", id = "call", gate = "backoff", retry = [
+  "overloaded",
+  { message = "still overloaded", attempt = 5, next_at_ms = 1893456005000 },
+] }]
+
+[[actions]]
+when = "s1.retry"
+do = "open_gate"
+gate = "backoff"
+"""
+
+
+def test_retry_entries_carry_their_attempt_message_and_next_at_ms_to_the_session_status() -> None:
+    scenario = parse_scenario(RETRIES, file="s.toml", fmt="toml")
+    step = scenario.runs[0].steps[0]
+    assert step.retry == ("overloaded", "still overloaded")
+    assert [(r.message, r.attempt, r.next_at_ms) for r in step.retries] == [
+        ("overloaded", 1, None),
+        ("still overloaded", 5, 1893456005000),
+    ]
+    report = played(RETRIES)
+    assert report.failures == []
+    retries = [
+        (row["attempt"], row["message"], row["next_at_ms"])
+        for row in report.events
+        if row["type"] == "session.status" and row["status"] == "retry"
+    ]
+    assert retries == [(1, "overloaded", None), (5, "still overloaded", 1893456005000)]
+
+
+@pytest.mark.parametrize(
+    ("entry", "key", "says"),
+    [
+        ("{ attempt = 2 }", "runs[0].steps[0].retry[0].message", "required"),
+        ('{ message = "x", attempt = 0 }', "runs[0].steps[0].retry[0].attempt", "at least 1"),
+        ('{ message = "x", next_at_ms = -5 }', "runs[0].steps[0].retry[0].next_at_ms", "at least 0"),
+        ('{ message = "x", next_at = 5 }', "runs[0].steps[0].retry[0].next_at", "not a key"),
+    ],
+)
+def test_a_bad_retry_entry_is_refused_naming_its_key(entry: str, key: str, says: str) -> None:
+    text = RETRIES.replace(
+        '"overloaded",\n  { message = "still overloaded", attempt = 5, next_at_ms = 1893456005000 },', entry
+    )
+    error = refused(text)
     assert error.key == key
     assert says in error.message

@@ -105,8 +105,9 @@ def make_body(
             elif ask_at_once:  # opened before the step event: an action fired on it finds the ask
                 ask = _open_ask(ctx, call, step, spec.id, ask_ids)
             if step.retry:  # the provider call failed: retried, the step's gate is the backoff
-                for attempt, message in enumerate(step.retry, 1):
-                    ctx.retrying(attempt, message)
+                for retry in step.retries:
+                    due = None if retry.next_at_ms is None else retry.next_at_ms / 1000.0
+                    ctx.retrying(retry.attempt, retry.message, due)
                 if step.gate is not None:
                     gates[step.gate].wait(ctx.token, interruptible=not step.ignores_cancel)
             in_part = call is not None and step.part is not None

@@ -36,6 +36,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Annotated, Any, Literal, NoReturn, TypeVar
 
+from msgspec import inspect as msgspec_inspect
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -83,6 +84,7 @@ __all__ = [
     "ExpectationTarget",
     "InstanceFaultSpec",
     "PartExpectation",
+    "RetrySpec",
     "RunSpec",
     "RunStart",
     "Scenario",
@@ -142,6 +144,17 @@ class _InvalidError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class RetrySpec:
+    """One retry a ``model`` step reports before it starts (an extension)."""
+
+    message: str
+    attempt: int
+    """Explicit, or the retry's position in the step's ``retry`` list (1, 2...)."""
+    next_at_ms: int | None = None
+    """When the next attempt is due, Unix epoch milliseconds (None: unknown)."""
+
+
+@dataclass(frozen=True, slots=True)
 class StepSpec:
     """One step of a run, defaults applied."""
 
@@ -179,6 +192,8 @@ class StepSpec:
     """An extension (retries), ``model`` steps: the body reports a retry with each message (attempts 1,
     2...) before the step starts; the step's ``gate`` then holds between the retries and the step's
     start (the provider's backoff), so the session shows ``retry`` until it opens."""
+    retries: tuple[RetrySpec, ...] = ()
+    """The same retries with their details: each one's message, attempt and ``next_at_ms``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +213,8 @@ class RunSpec:
     """An extension (queue policies): the policy its start names; None: its session's default."""
     deadline_ms: int | None = None
     """An extension (deadlines): the run's deadline, counted from its start."""
+    resume_of: str | None = None
+    """An extension: the run of this file this one continues (``StartRun.resume_of``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,27 +463,56 @@ _TOOL_EXEC_AT = (PartState.PREPARED, PartState.RUNNING)
 _DO_VALUES: tuple[str, ...] = (*(do.value for do in CloseAction), *(do.value for do in UserAction))
 
 
-def _event_fields() -> Mapping[str, frozenset[str]]:
-    """Each event type of the report's timeline and the fields its rows have, by the report's names:
-    every field of the protocol's event (``run`` and ``action`` for ``run_id`` and ``action_id``; not
-    ``seq``, ``parts`` or ``tag``), read from the event structs so a new field is expectable at once,
-    plus what the runner adds (a recovered run's ``run.finished``, the file's ask names...)."""
+def _event_field_types() -> Mapping[str, Mapping[str, msgspec_inspect.Type]]:
+    """Each event type of the report's timeline and the type of each field its rows have, by the
+    report's names: every field of the protocol's event (``run`` and ``action`` for ``run_id`` and
+    ``action_id``; not ``seq``, ``parts`` or ``tag``), read from the event structs so a new field is
+    expectable at once, plus what the runner adds (a recovered run's ``run.finished``, the file's
+    ask names, a failed preload...)."""
     renamed = {"run_id": "run", "action_id": "action"}
-    fields: dict[str, set[str]] = {}
+    found: dict[str, dict[str, list[msgspec_inspect.Type]]] = {}
     for struct in typing.get_args(Event):
-        tag = str(struct.__struct_config__.tag)
-        names = {renamed.get(name, name) for name in struct.__struct_fields__} - {"seq", "parts", "tag"}
-        fields.setdefault(tag, set()).update(names)
-    recovered = fields.pop("run.recovered")  # the report shows a recovered run as its run.finished
-    fields["run.finished"] |= {*recovered, "recovered"}
-    for tag in [tag for tag in fields if tag.startswith("ask.")]:
-        fields[tag] |= {"ask", "action"}  # the file's ask name; the reply action that decided it
-    fields["lifecycle.confirmed"].add("confirm")
-    fields["instance.load_failed"] = {"directory", "error"}  # the runner's: a preload that failed
-    return MappingProxyType({tag: frozenset(names) for tag, names in fields.items()})
+        info = msgspec_inspect.type_info(struct)
+        assert isinstance(info, msgspec_inspect.StructType)
+        fields = found.setdefault(str(info.tag), {})
+        for item in info.fields:
+            if item.name not in ("seq", "parts", "tag"):
+                fields.setdefault(renamed.get(item.name, item.name), []).append(item.type)
+    text, maybe_text = (
+        msgspec_inspect.StrType(),
+        msgspec_inspect.UnionType((msgspec_inspect.StrType(), msgspec_inspect.NoneType())),
+    )
+    finished = found["run.finished"]
+    for name, types in found.pop("run.recovered").items():  # shown as the run's run.finished
+        finished.setdefault(name, []).extend(types)
+    finished["recovered"] = [msgspec_inspect.BoolType()]
+    for tag in [tag for tag in found if tag.startswith("ask.")]:
+        found[tag]["ask"] = [text]  # the file's ask name
+        found[tag]["action"] = [maybe_text]  # the reply action that decided it
+    found["lifecycle.confirmed"]["confirm"] = [maybe_text]
+    found["instance.load_failed"] = {"directory": [text], "error": [text]}  # the runner's: a preload
+    return MappingProxyType(
+        {
+            tag: MappingProxyType({name: _one_type(types) for name, types in fields.items()})
+            for tag, fields in found.items()
+        }
+    )
 
 
-EVENT_FIELDS: Mapping[str, frozenset[str]] = _event_fields()
+def _one_type(types: Sequence[msgspec_inspect.Type]) -> msgspec_inspect.Type:
+    """The types a field has in the structs that make one report row, as one (a flat union)."""
+    members: list[msgspec_inspect.Type] = []
+    for given in types:
+        for member in given.types if isinstance(given, msgspec_inspect.UnionType) else (given,):
+            if member not in members:
+                members.append(member)
+    return members[0] if len(members) == 1 else msgspec_inspect.UnionType(tuple(members))
+
+
+_EVENT_FIELD_TYPES = _event_field_types()
+EVENT_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {tag: frozenset(fields) for tag, fields in _EVENT_FIELD_TYPES.items()}
+)
 """The event types an ``expect_events`` entry may name, each with the fields it may match."""
 _EVENT_KEYS = ("type", "count", "after", "before")
 """The keys of an ``expect_events`` entry that are not fields of the event."""
@@ -648,6 +694,12 @@ class _QuestionModel(_Model):
     multiple: StrictBool = False
 
 
+class _RetryModel(_Model):
+    message: _Text
+    attempt: Annotated[StrictInt, Field(ge=1, le=2**31)] | None = None
+    next_at_ms: Annotated[StrictInt, Field(ge=0, le=2**41 - 1)] | None = None
+
+
 class _StepModel(_Model):
     kind: Annotated[StrictStr, _one_of_values(StepKind)]
     id: _Id | None = None
@@ -666,7 +718,8 @@ class _StepModel(_Model):
     options: list[_Text] | None = None
     questions: list[_Text | _QuestionModel] | None = None
     heartbeat_ms: Annotated[StrictInt, Field(ge=1, le=MAX_MS)] | None = None
-    retry: list[_Text] | None = None
+    retry: list[Any] | None = None
+    """Messages, or tables (``_RetryModel``): checked one by one, so an error names the entry's key."""
 
 
 class _RunModel(_Model):
@@ -678,6 +731,7 @@ class _RunModel(_Model):
     parent: _Id | None = None
     queue_policy: Annotated[StrictStr, _one_of_values(QueuePolicy)] | None = None
     deadline_ms: Annotated[_Ms, Field(ge=1)] | None = None
+    resume_of: _Id | None = None
 
 
 class _ActionModel(_Model):
@@ -734,6 +788,8 @@ class _RunExpectModel(_Model):
     error: StrictStr | None = None
     tool_parts: list[Any] | None = None
     stalled: StrictBool | None = None
+    resume_of: StrictStr | None = None
+    """An extension: the run its ``run.started`` says it resumes (``"none"``: it resumes none)."""
 
 
 class _PartExpectModel(_Model):
@@ -779,6 +835,7 @@ _WHAT: Mapping[type[BaseModel], str] = {
     _ActionExpectModel: "an action's expectation",
     _SessionExpectModel: "a session's expectation",
     _PartExpectModel: "a tool part's expectation",
+    _RetryModel: "a retry",
 }
 
 # Where each nested model sits in a scenario document ("[]" a list index, "*" a table key).
@@ -1240,9 +1297,14 @@ def _check_load_faults(model: _ScenarioModel) -> None:
 
 
 def _check_parents(runs: Sequence[RunSpec]) -> None:
-    """A child names another run of the file, in the same directory and in a session of its own."""
+    """A child names another run of the file, in the same directory and in a session of its own; a
+    run that resumes another names another run of the file."""
     by_id = {run.id: run for run in runs}
     for index, run in enumerate(runs):
+        if run.resume_of is not None and (run.resume_of not in by_id or run.resume_of == run.id):
+            raise _InvalidError(
+                _key("runs", index, "resume_of"), f"{run.resume_of!r} names no other run of this file"
+            )
         if run.parent is None:
             continue
         parent = by_id.get(run.parent)
@@ -1301,9 +1363,11 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
             options=tuple(step.options or ()),
             questions=tuple(_question(q) for q in step.questions or ()),
             heartbeat_ms=step.heartbeat_ms,
-            retry=tuple(step.retry or ()),
+            retry=tuple(retry.message for retry in retries),
+            retries=retries,
         )
-        for step, step_id, part in zip(run.steps, ids, parts, strict=True)
+        for position, (step, step_id, part) in enumerate(zip(run.steps, ids, parts, strict=True))
+        for retries in [_retries(step.retry or (), ("runs", index, "steps", position, "retry"))]
     )
     return RunSpec(
         id=run.id,
@@ -1315,7 +1379,30 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
         parent=run.parent,
         queue_policy=None if run.queue_policy is None else QueuePolicy(run.queue_policy),
         deadline_ms=run.deadline_ms,
+        resume_of=run.resume_of,
     )
+
+
+def _retries(entries: Sequence[object], prefix: tuple[str | int, ...]) -> tuple[RetrySpec, ...]:
+    """A step's ``retry`` list: each entry a message, or a table with ``message``, ``attempt`` and
+    ``next_at_ms`` (an extension); the attempt defaults to the entry's position (1, 2...)."""
+    retries = []
+    for position, entry in enumerate(entries, start=1):
+        key = (*prefix, position - 1)
+        if isinstance(entry, str):
+            if not entry.strip():
+                raise _InvalidError(_key(*key), "must not be empty")
+            retries.append(RetrySpec(message=entry, attempt=position))
+        elif isinstance(entry, dict):
+            given = _validate(_RetryModel, entry, key)
+            attempt = position if given.attempt is None else given.attempt
+            retries.append(RetrySpec(message=given.message, attempt=attempt, next_at_ms=given.next_at_ms))
+        else:
+            raise _InvalidError(
+                _key(*key),
+                f"must be a message or a table with message, attempt and next_at_ms, not {_describe(entry)}",
+            )
+    return tuple(retries)
 
 
 def _question(given: str | _QuestionModel) -> Question:
@@ -1681,7 +1768,7 @@ def _parse_event(raw: str, names: _Names, key: str) -> When:
 
 # Expectations
 
-_NULLABLE_RUN_FIELDS = ("outcome", "reason", "origin", "action", "phase", "generation", "error")
+_NULLABLE_RUN_FIELDS = ("outcome", "reason", "origin", "action", "phase", "generation", "error", "resume_of")
 _RUN_FIELD_TYPES: Mapping[str, Callable[[Any], object]] = {
     "outcome": Outcome,
     "reason": InterruptReason,
@@ -1707,6 +1794,10 @@ def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> 
             )
         if fields.get("action") is not None and fields["action"] not in names.actions:
             raise _InvalidError(_key(*prefix, "action"), f"{fields['action']!r} names no action of this file")
+        if fields.get("resume_of") is not None and fields["resume_of"] not in names.runs:
+            raise _InvalidError(
+                _key(*prefix, "resume_of"), f"{fields['resume_of']!r} names no run of this file"
+            )
         if run.tool_parts is not None:
             fields["tool_parts"] = _tool_parts_expectation(run.tool_parts, (*prefix, "tool_parts"))
         return Expectation(target=target, target_kind=ExpectationTarget.RUN, fields=MappingProxyType(fields))
@@ -1798,6 +1889,9 @@ def _build_event_expectation(index: int, entry: Mapping[str, Any], names: _Names
             )
         _check_event_reference(name, value, entry, names, (*prefix, name))
         fields[name] = _expected_value(value)
+        problem = _type_problem(_EVENT_FIELD_TYPES[kind][name], fields[name], (*prefix, name))
+        if problem is not None:
+            raise _InvalidError(*problem)
     count = entry.get("count")
     if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
         raise _InvalidError(
@@ -1854,3 +1948,93 @@ def _expected_value(value: object) -> object:
     if isinstance(value, list):
         return tuple(_expected_value(item) for item in value)
     return value
+
+
+def _type_problem(
+    expected: msgspec_inspect.Type, value: object, path: tuple[str | int, ...]
+) -> tuple[str, str] | None:
+    """Why an expected value can never equal the event's field (its key and a sentence), or None."""
+    if isinstance(expected, msgspec_inspect.UnionType):
+        problems = [_type_problem(member, value, path) for member in expected.types]
+        if all(problems):
+            return _key(*path), f"must be {_type_words(expected)}, not {_shown_expected(value)}"
+        return None
+    if isinstance(expected, msgspec_inspect.StructType | msgspec_inspect.DictType):
+        if not isinstance(value, Mapping):
+            return _key(*path), f"must be a table, not {_shown_expected(value)}"
+        for name, item in value.items():
+            member = _member_type(expected, name)
+            if member is None:
+                assert isinstance(expected, msgspec_inspect.StructType)
+                known = ", ".join(field.encode_name for field in expected.fields)
+                return _key(*path, name), f"not a key of this table (its keys: {known})"
+            problem = _type_problem(member, item, (*path, name))
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(expected, msgspec_inspect.ListType | msgspec_inspect.VarTupleType):
+        if not isinstance(value, tuple):
+            return _key(*path), f"must be a list, not {_shown_expected(value)}"
+        for index, item in enumerate(value):
+            problem = _type_problem(expected.item_type, item, (*path, index))
+            if problem is not None:
+                return problem
+        return None
+    if not _fits(expected, value):
+        return _key(*path), f"must be {_type_words(expected)}, not {_shown_expected(value)}"
+    return None
+
+
+def _member_type(expected: msgspec_inspect.Type, name: str) -> msgspec_inspect.Type | None:
+    if isinstance(expected, msgspec_inspect.DictType):
+        return expected.value_type
+    assert isinstance(expected, msgspec_inspect.StructType)
+    return next((field.type for field in expected.fields if field.encode_name == name), None)
+
+
+def _fits(expected: msgspec_inspect.Type, value: object) -> bool:
+    """A scalar ``value`` can equal a field of this type (a type the format does not know: any)."""
+    if isinstance(expected, msgspec_inspect.NoneType):
+        return value is None
+    if isinstance(expected, msgspec_inspect.StrType):
+        return isinstance(value, str)
+    if isinstance(expected, msgspec_inspect.BoolType):
+        return isinstance(value, bool)
+    if isinstance(expected, msgspec_inspect.IntType):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(expected, msgspec_inspect.FloatType):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(expected, msgspec_inspect.EnumType):
+        return isinstance(value, str) and value in {member.value for member in expected.cls}
+    if isinstance(expected, msgspec_inspect.LiteralType):
+        return value in expected.values
+    return not isinstance(expected, msgspec_inspect.StructType | msgspec_inspect.DictType)
+
+
+def _type_words(expected: msgspec_inspect.Type) -> str:
+    if isinstance(expected, msgspec_inspect.UnionType):
+        return " or ".join(dict.fromkeys(_type_words(member) for member in expected.types))
+    if isinstance(expected, msgspec_inspect.EnumType):
+        return _one_of(member.value for member in expected.cls)
+    words: Mapping[type[msgspec_inspect.Type], str] = {
+        msgspec_inspect.NoneType: repr(NONE),
+        msgspec_inspect.StrType: "a string",
+        msgspec_inspect.BoolType: "true or false",
+        msgspec_inspect.IntType: "an integer",
+        msgspec_inspect.FloatType: "a number",
+        msgspec_inspect.StructType: "a table",
+        msgspec_inspect.DictType: "a table",
+        msgspec_inspect.ListType: "a list",
+        msgspec_inspect.VarTupleType: "a list",
+    }
+    return words.get(type(expected), "a value of its field's type")
+
+
+def _shown_expected(value: object) -> str:
+    if value is None:
+        return repr(NONE)
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, tuple):
+        return "a list"
+    return _describe(value)

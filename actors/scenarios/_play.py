@@ -185,6 +185,8 @@ class _RunRecord:
     """Its ``run.finished``; for a run recovered after a crash, its ``run.recovered`` as one."""
     stalled: bool = False
     """It was flagged stalled (``run.stalled``) at least once."""
+    resume_of: str | None = None
+    """The run its ``run.started`` said it resumes."""
     action: str | None = None
     """The file's id of the action that interrupted it, named when it finished (a supervisor
     started after a crash or a restart may give another action the same id)."""
@@ -652,6 +654,7 @@ class _Player:
             record = self.runs.get(event.run_id)
             if record is not None:
                 record.started, record.queued, record.generation = True, False, event.generation
+                record.resume_of = event.resume_of
             return [f"{event.run_id}.started"]
         if isinstance(event, RunQueued):
             if event.run_id in self.runs:
@@ -784,6 +787,7 @@ class _Player:
             abandoned=done.abandoned,
             queue_reason=done.reason if done.reason in _QUEUE_REASONS else UNSET,
             stalled=record.stalled,
+            resume_of=UNSET if record.resume_of is None else record.resume_of,
         )
 
     def _contract_reason(self, done: RunFinished) -> InterruptReason | None:
@@ -830,6 +834,7 @@ def _start(spec: RunSpec, tag: str | None = None) -> StartRun:
         queue_policy=spec.queue_policy,
         tag=tag,
         deadline_ms=spec.deadline_ms,
+        resume_of=spec.resume_of,
     )
 
 

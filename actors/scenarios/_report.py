@@ -93,6 +93,8 @@ class RunReport(msgspec.Struct, frozen=True, omit_defaults=True):
     says the contract's cancel it amounts to); an expected ``reason`` may name either."""
     stalled: bool = False
     """Extension: the run was flagged stalled (``run.stalled``) at least once."""
+    resume_of: str | UnsetType = UNSET
+    """Extension: the run it continues, as its ``run.started`` said (``StartRun.resume_of``)."""
 
 
 class ActionReport(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -307,6 +309,8 @@ def _check_run(expectation: Expectation, run: RunReport) -> list[str]:
             failures += _check_parts(rid, want, run.tool_parts)
             continue
         got = getattr(run, key)
+        if got is UNSET:
+            got = None
         if key == "reason" and run.queue_reason is not UNSET and want == run.queue_reason:
             continue  # the library's reason, reported as an extension
         if got != want:
