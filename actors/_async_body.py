@@ -470,6 +470,8 @@ class AsyncRunActor(RunActor):
             except RuntimeError:
                 pass  # the loop is closed: the task will never run again anyway
 
+        if getattr(self._async_body, "keeps_its_task", False):
+            return  # a body that handles its interrupts itself (an external run's driver)
         with token._cond:
             token._on_interrupt = interrupt
             already = token.cancelled

@@ -54,14 +54,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._api import Supervisor
+from run_supervisor.actors._async_body import AsyncCancelToken, AsyncRunContext
 from run_supervisor.actors._context import RunContext, ToolCall
 from run_supervisor.actors._errors import RunInterrupted, SupervisorError
+from run_supervisor.actors._link import link_of
+from run_supervisor.actors._supervisor import Query
 from run_supervisor.protocol import (
     AskKind,
     CancelRun,
@@ -75,7 +78,7 @@ from run_supervisor.protocol import (
     StartRun,
     StepKind,
 )
-from run_supervisor.protocol._core import ReportEcho
+from run_supervisor.protocol._core import ReportEcho, SupervisorCore
 from run_supervisor.protocol._rules import PART_REPORTS
 
 __all__ = [
@@ -253,6 +256,7 @@ def decode_report(data: bytes | str | dict[str, Any]) -> ExternalReport:
 
 
 _REMEMBER_ENDED = 10_000
+T = TypeVar("T")
 
 
 class ReportOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -335,6 +339,10 @@ class ExternalRuns:
         held_bytes_total: int = HELD_BYTES_TOTAL,
     ) -> None:
         self._supervisor = supervisor
+        link = link_of(supervisor)
+        if link is None:
+            raise TypeError(f"ExternalRuns needs a Supervisor, not {type(supervisor).__name__}")
+        self._link = link
         self._publish = publish
         self._lock = threading.Lock()
         self._runs: dict[str, _External] = {}
@@ -370,7 +378,7 @@ class ExternalRuns:
                     if self._runs.get(request.run_id) is run:
                         del self._runs[request.run_id]
 
-        future = self._supervisor.submit(request, body=lambda ctx: self._drive(run, ctx))
+        future = self._supervisor.submit(request, body=_Driver(self, run))
         future.add_done_callback(forget_if_rejected)
         return future
 
@@ -516,28 +524,29 @@ class ExternalRuns:
             )
         _settle(taken.answer, outcome)
 
-    # --- the driver (the run's body thread) -------------------------------------------------------
+    # --- the driver (the run's body: a task on the supervisor's loop thread) -------------------------
 
-    def _drive(self, run: _External, ctx: RunContext) -> None:
+    async def _drive(self, run: _External, actx: AsyncRunContext) -> None:
+        ctx = actx.sync
+        token = actx.token
         with self._lock:
             run.ctx = ctx
             run.deadline = time.monotonic() + run.lease_s  # the lease starts when the run does
-        token = ctx.token
         announced = False
         try:
             while True:
                 if token.reason is not None and not announced:
                     announced = True
-                    self._announce_interrupt(run, token.reason)
+                    await self._announce_interrupt(run, token.reason)
                     with self._lock:
                         run.deadline = time.monotonic() + run.lease_s
-                item = self._next(run, ctx)
+                item = await self._next(run, token)
                 if item is None:  # an answer was relayed, or something to look at again
                     continue
                 if item == "lapsed":
                     if token.reason is not None:
                         return  # interrupted and silent for a lease: end it with the interrupt's reason
-                    self._lease_lapsed(run)
+                    await self._lease_lapsed(run, token)
                     continue
                 taken: _Taken = item
                 report = taken.report
@@ -547,7 +556,7 @@ class ExternalRuns:
                     if report.error is not None:
                         raise _ClientFailed(report.error)
                     return
-                self._answer(run, taken, self._take(run, ctx, report))
+                self._answer(run, taken, await self._take(run, ctx, report))
         finally:
             with self._lock:
                 run.ended = True
@@ -558,10 +567,10 @@ class ExternalRuns:
             for taken in left:
                 self._answer(run, taken, _left_behind(run, taken))
 
-    def _next(self, run: _External, ctx: RunContext) -> Any:
-        """Wait for a report, an answer, an interrupt or the lease's end. Abandonment (shutdown's
-        deadline) always wakes the wait with ``RunInterrupted``, which ends the driver."""
-        token = ctx.token
+    async def _next(self, run: _External, token: AsyncCancelToken) -> Any:
+        """Wait for a report, an answer, an interrupt or the lease's end (awaiting: no thread is
+        parked here). Abandonment (shutdown's deadline) always wakes the wait with
+        ``RunInterrupted``, which ends the driver."""
         answers: list[DeliverAnswer] = []
         seen_reason = token.reason
 
@@ -576,7 +585,7 @@ class ExternalRuns:
             return bool(answers) or time.monotonic() >= run.deadline
 
         timeout = max(0.0, run.deadline - time.monotonic())
-        token.wait_until(ready, timeout, interruptible=False)
+        await token.wait_until_async(ready, timeout, interruptible=False)
         if answers:
             answer = answers[0]
             kind = run.asks.pop(answer.ask_id, AskKind.PERMISSION)
@@ -606,27 +615,27 @@ class ExternalRuns:
             return "lapsed"
         return None
 
-    def _take(self, run: _External, ctx: RunContext, report: ExternalReport) -> ReportOutcome:
+    async def _take(self, run: _External, ctx: RunContext, report: ExternalReport) -> ReportOutcome:
         """Apply one report, once: the same report again right after (a client's retry after a
         timeout) is answered as it was and does nothing more. Heartbeats are left out of that."""
         if isinstance(report, HeartbeatReport):
-            return self._apply(run, ctx, report)
+            return await self._apply(run, ctx, report)
         if run.last is not None and run.last[0] == report:
             return run.last[1]
-        outcome = self._apply(run, ctx, report)
+        outcome = await self._apply(run, ctx, report)
         run.last = (report, outcome)
         return outcome
 
-    def _apply(self, run: _External, ctx: RunContext, report: ExternalReport) -> ReportOutcome:
+    async def _apply(self, run: _External, ctx: RunContext, report: ExternalReport) -> ReportOutcome:
         if isinstance(report, HeartbeatReport) and not report.progress:
             return _ok()
         if ctx.token.reason is not None:
             return self._interrupting(run, ctx)
         try:
             if isinstance(report, PartUpdate):
-                return self._part(run, ctx, report)
+                return await self._part(run, ctx, report)
             if isinstance(report, AskReport):
-                return self._ask(run, ctx, report)
+                return await self._ask(run, ctx, report)
             if isinstance(report, StepUpdate):
                 step = report.step or ctx.next_step_id(report.kind)
                 if report.finished:
@@ -638,7 +647,7 @@ class ExternalRuns:
             elif isinstance(report, RetryUpdate):
                 next_at = None if report.next_at_ms is None else report.next_at_ms / 1000.0
                 ctx.retrying(report.attempt, report.message, next_at)
-            echo = self._echo(run)
+            echo = await self._echo(run)
             if self._was_refused(run, echo):
                 return self._refusal(run, ctx, echo, f"the {_type(report)} report")
         except SupervisorError as exc:  # a malformed payload, an unknown call id...
@@ -650,13 +659,18 @@ class ExternalRuns:
 
     # --- what the core made of a report ---------------------------------------------------------------
 
-    def _echo(self, run: _External, call_id: str | None = None) -> ReportEcho | None:
+    async def _query(self, read: Callable[[SupervisorCore], T]) -> T:
+        """``read(core)`` on the supervisor's thread, behind every message told so far: awaited (one
+        hop there, one wake back), bounded by the request timeout; ``SupervisorClosed`` once it
+        has stopped."""
+        link = self._link
+        result: T = await link.wait(link.post(lambda reply: Query(read, reply)), None)
+        return result
+
+    async def _echo(self, run: _External, call_id: str | None = None) -> ReportEcho | None:
         """What the core knows of the run's reports, read behind every report told so far."""
         run_id = run.run_id
-        echo: ReportEcho | None = self._supervisor._query(
-            lambda core: core.report_echo(run_id, call_id), None
-        )
-        return echo
+        return await self._query(lambda core: core.report_echo(run_id, call_id))
 
     @staticmethod
     def _was_refused(run: _External, echo: ReportEcho | None) -> bool:
@@ -682,7 +696,7 @@ class ExternalRuns:
 
     # --- asks -----------------------------------------------------------------------------------------
 
-    def _ask(self, run: _External, ctx: RunContext, report: AskReport) -> ReportOutcome:
+    async def _ask(self, run: _External, ctx: RunContext, report: AskReport) -> ReportOutcome:
         key = _ENCODE(report)
         known = run.ask_keys.get(key)
         if known is not None and (report.call_id is not None or known in run.asks):
@@ -711,7 +725,7 @@ class ExternalRuns:
                 options=report.options,
                 data=report.data,
             )
-        echo = self._echo(run)
+        echo = await self._echo(run)
         if self._was_refused(run, echo):
             return self._refusal(run, ctx, echo, "the ask")
         run.asks[ask.ask_id] = AskKind.FORM if report.form else AskKind.PERMISSION
@@ -720,9 +734,9 @@ class ExternalRuns:
 
     # --- tool parts -----------------------------------------------------------------------------------
 
-    def _part(self, run: _External, ctx: RunContext, report: PartUpdate) -> ReportOutcome:
+    async def _part(self, run: _External, ctx: RunContext, report: PartUpdate) -> ReportOutcome:
         if report.state is PartState.PENDING and (report.call_id is None or report.call_id not in run.parts):
-            return self._begin(run, ctx, report)
+            return await self._begin(run, ctx, report)
         call = run.parts.get(report.call_id) if report.call_id else run.latest.get(report.tool)
         if call is None:
             return _rejected(
@@ -741,10 +755,10 @@ class ExternalRuns:
             )
         moves = PART_REPORTS[run.states[call.call_id]].get(report.state)
         if moves is None:  # no move gets there from where the part was last seen: nothing is told
-            return self._part_refusal(run, ctx, call, report.state, self._echo(run, call.call_id))
+            return self._part_refusal(run, ctx, call, report.state, await self._echo(run, call.call_id))
         for state in moves:
             _PART_MOVES[state](call, report)
-        echo = self._echo(run, call.call_id)
+        echo = await self._echo(run, call.call_id)
         refused = self._was_refused(run, echo)
         if echo is not None and echo.part is not None:
             run.states[call.call_id] = echo.part.state
@@ -752,9 +766,9 @@ class ExternalRuns:
             return self._part_refusal(run, ctx, call, report.state, echo)
         return _ok(call_id=call.call_id)
 
-    def _begin(self, run: _External, ctx: RunContext, report: PartUpdate) -> ReportOutcome:
+    async def _begin(self, run: _External, ctx: RunContext, report: PartUpdate) -> ReportOutcome:
         call = ctx.tool(report.tool, call_id=report.call_id)
-        echo = self._echo(run, call.call_id)
+        echo = await self._echo(run, call.call_id)
         if self._was_refused(run, echo) or echo is None or echo.part is None:
             return self._refusal(run, ctx, echo, f"the pending report of part {call.call_id!r}")
         run.parts[call.call_id] = call
@@ -778,10 +792,11 @@ class ExternalRuns:
             f"of {reported.value} does not apply and changes nothing (it may be reported {onward})",
         )
 
-    def _announce_interrupt(self, run: _External, reason: InterruptReason) -> None:
+    async def _announce_interrupt(self, run: _External, reason: InterruptReason) -> None:
         snapshot = None
+        run_id = run.run_id
         try:
-            snapshot = self._supervisor.run(run.run_id)
+            snapshot = await self._query(lambda core: core.run_snapshot(run_id))
         except Exception:  # the notice still goes out, with what the token knows
             pass
         self._publish(
@@ -795,15 +810,13 @@ class ExternalRuns:
             )
         )
 
-    def _lease_lapsed(self, run: _External) -> None:
+    async def _lease_lapsed(self, run: _External, token: AsyncCancelToken) -> None:
         """The client stopped reporting: interrupt the run with reason ``timeout`` (a cancel from
         the host's watchdog; it may lose to an interrupt already decided, which then stands)."""
         self._supervisor.submit(CancelRun(run_id=run.run_id, origin="lease", reason=InterruptReason.TIMEOUT))
         with self._lock:
             run.deadline = time.monotonic() + run.lease_s
-        ctx = run.ctx
-        if ctx is not None:
-            ctx.token.wait_until(lambda: ctx.token.reason is not None, run.lease_s, interruptible=False)
+        await token.wait_until_async(lambda: token.reason is not None, run.lease_s, interruptible=False)
 
 
 _PART_MOVES: dict[PartState, Callable[[ToolCall, PartUpdate], None]] = {
@@ -826,6 +839,23 @@ def _left_behind(run: _External, taken: _Taken) -> ReportOutcome:
 def _type(report: ExternalReport) -> str:
     tag: str = type(report).__struct_config__.tag  # type: ignore[assignment]
     return tag
+
+
+class _Driver:
+    """An external run's body: an ``async def`` (so a task on the supervisor's loop thread, not a
+    thread of its own) that applies the client's reports as they come. An interrupt does not cancel
+    its task (``keeps_its_task``): the driver itself tells the client and waits a lease for its
+    ``end``."""
+
+    keeps_its_task = True
+    __slots__ = ("_run", "_runs")
+
+    def __init__(self, runs: ExternalRuns, run: _External) -> None:
+        self._runs = runs
+        self._run = run
+
+    async def __call__(self, ctx: AsyncRunContext) -> None:
+        await self._runs._drive(self._run, ctx)
 
 
 class _ClientFailed(Exception):
