@@ -6,3 +6,4 @@ export { EventFeed, WaitTimeout, eventOf, parseEventId, readStream, sseBlocks } 
 export { ExternalRun, RunInterrupted } from "./external.js";
 export { Served, serve } from "./spawn.js";
 export { StdioClient } from "./stdio.js";
+export { keepCaches } from "./caches.js";

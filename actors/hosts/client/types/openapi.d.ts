@@ -1460,12 +1460,17 @@ export interface components {
          *     the two is given.
          */
         ReplyPermissionBody: {
-            approve: boolean;
+            /**
+             * @deprecated
+             * @description Say `approved`.
+             */
+            approve?: boolean;
+            approved?: boolean;
             /** @default null */
             message?: string | null;
             /** @default null */
             tag?: string | null;
-        };
+        } & (unknown | unknown);
         /**
          * ReportOutcome
          * @description The answer to a report: a ``RequestOutcome`` plus what the report made (an ask's id, a part's
@@ -1503,6 +1508,17 @@ export interface components {
          */
         RequestResult: "ok" | "rejected";
         /**
+         * RetryBudget
+         * @description How much retrying a run may do before it is interrupted (reason ``timeout``, origin
+         *     ``retry_budget``): a retry report past either bound exhausts it (``protocol.retry_budget_exhausted``).
+         */
+        RetryBudget: {
+            /** @default null */
+            attempts?: number | null;
+            /** @default null */
+            backoff_ms?: number | null;
+        };
+        /**
          * RetryUpdate
          * @description The client's loop is retrying a provider call: the session's status shows ``retry`` with
          *     these until the loop's next step, part change or ask (``RunContext.retrying``).
@@ -1530,6 +1546,10 @@ export interface components {
             parts: components["schemas"]["PartSnapshot"][];
             phase: components["schemas"]["Phase"] | null;
             reason: components["schemas"]["InterruptReason"] | null;
+            /** @default null */
+            retry_attempt: number | null;
+            /** @default null */
+            retry_message: string | null;
             run_id: string;
             seq: number;
             /** @enum {unknown} */
@@ -1623,6 +1643,10 @@ export interface components {
             phase: components["schemas"]["Phase"] | null;
             /** @default null */
             reason: components["schemas"]["InterruptReason"] | null;
+            /** @default null */
+            retry_attempt: number | null;
+            /** @default null */
+            retry_message: string | null;
             run_id: string;
             session: string;
             /** @default false */
@@ -1796,6 +1820,8 @@ export interface components {
             queue_policy?: components["schemas"]["QueuePolicy"] | null;
             /** @default null */
             resume_of?: string | null;
+            /** @default null */
+            retry_budget?: components["schemas"]["RetryBudget"] | null;
             run_id: string;
             session: string;
             /** @default null */
@@ -1820,6 +1846,8 @@ export interface components {
             queue_policy?: components["schemas"]["QueuePolicy"] | null;
             /** @default null */
             resume_of?: string | null;
+            /** @default null */
+            retry_budget?: components["schemas"]["RetryBudget"] | null;
             run_id?: string;
             session: string;
             /** @default null */
@@ -1842,6 +1870,8 @@ export interface components {
             queue_policy?: components["schemas"]["QueuePolicy"] | null;
             /** @default null */
             resume_of?: string | null;
+            /** @default null */
+            retry_budget?: components["schemas"]["RetryBudget"] | null;
             run_id: string;
             session: string;
             /** @default null */
@@ -1938,6 +1968,11 @@ export interface components {
          */
         Ticket: {
             expires_in_ms: number;
+            /**
+             * @default ok
+             * @enum {unknown}
+             */
+            result: "ok";
             ticket: string;
         };
         /**

@@ -1,0 +1,49 @@
+/** @typedef {import("../types/openapi.js").components["schemas"]} Schemas */
+/** @typedef {Schemas["LoadRequested"] | Schemas["DisposeRequested"]} CacheRequest */
+/**
+ * What the host's caches need of a transport (the HTTP `Client`; stdio once it has the operations).
+ * @typedef {object} HooksWire
+ * @property {(body?: Schemas["HooksRegisterBody"]) => Promise<Schemas["HooksRegistered"]>} registerHooks
+ * @property {(requestId: string, body?: Schemas["HookAckBody"]) => Promise<Schemas["CacheAck"]>} ackHook
+ * @property {(registration: string) => Promise<Schemas["HooksUnregistered"]>} unregisterHooks
+ */
+/**
+ * Register `load` and `dispose` for every instance (directory, generation): each is called once per
+ * request and acknowledged when it returns (a throw acknowledges with its message as the error).
+ * Open `feed` first (with `after: "0"` for a feed of HTTP), so no request is missed; the requests
+ * outstanding at the registration (a host that restarted) are handled too.
+ * @param {HooksWire} wire
+ * @param {import("./events.js").EventFeed} feed
+ * @param {{ name?: string, load: (request: Schemas["LoadRequested"]) => unknown, dispose: (request: Schemas["DisposeRequested"]) => unknown }} caches
+ */
+export function keepCaches(wire: HooksWire, feed: import("./events.js").EventFeed, caches: {
+    name?: string;
+    load: (request: Schemas["LoadRequested"]) => unknown;
+    dispose: (request: Schemas["DisposeRequested"]) => unknown;
+}): Promise<{
+    registered: {
+        dispose_budget_ms: number;
+        load_budget_ms: number;
+        name: string | null;
+        pending: (import("../types/openapi.js").components["schemas"]["LoadRequested"] | import("../types/openapi.js").components["schemas"]["DisposeRequested"])[];
+        registration: string;
+        replaced: string | null;
+        result: "ok";
+    };
+    /** Stop: unregister (outstanding requests fail at once) and wait for the acknowledgements under way. */
+    close(): Promise<{
+        failed: string[];
+        registration: string;
+        result: "ok";
+    }>;
+}>;
+export type Schemas = import("../types/openapi.js").components["schemas"];
+export type CacheRequest = Schemas["LoadRequested"] | Schemas["DisposeRequested"];
+/**
+ * What the host's caches need of a transport (the HTTP `Client`; stdio once it has the operations).
+ */
+export type HooksWire = {
+    registerHooks: (body?: Schemas["HooksRegisterBody"]) => Promise<Schemas["HooksRegistered"]>;
+    ackHook: (requestId: string, body?: Schemas["HookAckBody"]) => Promise<Schemas["CacheAck"]>;
+    unregisterHooks: (registration: string) => Promise<Schemas["HooksUnregistered"]>;
+};
