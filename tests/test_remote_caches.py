@@ -147,10 +147,11 @@ async def remote(url: str, token: str, sup: Supervisor | None = None) -> AsyncIt
         try:
             yield Remote(sup, client, events, host)
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await task
+            # The stream ends first, so the pump reads its end (a cancel can be lost when it races an
+            # event that arrives at the same moment, and the pump would then wait for the next one).
             await reader.close()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(task, 5)
 
 
 def run_http(config: SupervisorConfig, scenario: Callable[[Remote], Awaitable[None]]) -> None:
@@ -241,6 +242,29 @@ def test_a_registered_http_host_is_asked_to_dispose_after_the_run_and_to_load_af
         run_http(_config(), scenario)
     else:
         run_serve(scenario)
+
+
+def test_a_run_arriving_during_the_deferred_close_is_what_asks_the_host_for_a_second_generation() -> None:
+    async def scenario(r: Remote) -> None:
+        await r.client.post("/instances/hooks", json={})
+        assert (await r.client.post("/directories", json={"directories": ["/w/a"]})).status_code == 200
+        await r.client.post("/runs", json={"run_id": "r1", "session": "s1", "directory": "/w/a"})
+        await r.events.until(is_("run.started", run_id="r1"))
+        assert (await r.client.post("/close", json=RELOAD)).json()["result"] == "deferred"
+        assert r.host.most_alive == 1
+
+        await r.client.post("/runs", json={"run_id": "r2", "session": "s2", "directory": "/w/a"})
+
+        await r.events.until(is_("instance.load_requested", directory="/w/a", generation=2))
+        started2 = await r.events.until(is_("instance.started", directory="/w/a", generation=2))
+        assert started2["cause"] == "run"  # r2 asked for it: two generations, next to the old run
+        assert r.host.most_alive == 2 and r.host.alive["/w/a"] == {1, 2}
+        await r.client.post("/runs/r1/reports", json={"type": "end"})
+        await r.events.until(is_("instance.closed", directory="/w/a", generation=1))
+        assert r.host.asked == [("load", "/w/a", 1), ("load", "/w/a", 2), ("dispose", "/w/a", 1)]
+        assert r.host.alive["/w/a"] == {2}
+
+    run_http(_config(), scenario)
 
 
 def test_a_dispose_not_acknowledged_in_time_is_reported_as_overran_by_name_as_an_in_process_hook_is() -> None:
