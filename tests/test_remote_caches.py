@@ -21,8 +21,7 @@ import pytest
 from wire_support import SseReader
 
 from run_supervisor.actors import Supervisor, SupervisorConfig
-from run_supervisor.actors.hosts import ServerThread, WireHost
-from run_supervisor.actors.hosts._remote_caches import RemoteCaches
+from run_supervisor.actors.hosts import RemoteCaches, ServerThread, WireHost
 from run_supervisor.actors.testing import EventLog
 
 CLI = (sys.executable, "-m", "run_supervisor.actors._cli")

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from run_supervisor.actors.hosts._http import ServerThread as ServerThread
     from run_supervisor.actors.hosts._http import create_app as create_app
     from run_supervisor.actors.hosts._hub import EventHub as EventHub
+    from run_supervisor.actors.hosts._remote_caches import RemoteCaches as RemoteCaches
     from run_supervisor.actors.hosts._wire import STATUS_BY_CODE as STATUS_BY_CODE
     from run_supervisor.actors.hosts._wire import HostError as HostError
     from run_supervisor.actors.hosts._wire import WireHost as WireHost
@@ -29,6 +30,7 @@ _WHERE = {
     "ServerThread": "_http",
     "create_app": "_http",
     "EventHub": "_hub",
+    "RemoteCaches": "_remote_caches",
     "STATUS_BY_CODE": "_wire",
     "HostError": "_wire",
     "WireHost": "_wire",
@@ -40,6 +42,7 @@ __all__ = [
     "ExternalRuns",
     "HostError",
     "HttpSettings",
+    "RemoteCaches",
     "ServerThread",
     "WireHost",
     "create_app",
