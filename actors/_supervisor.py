@@ -297,14 +297,20 @@ class SessionSupervisor(pykka.ThreadingActor):
             while self._staged:  # carrying out a batch may decide more (a dispose with no hook)
                 staged, self._staged = self._staged, []
                 self._view.refresh_batch(self.core, [(message, commands) for message, commands, _ in staged])
-                for _, commands, sent_at in staged:
+                for message, commands, sent_at in staged:
                     self._sent_at = sent_at
                     try:
                         self._execute(commands)
+                    except BaseException:  # contained, as for a message on its own: the rest go on
+                        name = type(message).__name__
+                        logger.opt(exception=True).error(f"the supervisor could not carry out {name}")
+                        reply = getattr(message, "reply", None)
+                        if isinstance(reply, Future):
+                            _fail(reply, SupervisorError(f"the supervisor failed on {name}"))
                     finally:
                         self._sent_at = None
         except BaseException:
-            logger.opt(exception=True).error("the supervisor could not carry out a batch")
+            logger.opt(exception=True).error("the supervisor could not publish a batch")
         finally:
             self._deliver()
 

@@ -87,3 +87,30 @@ def test_a_query_behind_a_batch_sees_its_effects(supervisor: Supervisor) -> None
     for answer in answers:
         assert answer.result(10).result is RequestResult.OK
     gate.open()
+
+
+def test_a_message_that_fails_in_a_batch_costs_the_others_nothing(
+    supervisor: Supervisor, events: EventLog, monkeypatch: Any
+) -> None:
+    from run_supervisor.actors._supervisor import SessionSupervisor
+
+    spawn = SessionSupervisor._spawn
+
+    def failing(self: SessionSupervisor, command: Any) -> None:
+        if command.run_id == "boom":
+            raise RuntimeError("injected")
+        spawn(self, command)
+
+    monkeypatch.setattr(SessionSupervisor, "_spawn", failing)
+    go = _hold(supervisor)
+    answers = [
+        supervisor.submit(StartRun(run_id=run_id, session=run_id, directory="/w/a"), body=lambda _: None)
+        for run_id in ("a", "boom", "c")
+    ]
+    go.set()
+    for answer in answers:
+        answer.result(10)
+    events.wait_for("run.finished", run_id="a", timeout=10)
+    events.wait_for("run.finished", run_id="c", timeout=10)  # carried out after the one that failed
+    monkeypatch.setattr(SessionSupervisor, "_spawn", spawn)
+    supervisor.cancel("boom")  # never started: the cancel ends it, so the teardown finds it finished
