@@ -552,3 +552,83 @@ def test_a_bad_retry_entry_is_refused_naming_its_key(entry: str, key: str, says:
     error = refused(text)
     assert error.key == key
     assert says in error.message
+
+
+# ----------------------------------------------------------------------------------------------------
+# Several callers joined to one run's result
+
+JOINED = """
+name = "joined"
+directories = ["/proj/a"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [{ kind = "model", id = "call", gate = "g" }]
+
+[[actions]]
+id = "one"
+when = "r1.call.started"
+do = "wait_run"
+run = "r1"
+
+[[actions]]
+id = "two"
+when = "r1.call.started"
+do = "wait_run"
+run = "r1"
+
+[[actions]]
+when = "r1.call.started"
+do = "open_gate"
+gate = "g"
+"""
+
+
+def test_every_caller_joined_to_a_run_is_answered_once_after_its_end_with_its_result() -> None:
+    report = played(JOINED)
+    assert report.failures == []
+    finished = next(i for i, row in enumerate(report.events) if row["type"] == "run.finished")
+    for caller in ("one", "two"):
+        action = report.actions[caller]
+        assert (action.result, action.outcome, action.reason) == ("ok", "completed", None)
+        [answer] = [i for i, row in enumerate(report.events) if row.get("action") == caller]
+        assert answer > finished
+        assert report.events[answer]["run"] == "r1"
+
+
+def test_a_caller_joining_a_run_the_supervisor_does_not_know_is_rejected() -> None:
+    text = JOINED + (
+        '[[runs]]\nid = "r2"\nsession = "s2"\ndirectory = "/proj/a"\nstart = "manual"\n'
+        'steps = [{ kind = "model" }]\n'
+        '[[actions]]\nid = "three"\nwhen = "one.ok"\ndo = "wait_run"\nrun = "r2"\n'
+    )
+    report = played(text)
+    assert report.failures == []
+    assert (report.actions["three"].result, report.actions["three"].code) == ("rejected", "unknown_run")
+
+
+def test_a_joined_caller_s_expected_outcome_is_checked() -> None:
+    [line] = played(JOINED + '[expect.one]\noutcome = "failed"\n').failures
+    assert line == "one: expected outcome 'failed', got 'completed'"
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "says"),
+    [
+        ('[[actions]]\nwhen = "begin"\ndo = "wait_run"\n', "actions[3].run", "needs this key"),
+        ('[[actions]]\nwhen = "begin"\ndo = "wait_run"\nrun = "r7"\n', "actions[3].run", "names no run"),
+        (
+            '[[actions]]\nwhen = "begin"\ndo = "wait_run"\nrun = "r1"\ngate = "g"\n',
+            "actions[3].gate",
+            "does not",
+        ),
+        ('[expect.one]\noutcome = "asleep"\n', "expect.one.outcome", "must be"),
+        ('[expect.action-3]\nreason = "user_cancel"\n', "expect.action-3.reason", "applies to a wait_run"),
+    ],
+)
+def test_a_bad_wait_run_is_refused_naming_its_key(extra: str, key: str, says: str) -> None:
+    error = refused(JOINED + extra)
+    assert error.key == key
+    assert says in error.message

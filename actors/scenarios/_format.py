@@ -65,6 +65,7 @@ from run_supervisor.protocol import (
     RejectCode,
     ReloadPolicy,
     RequestResult,
+    RunSnapshot,
     SessionStatus,
     ShutdownReason,
     StepKind,
@@ -392,6 +393,9 @@ class UserAction(StrEnum):
     CRASH = InterruptReason.CRASH.value  # the action is named after the reason it leaves behind
     """Done by the runner itself: the supervisor dies as a kill would (its run journal keeps only
     what was committed), and a new one starts on the same journal and recovers what was unfinished."""
+    WAIT_RUN = "wait_run"
+    """An extension: a caller joins the run's result (``RunHandle.wait``); answered when the run has
+    finished, with its outcome. Several such actions are several callers joined to one run."""
     RESTART = "restart"
     """An extension: a graceful restart. The supervisor shuts down (``shutdown``'s rules, its
     ``grace_ms``), and a new one starts on the same run journal, with nothing left to recover."""
@@ -491,6 +495,10 @@ def _event_field_types() -> Mapping[str, Mapping[str, msgspec_inspect.Type]]:
         found[tag]["action"] = [maybe_text]  # the reply action that decided it
     found["lifecycle.confirmed"]["confirm"] = [maybe_text]
     found["instance.load_failed"] = {"directory": [text], "error": [text]}  # the runner's: a preload
+    snapshot = msgspec_inspect.type_info(RunSnapshot)
+    assert isinstance(snapshot, msgspec_inspect.StructType)
+    joined = {field.name: [field.type] for field in snapshot.fields if field.name in ("outcome", "reason")}
+    found["action.result"].update({"run": [text], **joined})  # the runner's: a wait_run's answer
     return MappingProxyType(
         {
             tag: MappingProxyType({name: _one_type(types) for name, types in fields.items()})
@@ -569,6 +577,7 @@ _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.CRASH: (),
     UserAction.CONFIRM: ("action", "origin"),
     UserAction.RESTART: ("grace_ms", "origin"),
+    UserAction.WAIT_RUN: ("run",),
 }
 _ASK_OF: Mapping[ActionDo, AskKind] = {
     UserAction.REPLY_PERMISSION: AskKind.PERMISSION,
@@ -591,6 +600,7 @@ _ACTION_REQUIRED: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.CRASH: (),
     UserAction.CONFIRM: ("action",),
     UserAction.RESTART: (),
+    UserAction.WAIT_RUN: ("run",),
 }
 _DEFAULT_ORIGIN: Mapping[ActionDo, str] = {
     **{do: do.value for do in CloseAction},
@@ -816,6 +826,10 @@ class _ActionExpectModel(_Model):
     """An extension: the action's ``action.result`` comes before this event."""
     completed_before: StrictStr | None = None
     """An extension: the action's completion event comes before this event."""
+    outcome: Annotated[StrictStr, _one_of_values(Outcome, none=True)] | None = None
+    """A ``wait_run`` (an extension): the outcome of the run it joined."""
+    reason: Annotated[StrictStr, _one_of_values(InterruptReason, none=True)] | None = None
+    """A ``wait_run`` (an extension): the reason of the run it joined."""
 
 
 class _SessionExpectModel(_Model):
@@ -1776,6 +1790,10 @@ _RUN_FIELD_TYPES: Mapping[str, Callable[[Any], object]] = {
 }
 
 
+_JOINED_FIELD_TYPES: Mapping[str, Callable[[Any], object]] = {"outcome": Outcome, "reason": InterruptReason}
+"""An action's expectation keys that only a ``wait_run`` has: the joined run's result."""
+
+
 def _same(value: object) -> object:
     return value
 
@@ -1809,6 +1827,12 @@ def _build_expectation(target: str, entry: Mapping[str, Any], names: _Names) -> 
                 value = ScenarioResult(value) if value in _values(ScenarioResult) else _answer_result(value)
             if name == "code":
                 value = None if value == NONE else RejectCode(value)
+            if name in _JOINED_FIELD_TYPES:
+                if action_do(names.actions[target].do) is not UserAction.WAIT_RUN:
+                    raise _InvalidError(
+                        _key(*prefix, name), f"{name} applies to a wait_run, not to {target!r}"
+                    )
+                value = None if value == NONE else _JOINED_FIELD_TYPES[name](value)
             fields[name] = None if name == "completed" and value == NONE else value
         for name in ("completed_after", "completed_before", "answered_after", "answered_before"):
             raw = getattr(action, name)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -38,9 +39,11 @@ from run_supervisor.actors import (
     Gate,
     LoadFailed,
     RunContext,
+    RunHandle,
     Subscription,
     Supervisor,
     SupervisorConfig,
+    SupervisorError,
     SupervisorTimeout,
 )
 from run_supervisor.actors.scenarios._bodies import ScenarioHooks, make_body
@@ -90,6 +93,7 @@ from run_supervisor.protocol import (
     RunFinished,
     RunQueued,
     RunRecovered,
+    RunSnapshot,
     RunStalled,
     RunStarted,
     RunUnstalled,
@@ -168,6 +172,7 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
                 except SupervisorTimeout:
                     player.failures.append("the supervisor did not shut down within its grace deadline")
             player.end_of_stream()
+            player.join_callers()
     return player.report()
 
 
@@ -203,6 +208,8 @@ class _ActionRecord:
     completion: int | None = None
     """Index in the timeline of this action's ``lifecycle.completed``."""
     abandoned_runs: tuple[str, ...] = ()
+    joined: RunSnapshot | None = None
+    """A ``wait_run``: the final snapshot of the run it joined."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +262,10 @@ class _Player:
         self.failures: list[str] = []
         self.journal: str | None = None
         self.hooks: ScenarioHooks | None = None
+        self.joins: dict[Future[CloseOutcome | RequestOutcome], str] = {}
+        """The answers of ``wait_run`` actions in flight, with the run each joined."""
+        self.joiners: list[threading.Thread] = []
+        """The callers' threads (each waits on ``RunHandle.wait``); joined at the play's end."""
         self.held: list[str] | None = None
         """While a restart stops the old supervisor: the ``when`` names seen, fired on the new one."""
 
@@ -352,6 +363,10 @@ class _Player:
             return
         self._enter_delivered()  # every event published before these answers comes first
         for future in done:
+            run = self.joins.get(future)
+            unseen = run is not None and not self.ended and self.runs[run].finished is None
+            if unseen and not future.result().rejected:
+                continue  # the run's result reached its caller before its run.finished reached us
             self._enter_answer(future)
 
     def _enter_delivered(self) -> None:
@@ -369,7 +384,8 @@ class _Player:
             return  # entered already, or asked of a supervisor that crashed: the answer died with it
         asked, token = entry
         outcome = future.result()
-        self.checker.answer(token, outcome)
+        if self.joins.pop(future, None) is None:  # a caller's wait is no request of the protocol's
+            self.checker.answer(token, outcome)
         self._on_answer(asked, outcome)
 
     # --- firing actions -------------------------------------------------------------------------
@@ -393,6 +409,9 @@ class _Player:
                 continue
             if spec.do is UserAction.RESTART:  # a shutdown, then a new supervisor on the journal
                 self._restart(spec)
+                continue
+            if spec.do is UserAction.WAIT_RUN:  # a caller joins the run's result
+                self._join(spec)
                 continue
             body = None
             if spec.do is UserAction.START_RUN:
@@ -495,7 +514,11 @@ class _Player:
             record.completion = self._record_own("lifecycle.completed", {"action": spec.id})
             record.abandoned_runs = outcome.abandoned_runs
             self._name(record.completion, f"{spec.id}.completed")
-        index = self._record_own("action.result", {"action": spec.id, "result": outcome.result})
+        fields: dict[str, Any] = {"action": spec.id, "result": outcome.result}
+        if record.joined is not None:  # a wait_run: the result it joined
+            joined = record.joined
+            fields.update(run=joined.run_id, outcome=joined.outcome, reason=joined.reason)
+        index = self._record_own("action.result", fields)
         self._name(index, f"{spec.id}.{outcome.result}")
 
     def _crash(self) -> None:
@@ -533,6 +556,32 @@ class _Player:
         self.declare()
         for recovered in self.supervisor.recovery_events():
             self._on_event(recovered)
+
+    def _join(self, spec: ActionSpec) -> None:
+        """A caller waits for the run's result on a thread of its own (``RunHandle.wait``, as a host
+        thread would); its answer is ``ok`` with the run's final snapshot once the run has finished
+        (entered after the run's ``run.finished``), or ``rejected`` with the wait's error."""
+        assert spec.run is not None
+        record = self.actions[spec.id]
+        answer: Future[CloseOutcome | RequestOutcome] = Future()
+        handle = RunHandle(self.supervisor, spec.run)
+        budget = max(0.0, self.deadline - time.monotonic())
+
+        def wait() -> None:
+            try:
+                record.joined = handle.wait(timeout=budget)
+            except SupervisorError as error:
+                answer.set_result(
+                    RequestOutcome(result=RequestResult.REJECTED, error=str(error), code=error.code)
+                )
+            else:
+                answer.set_result(RequestOutcome(result=RequestResult.OK))
+
+        thread = threading.Thread(target=wait, name=f"scenario-wait-{spec.id}", daemon=True)
+        self.joiners.append(thread)
+        self.joins[answer] = spec.run
+        self.awaiting[answer] = (_Asked(spec.id), 0)
+        thread.start()
 
     def _restart(self, spec: ActionSpec) -> None:
         """A graceful restart: the supervisor shuts down (reason ``shutdown``, the action's grace and
@@ -719,6 +768,14 @@ class _Player:
         for event in self.inbox.drain():
             self._on_event(event, fire=False)
 
+    def join_callers(self) -> None:
+        """The ``wait_run`` callers' threads end once their run has finished or the supervisor has
+        closed (bounded; a thread still waiting is a failure, never a hang)."""
+        for thread in self.joiners:
+            thread.join(_RESTART_ANSWERS_S)
+            if thread.is_alive():
+                self.failures.append(f"the caller's thread {thread.name} was still waiting at the end")
+
     def end_of_stream(self) -> None:
         """The supervisor has shut down: the checker reads the rest of the stream (the teardown's
         events, which the report leaves out) and checks that everything ended."""
@@ -867,6 +924,10 @@ def _action_report(record: _ActionRecord) -> ActionReport:
             result=outcome.result,
             error=outcome.error or "rejected, without a reason",
             code=msgspec.UNSET if outcome.code is None else outcome.code,
+        )
+    if record.joined is not None:
+        return ActionReport(
+            do=do, result=outcome.result, outcome=record.joined.outcome, reason=record.joined.reason
         )
     if not isinstance(outcome, CloseOutcome):
         return ActionReport(do=do, result=outcome.result)

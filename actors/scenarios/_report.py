@@ -115,6 +115,10 @@ class ActionReport(msgspec.Struct, frozen=True, omit_defaults=True):
     """``rejected`` only: why, in one sentence."""
     code: RejectCode | UnsetType = UNSET
     """Extension, ``rejected`` only: the rejection's code (``ask_withdrawn``, ``nothing_pending``...)."""
+    outcome: Outcome | UnsetType | None = UNSET
+    """Extension, ``wait_run`` only: the outcome of the run it joined."""
+    reason: InterruptReason | UnsetType | None = UNSET
+    """Extension, ``wait_run`` only: that run's reason."""
 
 
 class ScenarioReport(msgspec.Struct, frozen=True):
