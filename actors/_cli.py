@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:
     from run_supervisor.actors.scenarios import InvalidScenario, ScenarioReport
 
-__all__ = ["SUBCOMMANDS", "Subcommand", "main"]
+__all__ = ["SUBCOMMANDS", "Subcommand", "main", "synopsis"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +371,39 @@ def _parser() -> argparse.ArgumentParser:
     for subcommand in SUBCOMMANDS:
         subcommand.add_arguments(commands.add_parser(subcommand.name, help=subcommand.help))
     return parser
+
+
+def synopsis(name: str, width: int = 106) -> str:
+    """A subcommand's synopsis, from its parser (docs/wire.md shows serve's and stdio's; a test keeps
+    them equal): each option with its default, its choices, or its metavar; ``...`` when repeatable."""
+    parser = _parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    items: list[str] = []
+    for action in commands.choices[name]._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        option = max(action.option_strings, key=len)
+        if action.nargs == 0:
+            items.append(f"[{option}]")
+            continue
+        if action.choices is not None:
+            value = "|".join(str(choice) for choice in action.choices)
+        elif action.default is not None and action.default is not False and action.default != []:
+            value = str(action.default)
+        else:
+            value = str(action.metavar or action.dest.upper())
+        repeat = "..." if isinstance(action, argparse._AppendAction) else ""
+        items.append(f"[{option} {value}]{repeat}")
+    head = f"run-supervisor {name}"
+    lines: list[str] = []
+    line = head
+    for item in items:
+        if len(line) + 1 + len(item) > width:
+            lines.append(line)
+            line = " " * len(head)
+        line += " " + item
+    lines.append(line)
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

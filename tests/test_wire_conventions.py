@@ -7,12 +7,16 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
 from wire_support import Served, of_type, served, sse
 
+from run_supervisor.actors._cli import synopsis
 from run_supervisor.actors.hosts._openapi import OPERATIONS, document
 
+WIRE_MD = Path(__file__).resolve().parents[1] / "docs" / "wire.md"
 SNAKE = re.compile(r"[a-z][a-z0-9_]*")
 DOC = document()
 
@@ -100,3 +104,13 @@ def test_the_document_names_approved_on_the_reply_routes_and_marks_approve_depre
     assert body["oneOf"] == [{"required": ["approved"]}, {"required": ["approve"]}]
     assert DOC["paths"]["/runs"]["post"]["responses"].keys() >= {"201"}
     assert "200" not in DOC["paths"]["/runs"]["post"]["responses"]
+
+
+@pytest.mark.parametrize("command", ["serve", "stdio"])
+def test_the_synopses_in_wire_md_are_the_ones_the_cli_parser_gives(command: str) -> None:
+    text = WIRE_MD.read_text(encoding="utf-8")
+    start = text.index(f"```bash\nrun-supervisor {command} ") + len("```bash\n")
+    shown = text[start : text.index("\n```", start)]
+    assert shown == synopsis(command), f"docs/wire.md's {command} synopsis: paste synopsis({command!r})"
+    for option in ("--journal", "--journal-sync", "--stall-after-ms", "--lease-ms"):
+        assert option in shown

@@ -55,18 +55,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token-file",
         type=Path,
+        metavar="PATH",
         help=f"read the bearer token from this file (else ${TOKEN_ENV}, else generated)",
     )
     parser.add_argument(
         "--directory",
         action="append",
         default=[],
+        metavar="DIR",
         help="load this directory's instance at start (repeatable)",
     )
     parser.add_argument(
         "--allow-host",
         action="append",
         default=[],
+        metavar="NAME",
         help="another Host name this server answers to (repeatable)",
     )
     parser.add_argument(
@@ -99,6 +102,7 @@ def _add_journal_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--journal",
         type=_journal_target,
+        metavar="PATH",
         help="keep a run journal in this SQLite file (or a postgresql:// URL: a shard of a PostgreSQL"
         " journal); what a dead process left unfinished is recovered",
     )
@@ -353,6 +357,7 @@ def add_stdio_arguments(parser: argparse.ArgumentParser) -> None:
         "--directory",
         action="append",
         default=[],
+        metavar="DIR",
         help="load this directory's instance at start (repeatable)",
     )
     parser.add_argument("--no-events", action="store_true", help="write answers and errors only, no events")
@@ -394,6 +399,7 @@ def _add_stall_argument(parser: argparse.ArgumentParser) -> None:
         "--stall-after-ms",
         type=int,
         default=None,
+        metavar="MS",
         help="flag a run stalled (run.stalled) after this long without progress (default: not measured)",
     )
 
