@@ -372,6 +372,12 @@ class AsksMixin:
         else:
             assert rule.interrupts_with is not None and rule.origin is not None
             self._interrupt(run, rule.interrupts_with, rule.origin, tag)
+            if part is not None and part.state in UNFINISHED_PART_STATES:
+                # Decided: this call will not run. Its card says so now, not "running" until the
+                # body stops.
+                part.phase = PART_PHASE[part.state]
+                part.state = PartState.INTERRUPTED
+                part.reason, part.origin = rule.interrupts_with, rule.origin
 
     @staticmethod
     def _feedback(part: _Part | None, message: str) -> None:

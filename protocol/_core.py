@@ -62,7 +62,7 @@ from run_supervisor.protocol._events import (
     StepStarted,
 )
 from run_supervisor.protocol._lifecycle import ActionSnapshot, LifecycleMixin, _Action
-from run_supervisor.protocol._parts import PartSnapshot
+from run_supervisor.protocol._parts import RUN_ENDED_ORIGIN, RUN_FAILED_ORIGIN, PartSnapshot
 from run_supervisor.protocol._records import Journal, _Directory, _Instance, _Interrupt, _Part, _Run, _Session
 from run_supervisor.protocol._requests import (
     AnswerForm,
@@ -1020,6 +1020,13 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 part.phase = PART_PHASE[part.state]
                 part.state = PartState.INTERRUPTED
                 part.reason, part.origin = interrupt.reason, interrupt.origin
+            elif not part.tool_started:  # lost to the run's own end (a dropped stream): it never ran
+                # Not a tool failure (``error``): cut off by its run, which no interrupt ended, so
+                # no reason; the origin says how the run ended, the message keeps its raw error.
+                part.phase = PART_PHASE[part.state]
+                part.state = PartState.INTERRUPTED
+                part.origin = RUN_FAILED_ORIGIN if run.error is not None else RUN_ENDED_ORIGIN
+                part.message = run.error
             else:
                 part.state = PartState.ERROR
                 part.message = run.error or "the run ended before this tool call finished"

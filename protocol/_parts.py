@@ -13,7 +13,21 @@ import msgspec
 from run_supervisor.protocol._enums import AskKind, InterruptReason, PartState, Phase
 from run_supervisor.protocol._rules import DEADLINE_ORIGIN
 
-__all__ = ["PartSnapshot", "part_label", "part_note", "part_snapshot"]
+__all__ = [
+    "RUN_ENDED_ORIGIN",
+    "RUN_FAILED_ORIGIN",
+    "PartSnapshot",
+    "part_label",
+    "part_note",
+    "part_snapshot",
+]
+
+RUN_FAILED_ORIGIN = "run_failed"
+"""The origin of a call its run's own failure cut off before the tool started (a dropped provider
+stream): ``interrupted`` (not ``error``: the tool did not fail), no reason (no interrupt ended the
+run), ``tool_started`` false, the body's raw error in ``message``."""
+RUN_ENDED_ORIGIN = "run_ended"
+"""The same for a run whose body returned leaving the call unstarted."""
 
 
 class PartSnapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +118,9 @@ _CAUSES = {
 }
 
 
+_LOST = {RUN_FAILED_ORIGIN: "failed", RUN_ENDED_ORIGIN: "ended"}
+
+
 def _cause(part: _PartFacts) -> str:
     if part.reason is InterruptReason.TIMEOUT and part.origin == DEADLINE_ORIGIN:
         return "the run's deadline"
@@ -138,6 +155,13 @@ def part_label(part: _PartFacts) -> str:
         if not part.tool_started:  # it ended before the tool did anything: it did not fail, it never ran
             return _with(f"Did not run: {tool}", part.message)
         return _with(f"{tool} failed", part.message)
+    if part.state is PartState.INTERRUPTED and part.reason is None and part.origin in _LOST:
+        how = _LOST[part.origin]
+        if part.phase is Phase.GENERATING:
+            return f"Did not run: the run {how} while the {tool} call was being generated"
+        if part.phase is Phase.RUNNING:
+            return f"Did not run: the run {how} while {tool} waited for permission"
+        return f"Did not run: the run {how} before {tool} started"
     if part.state is PartState.INTERRUPTED:
         if part.tool_started:
             return f"Stopped: {tool} was interrupted by {_cause(part)} while it ran"
@@ -174,6 +198,8 @@ def part_note(part: _PartFacts) -> str | None:
         return text
     if part.declined is AskKind.FORM:
         return _sentence(_with(f"The user dismissed the {tool} form without answering", feedback))
+    if part.state is PartState.INTERRUPTED and part.reason is None and part.origin in _LOST:
+        return f"The {tool} call did not run: its run {_LOST[part.origin]} before the tool started."
     if part.state is not PartState.INTERRUPTED:
         return None
     if part.tool_started:

@@ -538,8 +538,11 @@ class Model:
                         phase,
                     )
                 )
-            elif error is not None:
+            elif error is not None and started:
                 parts.append((stop.tool, PartState.ERROR, started, error, None, None, None))
+            elif error is not None:  # lost to the body's failure before the tool started: not run
+                lost = (stop.tool, PartState.INTERRUPTED, started, error, None, "run_failed", stop.phase)
+                parts.append(lost)
         run.ending = Ending(
             outcome=outcome,
             reason=interrupt.reason if interrupt else None,

@@ -30,6 +30,7 @@ from run_supervisor.protocol import (
     PART_TRANSITIONS,
     Event,
     PartState,
+    Phase,
     RecoveredRun,
     RequestResult,
     RunFinished,
@@ -39,7 +40,7 @@ from run_supervisor.protocol import (
     SupervisorCore,
     wire_schema,
 )
-from run_supervisor.protocol._parts import part_snapshot
+from run_supervisor.protocol._parts import RUN_ENDED_ORIGIN, part_snapshot
 
 CONFIG = SupervisorConfig(shutdown_at_exit=False)
 
@@ -205,9 +206,20 @@ def _expect(model: dict[str, _Expected], call_id: str, state: PartState, message
 
 
 def _at_the_end(part: _Expected) -> tuple[PartState, bool, str]:
-    if part.state in _UNFINISHED:  # the run ended under it: it did not finish
+    origin = phase = None
+    if part.state in _UNFINISHED and not part.ran:  # the run ended before it started: it did not run
+        phase = {PartState.PENDING: Phase.GENERATING, PartState.PREPARED: Phase.PREPARED}[part.state]
+        part.state, origin = PartState.INTERRUPTED, RUN_ENDED_ORIGIN
+    elif part.state in _UNFINISHED:  # the run ended under it: it did not finish
         part.state, part.message = PartState.ERROR, _ENDED
-    label = part_snapshot(tool=part.tool, state=part.state, tool_started=part.ran, message=part.message).label
+    label = part_snapshot(
+        tool=part.tool,
+        state=part.state,
+        tool_started=part.ran,
+        message=part.message,
+        origin=origin,
+        phase=phase,
+    ).label
     return part.state, part.ran, label
 
 
