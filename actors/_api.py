@@ -15,10 +15,10 @@ import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from os import PathLike
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._context import RunBody
@@ -77,10 +77,33 @@ T = TypeVar("T")
 
 
 class SupervisorConfig(BaseModel):
-    """Settings a host may change. Validated: a bad value (wrong type, out of range, NaN or infinite)
-    raises ``pydantic.ValidationError`` naming the field."""
+    """Settings a host may change. Validated strictly: a bad value (a wrong type -- ``True`` for a
+    timeout, ``"yes"`` for a bool, ``"5"`` for a number, ``1.5`` for a count --, out of range, NaN or
+    infinite) raises ``pydantic.ValidationError`` naming the field; nothing is coerced, save an int
+    for a float field. ``reload_policy`` and ``queue_policy`` take the enum or its name, as the
+    docs write them (``reload_policy="lazy"``, ``queue_policy="coalesce"``), and hold the enum."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
+
+    if TYPE_CHECKING:  # what a host's type checker sees: the policies also by name
+
+        def __init__(
+            self,
+            *,
+            request_timeout_s: float = ...,
+            dispose_budget_ms: int = ...,
+            load_budget_ms: int = ...,
+            default_grace_ms: int = ...,
+            retain_finished_runs: int = ...,
+            stop_timeout_s: float = ...,
+            stall_after_ms: int | None = ...,
+            interrupt_grace_ms: int | None = ...,
+            retry_attempts: int | None = ...,
+            retry_backoff_ms: int | None = ...,
+            shutdown_at_exit: bool = ...,
+            reload_policy: ReloadPolicy | ReloadPolicyName = ...,
+            queue_policy: QueuePolicy | QueuePolicyName = ...,
+        ) -> None: ...
 
     request_timeout_s: float = Field(
         default=5.0, gt=0, le=MAX_TIMEOUT_S, description="How long a blocking call waits for an answer."
@@ -160,6 +183,18 @@ class SupervisorConfig(BaseModel):
         "of its own (``set_queue_policy``) and every start that names none: ``queue`` (the default), "
         "``coalesce`` or ``reject_if_busy``.",
     )
+
+    @field_validator("reload_policy", mode="before")
+    @classmethod
+    def _reload_policy_by_name(cls, value: object) -> object:
+        return (
+            ReloadPolicy(value) if isinstance(value, str) and not isinstance(value, ReloadPolicy) else value
+        )
+
+    @field_validator("queue_policy", mode="before")
+    @classmethod
+    def _queue_policy_by_name(cls, value: object) -> object:
+        return QueuePolicy(value) if isinstance(value, str) and not isinstance(value, QueuePolicy) else value
 
 
 class RunHandle:

@@ -11,11 +11,12 @@ per idle wait, never one per event.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Future
 from os import PathLike
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any, TypeVar
 
 from run_supervisor.actors import _validate as check
@@ -26,6 +27,7 @@ from run_supervisor.actors._errors import (
     JournalFailed,
     RunAlreadyExists,
     SupervisorClosed,
+    SupervisorError,
     SupervisorTimeout,
 )
 from run_supervisor.actors._instance_actor import InstanceHooks
@@ -162,10 +164,12 @@ class AsyncRunHandle:
         return finished
 
     async def wait(self, timeout: float | None = None) -> RunSnapshot:
-        """Wait until the run has finished; return its final snapshot. ``SupervisorTimeout`` after
-        ``timeout`` seconds (default: the config's ``request_timeout_s``), which leaves nothing
-        behind; ``SupervisorClosed`` if the supervisor stopped without it finishing."""
-        limit = self._supervisor._link.timeout(check.timeout("timeout", timeout))
+        """Wait until the run has finished; return its final snapshot. ``timeout=None`` (the
+        default) waits as long as the run takes, as asyncio's own waits do (bound it with
+        ``asyncio.timeout()``, which composes: its ``TimeoutError`` leaves the run as it was);
+        with a number, ``SupervisorTimeout`` after that many seconds, which leaves nothing behind.
+        ``SupervisorClosed`` if the supervisor stopped without it finishing."""
+        limit = check.timeout("timeout", timeout)
         finished = self._finished_on(asyncio.get_running_loop())
         done, _ = await asyncio.wait({finished}, timeout=limit)  # never cancels the shared future
         if not done:
@@ -185,6 +189,17 @@ class AsyncRunHandle:
 
     def __repr__(self) -> str:
         return f"AsyncRunHandle({self.run_id!r})"
+
+
+def _cancel_again(frame: FrameType | None) -> None:
+    """Deliver a cancellation that a start held back, at the caller's next ``await`` (counted
+    once, so ``asyncio.timeout()`` still takes it for its own); not when the holding call is its
+    task's whole coroutine: that task then ends with the call's result."""
+    task = asyncio.current_task()
+    if task is None or getattr(task.get_coro(), "cr_frame", None) is frame:
+        return
+    task.uncancel()
+    task.cancel()
 
 
 def _shut_down_unwanted(started: Future[Supervisor]) -> None:
@@ -359,7 +374,16 @@ class AsyncSupervisor:
         ``queue_policy`` says what it does while the session is busy
         (``SessionBusy`` for ``"reject_if_busy"``); ``stall_after_ms`` is its own stall setting;
         ``interrupt_grace_ms`` its own grace once interrupted; ``retry_budget`` its own retry budget.
-        See ``Supervisor.start_run``."""
+        See ``Supervisor.start_run``.
+
+        Cancelling the await is atomic: the caller still learns the handle. Once the start is sent
+        (at the call's first step) the call waits, whatever cancels it, for the supervisor's
+        answer (bounded by ``timeout``, default ``request_timeout_s``). A start it refused raises
+        ``CancelledError`` (nothing started); a start it took returns the handle, and the
+        cancellation is delivered again at the caller's next ``await`` (so ``asyncio.timeout()``
+        still raises its ``TimeoutError``, with the handle already in the caller's hands); when the
+        call is a task's whole coroutine (``asyncio.wait_for(sup.start_run(...), t)``), that task
+        ends with the handle as its result. Either way no start is left without its handle."""
         limit = check.timeout("timeout", timeout)
         check.callback("body", body)
         request = start_run_request(
@@ -374,16 +398,42 @@ class AsyncSupervisor:
             interrupt_grace_ms=interrupt_grace_ms,
             retry_budget=retry_budget,
         )
+        link = self._link
+        loop = asyncio.get_running_loop()
+        cancelled = False
         while True:
             finished: Future[RunSnapshot] = Future()
+            call = link.call(request, body, finished, loop)
+            answer = asyncio.wrap_future(call, loop=loop)
+            deadline = loop.time() + link.timeout(limit)
+            while not answer.done():  # a cancellation waits on for the answer: never half a start
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    call.cancel()
+                    if cancelled:
+                        raise asyncio.CancelledError
+                    raise SupervisorTimeout(f"the supervisor did not answer within {link.timeout(limit)} s")
+                try:
+                    await asyncio.wait({answer}, timeout=remaining)  # never cancels ``answer``
+                except asyncio.CancelledError:
+                    cancelled = True
             try:
-                await self._link.request_async(request, limit, body, finished)
+                link.raise_for_rejection(answer.result())
             except RunAlreadyExists:
-                if run_id is None:  # a host took this name meanwhile (a raw submit?): the next one
+                if run_id is None and not cancelled:  # a host took this name meanwhile: the next one
                     request = renamed(request)
                     continue
+                if cancelled:
+                    raise asyncio.CancelledError from None
                 raise
-            return AsyncRunHandle(self, RunHandle(self.sync, request.run_id, finished))
+            except SupervisorError:
+                if cancelled:
+                    raise asyncio.CancelledError from None
+                raise
+            handle = AsyncRunHandle(self, RunHandle(self.sync, request.run_id, finished))
+            if cancelled:
+                _cancel_again(inspect.currentframe())
+            return handle
 
     async def cancel(
         self, run_id: str, *, origin: str = "user", grace_ms: int | None = None, timeout: float | None = None
@@ -406,10 +456,11 @@ class AsyncSupervisor:
 
     async def await_idle(self, session: str, *, timeout: float | None = None) -> SessionSnapshot | None:
         """Wait, without blocking the loop, until the session has no active and no queued run; its
-        snapshot then (None if unknown). At once if idle now; ``SupervisorTimeout`` after
-        ``timeout`` seconds (default ``request_timeout_s``). See ``Supervisor.await_idle``."""
+        snapshot then (None if unknown). At once if idle now. ``timeout=None`` (the default) waits
+        as long as that takes (``asyncio.timeout()`` composes); with a number,
+        ``SupervisorTimeout`` after that many seconds. See ``Supervisor.await_idle``."""
         link = self._link
-        limit = link.timeout(check.timeout("timeout", timeout))
+        limit = check.timeout("timeout", timeout)
         name, idle = link.idle_future(session)
         if idle.done():
             return idle.result()
@@ -419,7 +470,7 @@ class AsyncSupervisor:
             async with asyncio.timeout(limit):
                 return await asyncio.wrap_future(outer)  # cancelling the wait withdraws the waiter
         except TimeoutError:
-            raise link.still_busy(name, limit) from None
+            raise link.still_busy(name, limit or 0.0) from None
 
     async def close(
         self,

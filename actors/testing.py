@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal, overload
 
 import msgspec
 import pykka
@@ -22,7 +22,30 @@ from run_supervisor.actors._api import Supervisor
 from run_supervisor.actors._async_api import AsyncSubscription, AsyncSupervisor
 from run_supervisor.actors._errors import SupervisorClosed, SupervisorTimeout
 from run_supervisor.actors._subscription import Subscription
-from run_supervisor.protocol import Event
+from run_supervisor.protocol import (
+    ActionResult,
+    AskDismissed,
+    AskReplied,
+    AskRequested,
+    AskWithdrawn,
+    Event,
+    InstanceClosed,
+    InstanceStarted,
+    LifecycleCompleted,
+    LifecycleConfirmed,
+    LifecycleDeferred,
+    LifecycleRequested,
+    RunFinished,
+    RunPartUpdated,
+    RunQueued,
+    RunRecovered,
+    RunStalled,
+    RunStarted,
+    RunUnstalled,
+    SessionStatusChanged,
+    StepFinished,
+    StepStarted,
+)
 
 __all__ = ["EventLog", "LeakError", "no_leaks", "simulate_crash"]
 
@@ -35,6 +58,15 @@ def _matches(event: Event, kind: str, fields: dict[str, Any]) -> bool:
     if _wire_type(event) != kind:
         return False
     return all(getattr(event, key, None) == value for key, value in fields.items())
+
+
+_FOREVER = 3600.0
+"""A thread's wait without a deadline, in slices of this many seconds."""
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds left until ``deadline`` (0 once past it; None: no deadline)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 class EventLog:
@@ -52,15 +84,126 @@ class EventLog:
     def _seen(self, kind: str, fields: dict[str, Any]) -> Event | None:
         return next((event for event in self.events if _matches(event, kind, fields)), None)
 
-    def wait_for(self, kind: str, /, *, timeout: float = 2.0, **fields: Any) -> Event:
+    @overload
+    def wait_for(
+        self, kind: Literal["instance.started"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> InstanceStarted: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["instance.closed"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> InstanceClosed: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["run.queued"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunQueued: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["run.started"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunStarted: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["run.step.started"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> StepStarted: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["run.step.finished"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> StepFinished: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["run.part.updated"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunPartUpdated: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["run.finished"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunFinished: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["run.recovered"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunRecovered: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["session.status"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> SessionStatusChanged: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["lifecycle.requested"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> LifecycleRequested: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["lifecycle.deferred"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> LifecycleDeferred: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["lifecycle.completed"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> LifecycleCompleted: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["action.result"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> ActionResult: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["ask.requested"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> AskRequested: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["ask.replied"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> AskReplied: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["ask.dismissed"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> AskDismissed: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["ask.withdrawn"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> AskWithdrawn: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["run.stalled"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunStalled: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["run.unstalled"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunUnstalled: ...
+
+    @overload
+    def wait_for(
+        self, kind: Literal["lifecycle.confirmed"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> LifecycleConfirmed: ...
+
+    @overload
+    def wait_for(self, kind: str, /, *, timeout: float | None = ..., **fields: Any) -> Event: ...
+
+    def wait_for(self, kind: str, /, *, timeout: float | None = 2.0, **fields: Any) -> Event:
         """The first event of this wire type (``"run.finished"``...) whose fields match (any field,
         ``kind`` included: ``wait_for("run.step.started", kind="tool_exec")``); waits up to
-        ``timeout`` seconds for it, then raises ``SupervisorTimeout``."""
+        ``timeout`` seconds for it (None: as long as it takes), then raises ``SupervisorTimeout``.
+        Typed by the wire type: ``wait_for("run.finished")`` is a ``RunFinished``."""
         found = self._seen(kind, fields)
-        deadline = time.monotonic() + timeout
-        while found is None and (remaining := deadline - time.monotonic()) > 0:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while found is None and (remaining := _left(deadline)) != 0:
             try:
-                event = Subscription.get(self._subscription, timeout=remaining)
+                event = Subscription.get(
+                    self._subscription, timeout=_FOREVER if remaining is None else remaining
+                )
             except (SupervisorTimeout, EOFError):
                 break
             self.events.append(event)
@@ -70,11 +213,121 @@ class EventLog:
             raise SupervisorTimeout(f"no {kind} event matching {fields} within {timeout} s")
         return found
 
-    async def wait_for_async(self, kind: str, /, *, timeout: float = 2.0, **fields: Any) -> Event:
-        """``wait_for`` for a coroutine: waits without blocking the event loop."""
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["instance.started"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> InstanceStarted: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["instance.closed"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> InstanceClosed: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["run.queued"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunQueued: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["run.started"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunStarted: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["run.step.started"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> StepStarted: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["run.step.finished"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> StepFinished: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["run.part.updated"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunPartUpdated: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["run.finished"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunFinished: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["run.recovered"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunRecovered: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["session.status"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> SessionStatusChanged: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["lifecycle.requested"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> LifecycleRequested: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["lifecycle.deferred"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> LifecycleDeferred: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["lifecycle.completed"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> LifecycleCompleted: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["action.result"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> ActionResult: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["ask.requested"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> AskRequested: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["ask.replied"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> AskReplied: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["ask.dismissed"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> AskDismissed: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["ask.withdrawn"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> AskWithdrawn: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["run.stalled"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunStalled: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["run.unstalled"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> RunUnstalled: ...
+
+    @overload
+    async def wait_for_async(
+        self, kind: Literal["lifecycle.confirmed"], /, *, timeout: float | None = ..., **fields: Any
+    ) -> LifecycleConfirmed: ...
+
+    @overload
+    async def wait_for_async(self, kind: str, /, *, timeout: float | None = ..., **fields: Any) -> Event: ...
+
+    async def wait_for_async(self, kind: str, /, *, timeout: float | None = 2.0, **fields: Any) -> Event:
+        """``wait_for`` for a coroutine: waits without blocking the event loop (``timeout=None``:
+        as long as it takes; ``asyncio.timeout()`` composes). Typed by the wire type, as
+        ``wait_for``."""
         found = self._seen(kind, fields)
-        deadline = time.monotonic() + timeout
-        while found is None and (remaining := deadline - time.monotonic()) > 0:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while found is None and (remaining := _left(deadline)) != 0:
             try:
                 event = await self._subscription.get(timeout=remaining)
             except (SupervisorTimeout, EOFError):
