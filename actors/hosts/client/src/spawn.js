@@ -43,7 +43,7 @@ export class Served {
    */
   async stop(ms = 10000) {
     if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill("SIGTERM");
-    const timer = setTimeout(() => this.child.kill("SIGKILL"), ms);
+    const timer = setTimeout(() => signalGroup(this.child, "SIGKILL"), ms);
     try {
       return await this.exited;
     } finally {
@@ -51,9 +51,9 @@ export class Served {
     }
   }
 
-  /** Kill it at once (SIGKILL): what a crash looks like to the journal. */
+  /** Kill it at once (SIGKILL, its whole process group): what a crash looks like to the journal. */
   kill() {
-    this.child.kill("SIGKILL");
+    signalGroup(this.child, "SIGKILL");
     return this.exited;
   }
 }
@@ -67,6 +67,7 @@ export async function serve(options = {}) {
   const child = spawn(options.command ?? "run-supervisor", ["serve", "--port", "0", ...(options.args ?? [])], {
     stdio: ["ignore", "pipe", "pipe"],
     env: options.env ?? process.env,
+    detached: GROUPS, // its own process group, so a kill reaches a one-file binary's unpacked child too
   });
   /** @type {string[]} */
   const stderr = [];
@@ -99,7 +100,26 @@ export async function serve(options = {}) {
     const client = new Client({ ...options.client, url: line.url, ...(token ? { token } : {}) });
     return new Served(child, line, client);
   } catch (error) {
-    child.kill("SIGKILL");
+    signalGroup(child, "SIGKILL");
     throw error;
+  }
+}
+
+/** Process groups where there are (POSIX): a PyInstaller one-file binary runs its program as a child. */
+export const GROUPS = process.platform !== "win32";
+
+/**
+ * Signal the child's whole process group (SIGTERM is forwarded by a one-file binary to its child;
+ * SIGKILL cannot be, so it goes to the group), or the child alone where there are no groups.
+ * @param {import("node:child_process").ChildProcess} child
+ * @param {NodeJS.Signals} signal
+ */
+export function signalGroup(child, signal) {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  try {
+    if (GROUPS && child.pid) process.kill(-child.pid, signal);
+    else child.kill(signal);
+  } catch {
+    child.kill(signal);
   }
 }

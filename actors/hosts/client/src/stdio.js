@@ -6,6 +6,7 @@ import { randomUUID } from "node:crypto";
 import { createInterface } from "node:readline";
 import { EventFeed } from "./events.js";
 import { WireError } from "./http.js";
+import { GROUPS, signalGroup } from "./spawn.js";
 
 /** @typedef {import("../types/openapi.js").components["schemas"]} Schemas */
 /** @typedef {import("./events.js").Item} Item */
@@ -19,6 +20,7 @@ export class StdioClient {
     const child = spawn(options.command ?? "run-supervisor", ["stdio", ...(options.args ?? [])], {
       stdio: ["pipe", "pipe", "inherit"],
       env: options.env ?? process.env,
+      detached: GROUPS, // its own process group: see signalGroup
     });
     return new StdioClient(child, options);
   }
@@ -220,7 +222,7 @@ export class StdioClient {
    */
   async stop(ms = 10000) {
     /** @type {import("node:stream").Writable} */ (this.child.stdin).end();
-    const timer = setTimeout(() => this.child.kill("SIGKILL"), ms);
+    const timer = setTimeout(() => signalGroup(this.child, "SIGKILL"), ms);
     try {
       return await this.exited;
     } finally {

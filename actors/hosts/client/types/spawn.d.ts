@@ -5,6 +5,13 @@
  */
 export function serve(options?: SpawnOptions): Promise<Served>;
 /**
+ * Signal the child's whole process group (SIGTERM is forwarded by a one-file binary to its child;
+ * SIGKILL cannot be, so it goes to the group), or the child alone where there are no groups.
+ * @param {import("node:child_process").ChildProcess} child
+ * @param {NodeJS.Signals} signal
+ */
+export function signalGroup(child: import("node:child_process").ChildProcess, signal: NodeJS.Signals): void;
+/**
  * The ready line serve prints on stdout once it listens.
  * @typedef {import("../types/openapi.js").components["schemas"]["ReadyLine"]} Ready
  */
@@ -42,9 +49,11 @@ export class Served {
      * @param {number} [ms]
      */
     stop(ms?: number): Promise<number | null>;
-    /** Kill it at once (SIGKILL): what a crash looks like to the journal. */
+    /** Kill it at once (SIGKILL, its whole process group): what a crash looks like to the journal. */
     kill(): Promise<number | null>;
 }
+/** Process groups where there are (POSIX): a PyInstaller one-file binary runs its program as a child. */
+export const GROUPS: boolean;
 /**
  * The ready line serve prints on stdout once it listens.
  */
