@@ -93,6 +93,7 @@ class Reps:
     heartbeat_rounds: int = 11  # rounds of (HEARTBEATS ctx.heartbeat(), the same count of bare stores)
     http_rounds: int = 11  # alternating rounds of kept-alive requests: serve, then a bare Starlette app
     http_per_round: int = 200  # sequential requests on one connection per side per round
+    cold_rounds: int = 7  # alternating cold starts: serve to its ready line, then a bare import
 
 
 FULL = Reps(
@@ -1346,6 +1347,55 @@ def http_keepalive(fig: Figures, reps: Reps) -> None:
                 proc.wait(timeout=TIMEOUT_S)
 
 
+COLD_BARE = "import uvicorn, starlette"
+"""What a host's own HTTP sidecar would import before it could listen: the floor of serve's cold start."""
+
+
+def _cold_serve_ms(command: list[str]) -> float:
+    """Spawn ``serve`` on a free port; milliseconds until its ready line is read (then it is stopped)."""
+    import subprocess
+
+    env = {key: value for key, value in os.environ.items() if key != "RUN_SUPERVISOR_TOKEN"}
+    t0 = ns()
+    proc = subprocess.Popen([*command, "serve", "--port", "0"], stdout=subprocess.PIPE, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        took = (ns() - t0) / 1e6
+        if not line.startswith(b'{"ready"'):
+            raise RuntimeError(f"serve: no ready line ({line[:200]!r})")
+        return took
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=TIMEOUT_S)
+
+
+def _cold_bare_ms() -> float:
+    import subprocess
+
+    t0 = ns()
+    subprocess.run([sys.executable, "-c", COLD_BARE], check=True, timeout=TIMEOUT_S)
+    return (ns() - t0) / 1e6
+
+
+def cold_start(fig: Figures, reps: Reps) -> None:
+    """Cold start to the ready line: ``run-supervisor serve`` (``python -m``, this interpreter) against a
+    bare ``import uvicorn, starlette`` in a new interpreter, rounds alternating; with
+    ``$RUN_SUPERVISOR_BIN`` (a one-file binary from scripts/build_binary.py) that binary's too."""
+    binary = os.environ.get("RUN_SUPERVISOR_BIN")
+    _cold_serve_ms([sys.executable, "-m", "run_supervisor.actors._cli"])  # warm the disk cache
+    for _ in range(reps.cold_rounds):
+        fig.add("cold_start_ms", _cold_serve_ms([sys.executable, "-m", "run_supervisor.actors._cli"]))
+        fig.add("cold_start_bare_ms", _cold_bare_ms())
+        if binary:
+            fig.add("cold_start_binary_ms", _cold_serve_ms([binary]))
+    fig.ratio("cold_start_ratio", "cold_start_ms", "cold_start_bare_ms")
+
+
 # --- the report ------------------------------------------------------------------------------------
 
 TARGETS: dict[str, tuple[str, float]] = {
@@ -1362,6 +1412,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "journal_runs_per_s_ratio": (">=", 0.8),
     "heartbeat_ns": ("<=", 1000),  # a stream may heartbeat per chunk: at most 1 ms per 1,000 chunks
     "http_keepalive_ratio": ("<=", 2),
+    "cold_start_ratio": ("<=", 1.5),
 }
 
 KEYS = (
@@ -1390,6 +1441,7 @@ KEYS = (
     "heartbeat_ratio",
     # the wire hosts
     "http_keepalive_ratio",
+    "cold_start_ratio",
 )
 
 GROWTH_RUNS = (10, 100, LIVE)
@@ -1446,6 +1498,8 @@ def measure(reps: Reps, *, pin: bool) -> Results:
         heartbeat_cost(fig, reps)
     with section("HTTP: a kept-alive request, serve against a bare Starlette + uvicorn app"):
         http_keepalive(fig, reps)
+    with section("cold start: serve to its ready line, against a bare import of uvicorn and starlette"):
+        cold_start(fig, reps)
     with section("run journal: short runs on and off"):
         journal_throughput(fig, reps)
     with section("run journal: recovery of 10,000 finished and 100 unfinished runs"):
@@ -1509,6 +1563,7 @@ WHAT = {
     "heartbeat_ns": ("ns", "ctx.heartbeat() in a body whose stalls are measured"),
     "heartbeat_ratio": ("x", "ctx.heartbeat() / a host's own clock read stored in an attribute"),
     "http_keepalive_ratio": ("x", "kept-alive POST of a report: serve / a bare Starlette + uvicorn route"),
+    "cold_start_ratio": ("x", "spawn to ready line: serve / a bare python -c 'import uvicorn, starlette'"),
     "pg_journal_runs_per_s_ratio": ("x", "short runs per s, PostgreSQL journal / SQLite journal"),
     "takeover_ttl_ratio": (
         "x",
@@ -1542,6 +1597,9 @@ RAW_WHAT = {
     "heartbeat_bare_ns": "a clock read stored in an attribute (what a host would do itself)",
     "http_keepalive_us": "serve: POST /runs/{id}/reports heartbeat, kept-alive connection (http.client)",
     "http_bare_keepalive_us": "bare Starlette + uvicorn: the same POST on its kept-alive connection",
+    "cold_start_ms": "run-supervisor serve (python -m): spawn -> its ready line read",
+    "cold_start_bare_ms": "python -c 'import uvicorn, starlette': spawn -> exit",
+    "cold_start_binary_ms": "the one-file binary ($RUN_SUPERVISOR_BIN) serve: spawn -> its ready line read",
     "pg_journal_runs_per_s": f"short runs per s, PostgreSQL journal (unix socket); {SESSIONS} sessions",
     "sqlite_journal_runs_per_s": f"short runs per s, SQLite journal, the same rounds; {SESSIONS} sessions",
     "takeover_s": "seconds from the owner's SIGKILL to the standby's recovered start",
