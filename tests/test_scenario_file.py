@@ -671,7 +671,7 @@ def test_an_unknown_key_is_reported_with_the_keys_that_are_allowed_there() -> No
 
     assert error.message == (
         "not a key of a run (its keys: id, session, directory, start, steps, parent, queue_policy, "
-        "deadline_ms, resume_of)"
+        "deadline_ms, resume_of, interrupt_grace_ms, retry_budget)"
     )
 
 
@@ -1072,7 +1072,7 @@ def test_a_key_an_action_does_not_take_is_reported_with_the_keys_it_does_take() 
 
     error = assert_refused(text, "actions[0].gate")
     assert error.message == (
-        "do = 'dispose' does not take this key (its keys: directory, mode, origin, fingerprint)"
+        "do = 'dispose' does not take this key (its keys: directory, mode, origin, fingerprint, grace_ms)"
     )
 
 

@@ -632,3 +632,171 @@ def test_a_bad_wait_run_is_refused_naming_its_key(extra: str, key: str, says: st
     error = refused(JOINED + extra)
     assert error.key == key
     assert says in error.message
+
+
+# ----------------------------------------------------------------------------------------------------
+# Abandon on a grace, retry budgets
+
+STUCK = """
+name = "stuck"
+directories = ["/proj/a"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [
+  { kind = "model", id = "stuck", gate = "stuck", ignores_cancel = true },
+  { kind = "model", id = "after" },
+]
+
+[[runs]]
+id = "r2"
+session = "s1"
+directory = "/proj/a"
+steps = [{ kind = "model" }]
+
+[[actions]]
+id = "stop"
+when = "r1.stuck.started"
+do = "cancel"
+run = "r1"
+
+[[actions]]
+when = "r2.finished"
+do = "open_gate"
+gate = "stuck"
+"""
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [
+        (
+            "the cancel's grace_ms",
+            STUCK.replace('run = "r1"\n\n[[actions]]', 'run = "r1"\ngrace_ms = 50\n\n[[actions]]'),
+        ),
+        (
+            "the run's interrupt_grace_ms",
+            STUCK.replace(
+                'id = "r1"\nsession = "s1"\n', 'id = "r1"\nsession = "s1"\ninterrupt_grace_ms = 50\n'
+            ),
+        ),
+        ("the file's interrupt_grace_ms", "interrupt_grace_ms = 50\n" + STUCK),
+    ],
+)
+def test_past_its_grace_a_body_that_ignores_its_stop_is_abandoned_and_its_session_moves_on(
+    where: str, text: str
+) -> None:
+    report = played(text)
+    assert report.failures == [], where
+    r1 = report.runs["r1"]
+    assert (r1.outcome, r1.reason, r1.abandoned) == ("interrupted", "user_cancel", True), where
+    assert report.runs["r2"].outcome == "completed", where
+    assert not [row for row in report.events if row.get("step") == "after"], where
+
+
+def test_without_a_grace_a_body_that_ignores_its_stop_is_waited_for() -> None:
+    # The contract's reading: the interrupt takes effect when the step's work ends (here: its gate).
+    text = STUCK.replace('when = "r2.finished"', 'when = "stop.ok"')
+    report = played(text)
+    assert report.failures == []
+    assert report.runs["r1"].abandoned is False
+
+
+BUDGET = """
+name = "budget"
+directories = ["/proj/a"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [{ kind = "model", gate = "never", retry = ["529", "529", "529"] }]
+"""
+
+
+@pytest.mark.parametrize(
+    ("where", "text"),
+    [
+        ("a run's retry_budget", BUDGET.replace("steps = [", "retry_budget = { attempts = 2 }\nsteps = [")),
+        ("the file's retry_attempts", "retry_attempts = 2\n" + BUDGET),
+    ],
+)
+def test_a_retry_past_the_budget_interrupts_the_run_naming_the_retry(where: str, text: str) -> None:
+    report = played(text)
+    assert report.failures == [], where
+    r1 = report.runs["r1"]
+    assert (r1.outcome, r1.reason, r1.origin, r1.action) == ("interrupted", "timeout", "retry_budget", None)
+    [finished] = [row for row in report.events if row["type"] == "run.finished"]
+    assert (finished["retry_attempt"], finished["retry_message"]) == (3, "529")
+
+
+def test_a_backoff_budget_counts_each_retry_s_backoff_ms() -> None:
+    text = BUDGET.replace(
+        'retry = ["529", "529", "529"]',
+        'retry = [{ message = "529", backoff_ms = 600 }, { message = "529", backoff_ms = 600 }]',
+    )
+    report = played("retry_backoff_ms = 1000\n" + text)
+    assert report.failures == []
+    assert (report.runs["r1"].reason, report.runs["r1"].origin) == ("timeout", "retry_budget")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "says"),
+    [
+        ("steps = [", "retry_budget = {}\nsteps = [", "runs[0].retry_budget", "attempts, backoff_ms or both"),
+        (
+            "steps = [",
+            "retry_budget = { attempts = -1 }\nsteps = [",
+            "runs[0].retry_budget.attempts",
+            "at least 0",
+        ),
+        ("steps = [", "retry_budget = { tries = 1 }\nsteps = [", "runs[0].retry_budget.tries", "not a key"),
+        ("steps = [", "interrupt_grace_ms = -1\nsteps = [", "runs[0].interrupt_grace_ms", "at least 0"),
+        (
+            '"529", "529", "529"',
+            '{ message = "529", next_at_ms = 1, backoff_ms = 1 }',
+            "runs[0].steps[0].retry[0].backoff_ms",
+            "not both",
+        ),
+        ('name = "budget"', 'name = "budget"\nretry_attempts = true', "retry_attempts", "an integer"),
+        (
+            'name = "budget"',
+            'name = "budget"\ninterrupt_grace_ms = 86400001',
+            "interrupt_grace_ms",
+            "at most",
+        ),
+        (
+            'retry = ["529", "529", "529"] }]',
+            'retry = ["529"] }]\n[[actions]]\nwhen = "begin"\ndo = "dispose"\ndirectory = "/proj/a"\n'
+            'mode = "maintenance"\ngrace_ms = 5',
+            "actions[0].grace_ms",
+            "interrupts nothing",
+        ),
+        (
+            'retry = ["529", "529", "529"] }]',
+            'retry = ["529"] }]\n[[actions]]\nwhen = "begin"\ndo = "start_run"\nrun = "r1"\ngrace_ms = 5',
+            "actions[0].grace_ms",
+            "does not take this key",
+        ),
+    ],
+)
+def test_a_bad_grace_or_budget_is_refused_naming_its_key(old: str, new: str, key: str, says: str) -> None:
+    error = refused(BUDGET.replace(old, new))
+    assert error.key == key
+    assert says in error.message
+
+
+def test_a_confirmed_close_and_a_confirm_take_a_grace_for_the_interrupts_they_cause() -> None:
+    text = STUCK.replace(
+        '[[actions]]\nid = "stop"\nwhen = "r1.stuck.started"\ndo = "cancel"\nrun = "r1"\n',
+        '[[actions]]\nid = "stop"\nwhen = "r1.stuck.started"\ndo = "dispose"\ndirectory = "/proj/a"\n'
+        'mode = "user_confirmed_interrupt"\ngrace_ms = 50\n',
+    )
+    report = played(text)
+    assert report.failures == []
+    r1 = report.runs["r1"]
+    assert (r1.reason, r1.abandoned) == ("lifecycle_interrupt", True)
+    scenario = parse_scenario(text, file="s.toml", fmt="toml")
+    assert scenario.actions[0].grace_ms == 50

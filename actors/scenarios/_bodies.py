@@ -107,6 +107,8 @@ def make_body(
             if step.retry:  # the provider call failed: retried, the step's gate is the backoff
                 for retry in step.retries:
                     due = None if retry.next_at_ms is None else retry.next_at_ms / 1000.0
+                    if retry.backoff_ms is not None:
+                        due = time.time() + retry.backoff_ms / 1000.0
                     ctx.retrying(retry.attempt, retry.message, due)
                 if step.gate is not None:
                     gates[step.gate].wait(ctx.token, interruptible=not step.ignores_cancel)

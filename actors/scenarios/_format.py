@@ -65,6 +65,7 @@ from run_supervisor.protocol import (
     RejectCode,
     ReloadPolicy,
     RequestResult,
+    RetryBudget,
     RunSnapshot,
     SessionStatus,
     ShutdownReason,
@@ -153,6 +154,8 @@ class RetrySpec:
     """Explicit, or the retry's position in the step's ``retry`` list (1, 2...)."""
     next_at_ms: int | None = None
     """When the next attempt is due, Unix epoch milliseconds (None: unknown)."""
+    backoff_ms: int | None = None
+    """Or: the next attempt is due this long after the report (``next_at`` is then now plus it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +219,11 @@ class RunSpec:
     """An extension (deadlines): the run's deadline, counted from its start."""
     resume_of: str | None = None
     """An extension: the run of this file this one continues (``StartRun.resume_of``)."""
+    interrupt_grace_ms: int | None = None
+    """An extension: how long its body may go on once the run is interrupted before the run is
+    abandoned (``StartRun.interrupt_grace_ms``); None: the scenario's."""
+    retry_budget: RetryBudget | None = None
+    """An extension: the run's retry budget (``StartRun.retry_budget``); None: the scenario's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +370,12 @@ class Scenario:
     """An extension: the supervisor's ``load_budget_ms`` (None: its default)."""
     load_gates: tuple[str, ...] = ()
     """An extension: every gate an instance fault's ``load_gate`` names, sorted."""
+    interrupt_grace_ms: int | None = None
+    """An extension: the supervisor's ``interrupt_grace_ms`` (None: an interrupted body is waited for)."""
+    retry_attempts: int | None = None
+    """An extension: the supervisor's ``retry_attempts`` (every run's retry budget in attempts)."""
+    retry_backoff_ms: int | None = None
+    """An extension: the supervisor's ``retry_backoff_ms`` (every run's budget of total backoff)."""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -562,11 +576,11 @@ _STEP_KEY_HOME: Mapping[str, str] = {
 
 # Keys each `do` takes besides id, when and do (in the contract's order), and the ones it requires.
 _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
-    CloseAction.DISPOSE: ("directory", "mode", "origin", "fingerprint"),
-    CloseAction.DISPOSE_ALL: ("mode", "origin", "fingerprint"),
-    CloseAction.RELOAD: ("directory", "mode", "origin", "fingerprint", "reload_policy"),
-    CloseAction.INVALIDATE_CONFIG: ("mode", "origin", "fingerprint"),
-    UserAction.CANCEL: ("run", "origin"),
+    CloseAction.DISPOSE: ("directory", "mode", "origin", "fingerprint", "grace_ms"),
+    CloseAction.DISPOSE_ALL: ("mode", "origin", "fingerprint", "grace_ms"),
+    CloseAction.RELOAD: ("directory", "mode", "origin", "fingerprint", "reload_policy", "grace_ms"),
+    CloseAction.INVALIDATE_CONFIG: ("mode", "origin", "fingerprint", "grace_ms"),
+    UserAction.CANCEL: ("run", "origin", "grace_ms"),
     CloseAction.SHUTDOWN: ("grace_ms", "origin"),
     CloseAction.TEST_TEARDOWN: ("grace_ms", "origin"),
     UserAction.START_RUN: ("run",),
@@ -575,7 +589,7 @@ _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.CANCEL_FORM: ("run", "ask", "message"),
     UserAction.OPEN_GATE: ("gate",),
     UserAction.CRASH: (),
-    UserAction.CONFIRM: ("action", "origin"),
+    UserAction.CONFIRM: ("action", "origin", "grace_ms"),
     UserAction.RESTART: ("grace_ms", "origin"),
     UserAction.WAIT_RUN: ("run",),
 }
@@ -708,6 +722,7 @@ class _RetryModel(_Model):
     message: _Text
     attempt: Annotated[StrictInt, Field(ge=1, le=2**31)] | None = None
     next_at_ms: Annotated[StrictInt, Field(ge=0, le=2**41 - 1)] | None = None
+    backoff_ms: _Ms | None = None
 
 
 class _StepModel(_Model):
@@ -732,6 +747,11 @@ class _StepModel(_Model):
     """Messages, or tables (``_RetryModel``): checked one by one, so an error names the entry's key."""
 
 
+class _BudgetModel(_Model):
+    attempts: Annotated[StrictInt, Field(ge=0, le=10**6)] | None = None
+    backoff_ms: _Ms | None = None
+
+
 class _RunModel(_Model):
     id: _Id
     session: _Id
@@ -742,6 +762,8 @@ class _RunModel(_Model):
     queue_policy: Annotated[StrictStr, _one_of_values(QueuePolicy)] | None = None
     deadline_ms: Annotated[_Ms, Field(ge=1)] | None = None
     resume_of: _Id | None = None
+    interrupt_grace_ms: _Ms | None = None
+    retry_budget: _BudgetModel | None = None
 
 
 class _ActionModel(_Model):
@@ -786,6 +808,9 @@ class _ScenarioModel(_Model):
     reload_policy: Annotated[StrictStr, _one_of_values(ReloadPolicy)] = ReloadPolicy.EAGER.value
     expect_events: list[dict[StrictStr, Any]] = Field(default_factory=list)
     load_budget_ms: _Ms | None = None
+    interrupt_grace_ms: _Ms | None = None
+    retry_attempts: Annotated[StrictInt, Field(ge=0, le=10**6)] | None = None
+    retry_backoff_ms: _Ms | None = None
 
 
 class _RunExpectModel(_Model):
@@ -850,6 +875,7 @@ _WHAT: Mapping[type[BaseModel], str] = {
     _SessionExpectModel: "a session's expectation",
     _PartExpectModel: "a tool part's expectation",
     _RetryModel: "a retry",
+    _BudgetModel: "a retry budget",
 }
 
 # Where each nested model sits in a scenario document ("[]" a list index, "*" a table key).
@@ -857,6 +883,7 @@ _MODEL_AT: Mapping[tuple[str, ...], type[BaseModel]] = {
     (): _ScenarioModel,
     ("runs", "[]"): _RunModel,
     ("runs", "[]", "steps", "[]"): _StepModel,
+    ("runs", "[]", "retry_budget"): _BudgetModel,
     ("actions", "[]"): _ActionModel,
     ("instance_faults", "*"): _FaultModel,
 }
@@ -1288,6 +1315,9 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         expect_events=expect_events,
         load_budget_ms=model.load_budget_ms,
         load_gates=load_gates,
+        interrupt_grace_ms=model.interrupt_grace_ms,
+        retry_attempts=model.retry_attempts,
+        retry_backoff_ms=model.retry_backoff_ms,
     )
 
 
@@ -1394,7 +1424,17 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
         queue_policy=None if run.queue_policy is None else QueuePolicy(run.queue_policy),
         deadline_ms=run.deadline_ms,
         resume_of=run.resume_of,
+        interrupt_grace_ms=run.interrupt_grace_ms,
+        retry_budget=_budget(run.retry_budget, ("runs", index, "retry_budget")),
     )
+
+
+def _budget(given: _BudgetModel | None, prefix: tuple[str | int, ...]) -> RetryBudget | None:
+    if given is None:
+        return None
+    if given.attempts is None and given.backoff_ms is None:
+        raise _InvalidError(_key(*prefix), "a retry budget gives attempts, backoff_ms or both")
+    return RetryBudget(attempts=given.attempts, backoff_ms=given.backoff_ms)
 
 
 def _retries(entries: Sequence[object], prefix: tuple[str | int, ...]) -> tuple[RetrySpec, ...]:
@@ -1409,8 +1449,19 @@ def _retries(entries: Sequence[object], prefix: tuple[str | int, ...]) -> tuple[
             retries.append(RetrySpec(message=entry, attempt=position))
         elif isinstance(entry, dict):
             given = _validate(_RetryModel, entry, key)
+            if given.next_at_ms is not None and given.backoff_ms is not None:
+                raise _InvalidError(
+                    _key(*key, "backoff_ms"), "give next_at_ms (when) or backoff_ms (how long), not both"
+                )
             attempt = position if given.attempt is None else given.attempt
-            retries.append(RetrySpec(message=given.message, attempt=attempt, next_at_ms=given.next_at_ms))
+            retries.append(
+                RetrySpec(
+                    message=given.message,
+                    attempt=attempt,
+                    next_at_ms=given.next_at_ms,
+                    backoff_ms=given.backoff_ms,
+                )
+            )
         else:
             raise _InvalidError(
                 _key(*key),
@@ -1589,6 +1640,12 @@ def _check_action(
             _key("actions", index, "mode"),
             f"must be {_one_of(_CLOSE_MODES)}, not {_describe(action.mode)}",
         )
+    mode = CloseMode(action.mode) if do in CLOSES and action.mode is not None else None
+    if mode is not None and "grace_ms" in given and CLOSE_RULES[mode].interrupts_with is None:
+        raise _InvalidError(
+            _key("actions", index, "grace_ms"),
+            f"a close in mode {action.mode!r} interrupts nothing: grace_ms is for an interrupting close",
+        )
     if action.directory is not None and action.directory not in directories:
         raise _InvalidError(
             _key("actions", index, "directory"),
@@ -1665,7 +1722,7 @@ def _answer(value: object) -> str | None:
 
 def _build_action(index: int, action_id: str, action: _ActionModel, names: _Names) -> ActionSpec:
     do = action_do(action.do)
-    grace_ms = None
+    grace_ms = action.grace_ms  # an interrupt's (an extension): None, the run's or the supervisor's
     if do in SHUTDOWNS or do is UserAction.RESTART:
         grace_ms = _DEFAULT_GRACE_MS if action.grace_ms is None else action.grace_ms
     return ActionSpec(

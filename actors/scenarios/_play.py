@@ -129,14 +129,19 @@ _RESTART_ANSWERS_S = 2.0
 def _config(scenario: Scenario) -> SupervisorConfig:
     """The supervisor a scenario plays against: its reload policy is the file's (``eager``, the
     contract's reading, unless the file opts into ``lazy``), and so is its stall setting (none: stalls
-    are not measured)."""
-    budget = {} if scenario.load_budget_ms is None else {"load_budget_ms": scenario.load_budget_ms}
-    return SupervisorConfig(
-        **budget,
+    are not measured), and so are its extensions' supervisor settings (load budget, interrupt grace,
+    retry budget)."""
+    config = SupervisorConfig(
         shutdown_at_exit=False,
         reload_policy=scenario.reload_policy,
         stall_after_ms=scenario.stall_after_ms,
+        interrupt_grace_ms=scenario.interrupt_grace_ms,
+        retry_attempts=scenario.retry_attempts,
+        retry_backoff_ms=scenario.retry_backoff_ms,
     )
+    if scenario.load_budget_ms is None:
+        return config
+    return config.model_copy(update={"load_budget_ms": scenario.load_budget_ms})
 
 
 def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
@@ -438,13 +443,14 @@ class _Player:
                 tag=spec.id,
                 fingerprint=spec.fingerprint,
                 reload_policy=spec.reload_policy,
+                grace_ms=spec.grace_ms,
             )
         if do is UserAction.CONFIRM:
             return self._confirm_request(spec)
         assert spec.run is not None
         if do is UserAction.CANCEL:
             assert spec.origin is not None
-            return CancelRun(run_id=spec.run, origin=spec.origin, tag=spec.id)
+            return CancelRun(run_id=spec.run, origin=spec.origin, tag=spec.id, grace_ms=spec.grace_ms)
         if do is UserAction.START_RUN:
             return _start(self.runs[spec.run].spec, tag=spec.id)
         if do is UserAction.REPLY_PERMISSION:
@@ -478,7 +484,7 @@ class _Player:
         if known is None:  # its answer may come after its events: its lifecycle.requested names it
             known = next((own for own, file in self.lifecycle_ids.items() if file == spec.action), None)
         action_id = known or f"{spec.action} (not asked yet)"
-        return ConfirmClose(action_id=action_id, origin=spec.origin, tag=spec.id)
+        return ConfirmClose(action_id=action_id, origin=spec.origin, tag=spec.id, grace_ms=spec.grace_ms)
 
     def _ask_id(self, run: str, ask: str) -> str:
         """The supervisor's id of a named ask: its body records it when it opens the ask (before the
@@ -892,6 +898,8 @@ def _start(spec: RunSpec, tag: str | None = None) -> StartRun:
         tag=tag,
         deadline_ms=spec.deadline_ms,
         resume_of=spec.resume_of,
+        interrupt_grace_ms=spec.interrupt_grace_ms,
+        retry_budget=spec.retry_budget,
     )
 
 
