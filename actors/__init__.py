@@ -9,7 +9,8 @@ The in-process API::
         supervisor.close("dispose_all", mode="maintenance", origin="settings.provider.connect")
         run.wait(timeout=5)
 
-Logging is off by default; turn it on with ``loguru.logger.enable("run_supervisor")``.
+Logging is off by default; turn it on with ``loguru.logger.enable("run_supervisor")``, or route it
+to the standard ``logging`` module with ``log_to_stdlib()``.
 """
 
 from run_supervisor.actors import _logging  # noqa: F401 -- silences the library before anything logs
@@ -52,6 +53,7 @@ from run_supervisor.actors._errors import (
     UnknownRun,
 )
 from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
+from run_supervisor.actors._logging import log_to_stdlib
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors._validate import (
     CloseActionName,
@@ -111,4 +113,5 @@ __all__ = [
     "UnknownAsk",
     "UnknownDirectory",
     "UnknownRun",
+    "log_to_stdlib",
 ]

@@ -57,6 +57,7 @@ ACTORS = [
     "UnknownAsk",
     "UnknownDirectory",
     "UnknownRun",
+    "log_to_stdlib",
 ]
 
 PROTOCOL = [

@@ -12,7 +12,8 @@ What a host imports is this one namespace::
 
 ``run_supervisor.protocol`` is the pure half (messages, events, codecs, the decision core; no
 threads, no pykka); ``run_supervisor.actors`` is the pykka shell behind the facade. Logging is off by
-default; turn it on with ``loguru.logger.enable("run_supervisor")``.
+default; turn it on with ``loguru.logger.enable("run_supervisor")``, or route it to the standard
+``logging`` module with ``log_to_stdlib()``.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the
     from run_supervisor.actors import UnknownAsk as UnknownAsk
     from run_supervisor.actors import UnknownDirectory as UnknownDirectory
     from run_supervisor.actors import UnknownRun as UnknownRun
+    from run_supervisor.actors import log_to_stdlib as log_to_stdlib
     from run_supervisor.protocol import ActionSnapshot as ActionSnapshot
     from run_supervisor.protocol import AskKind as AskKind
     from run_supervisor.protocol import AskPayload as AskPayload
