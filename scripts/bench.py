@@ -94,6 +94,7 @@ class Reps:
     http_rounds: int = 11  # alternating rounds of kept-alive requests: serve, then a bare Starlette app
     http_per_round: int = 200  # sequential requests on one connection per side per round
     cold_rounds: int = 7  # alternating cold starts: serve to its ready line, then a bare import
+    async_rounds: int = 7  # alternating rounds of ASYNC_RUNS async runs: AsyncSupervisor, a dict of Tasks
 
 
 FULL = Reps(
@@ -750,6 +751,112 @@ def throughput(fig: Figures, reps: Reps) -> None:
         pool.shutdown(wait=True)
     fig.ratio("runs_per_s_thread_ratio", "runs_per_s", "thread_runs_per_s")
     fig.ratio("runs_per_s_pool_ratio", "runs_per_s", "pool_runs_per_s")
+
+
+# --- asyncio: async runs as tasks against a host's own dict of Tasks --------------------------------
+
+ASYNC_RUNS = 200
+"""Async runs started at once per round (each its own session), streaming ASYNC_CHUNKS chunks."""
+ASYNC_CHUNKS = 20
+ASYNC_TICK_S = 0.002
+"""The loop-lateness probe's period: a task that sleeps this long and notes how late it woke."""
+
+
+async def _async_round(supervised: bool) -> tuple[float, float, int]:
+    """One round on a fresh loop: ASYNC_RUNS runs started together, each streaming ASYNC_CHUNKS
+    chunks (a heartbeat and a loop turn each), then all awaited. Returns (the loop's worst lateness
+    in ms, runs per second from the first start to the last end, OS threads added at the peak)."""
+    import asyncio
+
+    from run_supervisor import AsyncSupervisor
+
+    worst = 0.0
+    stop = asyncio.Event()
+
+    async def probe() -> None:
+        nonlocal worst
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            before = loop.time()
+            await asyncio.sleep(ASYNC_TICK_S)
+            worst = max(worst, loop.time() - before - ASYNC_TICK_S)
+
+    peak = 0
+
+    def note_threads() -> None:
+        nonlocal peak
+        peak = max(peak, threading.active_count())
+
+    if supervised:
+        async with AsyncSupervisor.start(_config(), directories=["/bench/async"]) as sup:
+
+            async def turn(ctx: Any) -> None:
+                for _ in range(ASYNC_CHUNKS):
+                    ctx.heartbeat()
+                    await asyncio.sleep(0)
+                note_threads()
+
+            await (await sup.start_run(turn, session="warm", directory="/bench/async")).wait(TIMEOUT_S)
+            before_threads = threading.active_count()
+            ticker = asyncio.create_task(probe())
+            await asyncio.sleep(ASYNC_TICK_S)
+            began = time.perf_counter()
+            runs = await asyncio.gather(
+                *(sup.start_run(turn, session=f"s{i}", directory="/bench/async") for i in range(ASYNC_RUNS))
+            )
+            for run in runs:
+                await run.wait(TIMEOUT_S)
+            took = time.perf_counter() - began
+            stop.set()
+            await ticker
+    else:
+        table: dict[str, asyncio.Task[None]] = {}  # the host's own: a task per run, by run id
+        last: dict[str, float] = {}
+
+        async def bare(run_id: str) -> None:
+            for _ in range(ASYNC_CHUNKS):
+                last[run_id] = time.monotonic()  # what a host keeps to notice a hung stream
+                await asyncio.sleep(0)
+            note_threads()
+
+        before_threads = threading.active_count()
+        ticker = asyncio.create_task(probe())
+        await asyncio.sleep(ASYNC_TICK_S)
+        began = time.perf_counter()
+        for i in range(ASYNC_RUNS):
+            table[f"r{i}"] = asyncio.create_task(bare(f"r{i}"))
+        for task in list(table.values()):
+            await task
+        took = time.perf_counter() - began
+        stop.set()
+        await ticker
+    return worst * 1000.0, ASYNC_RUNS / took, max(0, peak - before_threads)
+
+
+def async_runs(fig: Figures, reps: Reps) -> None:
+    """ASYNC_RUNS async runs started at once and streaming, through ``AsyncSupervisor`` and through
+    a host's own dict of Tasks, round by round in turn (each on a fresh loop): the loop's worst
+    lateness while they start and stream (``async_loop_lag_ratio``: ours against the dict's), runs
+    per second (``async_runs_per_s_ratio``) and OS threads added per open async run
+    (``async_threads_per_run``: 0 when an async run is only a task)."""
+    import asyncio
+
+    for supervised in (True, False):  # warm up
+        asyncio.run(_async_round(supervised))
+    for r in range(reps.async_rounds):
+        order = [True, False] if r % 2 == 0 else [False, True]  # alternate who goes first
+        for supervised in order:
+            lag_ms, per_s, threads = asyncio.run(_async_round(supervised))
+            suffix = "" if supervised else "_bare"
+            fig.add(f"async_loop_lag{suffix}_ms", lag_ms)
+            fig.add(f"async_runs_per_s{suffix}", per_s)
+            if supervised:
+                fig.add("async_threads_per_run", threads / ASYNC_RUNS)
+    # A floor of 1 ms under the bare lateness: a quiet round's few hundred microseconds would
+    # otherwise make the ratio a measure of timer noise.
+    for ours, bare in zip(fig.rounds["async_loop_lag_ms"], fig.rounds["async_loop_lag_bare_ms"], strict=True):
+        fig.add("async_loop_lag_ratio", ours / max(bare, 1.0))
+    fig.ratio("async_runs_per_s_ratio", "async_runs_per_s", "async_runs_per_s_bare")
 
 
 # --- stalls: the cost of a heartbeat ---------------------------------------------------------------
@@ -1413,6 +1520,9 @@ TARGETS: dict[str, tuple[str, float]] = {
     "heartbeat_ns": ("<=", 1000),  # a stream may heartbeat per chunk: at most 1 ms per 1,000 chunks
     "http_keepalive_ratio": ("<=", 2),
     "cold_start_ratio": ("<=", 1.5),
+    "async_loop_lag_ratio": ("<=", 2),
+    "async_threads_per_run": ("<=", 0),
+    "async_runs_per_s_ratio": (">=", 0.1),
 }
 
 KEYS = (
@@ -1442,6 +1552,10 @@ KEYS = (
     # the wire hosts
     "http_keepalive_ratio",
     "cold_start_ratio",
+    # asyncio hosts
+    "async_loop_lag_ratio",
+    "async_threads_per_run",
+    "async_runs_per_s_ratio",
 )
 
 GROWTH_RUNS = (10, 100, LIVE)
@@ -1494,6 +1608,8 @@ def measure(reps: Reps, *, pin: bool) -> Results:
     fig.ratio("close_decision_growth", f"close_decision_{LIVE}_us", "close_decision_10_us")
     with section("throughput"):
         throughput(fig, reps)
+    with section(f"asyncio: {ASYNC_RUNS} async runs against a dict of Tasks"):
+        async_runs(fig, reps)
     with section("stalls: ctx.heartbeat() against a bare store"):
         heartbeat_cost(fig, reps)
     with section("HTTP: a kept-alive request, serve against a bare Starlette + uvicorn app"):
