@@ -42,7 +42,6 @@ from run_supervisor.actors.hosts._timeline import live_page
 from run_supervisor.actors.hosts._wire import HostError, WireHost, http_status
 from run_supervisor.protocol import (
     CloseAction,
-    CloseMode,
     CloseOutcome,
     ProtocolDecodeError,
     RejectCode,
@@ -577,11 +576,6 @@ def _lease(value: Any, default: int) -> int:
     return value
 
 
-_COMPAT_ORIGIN = {
-    CloseAction.DISPOSE_ALL: "global.dispose",
-    CloseAction.DISPOSE: "instance.dispose",
-    CloseAction.RELOAD: "instance.reload",
-}
 
 
 def create_app(host: WireHost, settings: HttpSettings) -> Guard:
@@ -771,32 +765,22 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
     def compat(do: CloseAction) -> Callable[[HttpRequest], Awaitable[Response]]:
         async def route(request: HttpRequest) -> Response:
             query, headers = request.query_params, request.headers
-            mode = query.get("mode", CloseMode.MAINTENANCE.value)
-            origin = headers.get("x-opencode-client-action-kind") or _COMPAT_ORIGIN[do]
-            fields: dict[str, Any] = {"type": "close", "do": do.value, "mode": mode, "origin": origin}
-            tag = headers.get("x-opencode-client-action-id")
-            if tag:
-                fields["tag"] = tag
-            if do is not CloseAction.DISPOSE_ALL:
-                directory = query.get("directory") or headers.get("x-opencode-directory")
-                if not directory:
-                    raise HostError(
-                        RejectCode.INVALID_REQUEST.value,
-                        "name the directory: ?directory=... or the header x-opencode-directory",
-                    )
-                await host.directories((directory,), load=False)  # an unloaded directory closes at once
-                fields["directories"] = [directory]
-            outcome = await host.submit(_request(fields))
-            assert isinstance(outcome, CloseOutcome)
-            if outcome.code is not None:
-                return _outcome(outcome)
-            return _json(
-                answers.CompatCloseAnswer(
-                    status="completed" if outcome.completed else "deferred",
-                    lifecycle_action_id=outcome.action_id,
-                    affected_directory_keys=(*outcome.completed_directories, *outcome.pending_directories),
+            directory = query.get("directory") or headers.get("x-opencode-directory")
+            if do is not CloseAction.DISPOSE_ALL and not directory:
+                raise HostError(
+                    RejectCode.INVALID_REQUEST.value,
+                    "name the directory: ?directory=... or the header x-opencode-directory",
                 )
+            answer = await host.compat_close(
+                do,
+                mode=query.get("mode"),
+                origin=headers.get("x-opencode-client-action-kind"),
+                tag=headers.get("x-opencode-client-action-id"),
+                directory=directory,
             )
+            if isinstance(answer, CloseOutcome):  # rejected: the close's own outcome
+                return _outcome(answer)
+            return _json(answer)
 
         return route
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from run_supervisor.actors.hosts._answers import CompatEvent
 from run_supervisor.actors.hosts._external import (
     AnswerNotice,
     ExternalReport,
@@ -16,6 +17,7 @@ from run_supervisor.actors.hosts._external import (
     ReportOutcome,
 )
 from run_supervisor.actors.hosts._hub import StreamReset
+from run_supervisor.actors.hosts._remote_caches import HookRequest
 
 __all__ = ["StreamReset", "host_schema_roots", "with_hosts"]
 
@@ -38,8 +40,12 @@ class StdioError(msgspec.Struct, frozen=True, tag="error", tag_field="type", kw_
 
 
 class StdioEvent(msgspec.Struct, frozen=True, tag="event", tag_field="type", kw_only=True):
+    """One event; ``compat`` (present only then) is its seed 002 shape, for the events those clients
+    consume (``global.disposed``, ``server.instance.disposed``), as HTTP's ``/event`` sends them."""
+
     id: str
     event: Any
+    compat: CompatEvent | None = None
 
 
 def host_schema_roots() -> dict[str, Any]:
@@ -47,7 +53,7 @@ def host_schema_roots() -> dict[str, Any]:
     return {
         "ExternalReport": ExternalReport,
         "ReportOutcome": ReportOutcome,
-        "HostEvent": InterruptNotice | AnswerNotice | RefusedNotice | StreamReset,
+        "HostEvent": InterruptNotice | AnswerNotice | RefusedNotice | HookRequest | StreamReset,
         "StdioOutput": StdioAnswer | StdioError | StdioEvent,
     }
 
@@ -76,7 +82,8 @@ def with_hosts(schema: dict[str, Any]) -> dict[str, Any]:
         "StdioEvent",
     )
     for name in sent:
-        defs[name] = {**defs[name], "required": list(defs[name]["properties"])}
+        required = [key for key in defs[name]["properties"] if (name, key) != ("StdioEvent", "compat")]
+        defs[name] = {**defs[name], "required": required}
     return {
         **schema,
         "title": f"{schema.get('title', 'run-supervisor')}, with the wire hosts' messages",

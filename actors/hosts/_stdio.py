@@ -42,6 +42,8 @@ from run_supervisor.actors.hosts._hub import WireItem
 from run_supervisor.actors.hosts._remote_caches import STDIO_OPS, RemoteCaches, state_of, stdio_op
 from run_supervisor.actors.hosts._wire import HostError, WireHost, http_status
 from run_supervisor.protocol import (
+    CloseAction,
+    CloseOutcome,
     ProtocolDecodeError,
     RejectCode,
     ReloadPolicy,
@@ -58,6 +60,15 @@ before the session ends as a shutdown with origin ``stdout.stalled``: a parent t
 but stops reading it never grows the sidecar without bound."""
 
 _INVALID = RejectCode.INVALID_REQUEST.value
+
+COMPAT_OPS = {
+    "global.dispose": CloseAction.DISPOSE_ALL,
+    "instance.dispose": CloseAction.DISPOSE,
+    "instance.reload": CloseAction.RELOAD,
+}
+"""Seed 002's backend operations over stdio: ``{"type": "global.dispose", "mode"?, "clientActionID"?,
+"clientActionKind"?}`` and ``instance.dispose`` / ``instance.reload`` with a ``directory``; answered
+``{"status", "lifecycleActionID", "affectedDirectoryKeys"}`` as on HTTP."""
 _MISSING = object()
 
 
@@ -134,6 +145,32 @@ async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
             return 200, msgspec.to_builtins(state_of(host.caches))
         stats = msgspec.to_builtins(host.read(lambda sup: sup.statistics()))
         return 200, {**stats, "stall_after_ms": host.supervisor.config.stall_after_ms}
+    if kind in COMPAT_OPS:  # seed 002's operations, in upstream's shapes (as HTTP's compatible routes)
+        do = COMPAT_OPS[kind]
+        _only(
+            fields,
+            kind,
+            (
+                "mode",
+                "clientActionID",
+                "clientActionKind",
+                *(("directory",) if do is not CloseAction.DISPOSE_ALL else ()),
+            ),
+        )
+        for key in ("mode", "clientActionID", "clientActionKind", "directory"):
+            if fields.get(key) is not None and not isinstance(fields[key], str):
+                raise HostError(_INVALID, f"{kind}: {key} must be a string")
+        if do is not CloseAction.DISPOSE_ALL:
+            _needs(fields, "directory")
+        compat = await host.compat_close(
+            do,
+            mode=fields.get("mode"),
+            origin=fields.get("clientActionKind"),
+            tag=fields.get("clientActionID"),
+            directory=fields.get("directory"),
+        )
+        status = http_status(compat.code.value if isinstance(compat, CloseOutcome) and compat.code else None)
+        return status, msgspec.to_builtins(compat)
     if kind in STDIO_OPS:  # caches over the wire: _remote_caches
         return 200, msgspec.to_builtins(stdio_op(host.caches, kind, fields))
     if kind == "directories":
@@ -384,7 +421,10 @@ async def _serve(
     writer.when_ended(lambda _why: post(_STDOUT_GONE))
 
     def write_event(item: WireItem) -> None:
-        writer.put(b'{"type":"event","id":"' + item.id.encode() + b'","event":' + item.data + b"}")
+        # An event seed 002's clients know (global.disposed, server.instance.disposed) carries that
+        # shape too, as on HTTP's /event: {"type", "properties"}.
+        compat = b',"compat":' + item.compat if item.compat is not None else b""
+        writer.put(b'{"type":"event","id":"' + item.id.encode() + b'","event":' + item.data + compat + b"}")
 
     async def pump_events() -> None:
         if not events:

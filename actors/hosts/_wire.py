@@ -12,8 +12,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
+
 from run_supervisor.actors._api import Supervisor
 from run_supervisor.actors._errors import SupervisorClosed, SupervisorError
+from run_supervisor.actors.hosts._answers import CompatCloseAnswer
 from run_supervisor.actors.hosts._external import (
     DEFAULT_LEASE_MS,
     ExternalReport,
@@ -22,13 +25,17 @@ from run_supervisor.actors.hosts._external import (
 )
 from run_supervisor.actors.hosts._hub import EventHub
 from run_supervisor.protocol import (
+    CloseAction,
+    CloseMode,
     CloseOutcome,
     CloseResult,
+    ProtocolDecodeError,
     RejectCode,
     Request,
     RequestOutcome,
     RunFinished,
     StartRun,
+    decode_request,
 )
 
 if TYPE_CHECKING:
@@ -37,6 +44,13 @@ if TYPE_CHECKING:
 __all__ = ["STATUS_BY_CODE", "HostError", "WireHost", "http_status"]
 
 T = TypeVar("T")
+
+COMPAT_ORIGIN = {
+    CloseAction.DISPOSE_ALL: "global.dispose",
+    CloseAction.DISPOSE: "instance.dispose",
+    CloseAction.RELOAD: "instance.reload",
+}
+"""The origin of seed 002's closes when the client names none (``x-opencode-client-action-kind``)."""
 
 STATUS_BY_CODE: dict[str | None, int] = {
     None: 200,
@@ -129,6 +143,45 @@ class WireHost:
             future = self.supervisor.submit(request)
         outcome: CloseOutcome | RequestOutcome = await self._await(future)
         return outcome
+
+    async def compat_close(
+        self,
+        do: CloseAction,
+        *,
+        mode: str | None = None,
+        origin: str | None = None,
+        tag: str | None = None,
+        directory: str | None = None,
+    ) -> CloseOutcome | CompatCloseAnswer:
+        """Seed 002's ``global.dispose`` / ``instance.dispose`` / ``instance.reload`` (HTTP's compatible
+        routes and stdio's operations of the same names): a close in mode ``maintenance`` unless told,
+        answered in upstream's shape -- or the close's own outcome when it is rejected."""
+        fields: dict[str, Any] = {
+            "type": "close",
+            "do": do.value,
+            "mode": mode or CloseMode.MAINTENANCE.value,
+            "origin": origin or COMPAT_ORIGIN[do],
+        }
+        if tag:
+            fields["tag"] = tag
+        if do is not CloseAction.DISPOSE_ALL:
+            if not directory:
+                raise HostError(RejectCode.INVALID_REQUEST.value, "name the directory")
+            await self.directories((directory,), load=False)  # an unloaded directory closes at once
+            fields["directories"] = [directory]
+        try:
+            request = decode_request(msgspec.json.encode(fields))
+        except ProtocolDecodeError as exc:
+            raise HostError(RejectCode.INVALID_REQUEST.value, str(exc)) from None
+        outcome = await self.submit(request)
+        assert isinstance(outcome, CloseOutcome)
+        if outcome.code is not None:
+            return outcome
+        return CompatCloseAnswer(
+            status="completed" if outcome.completed else "deferred",
+            lifecycle_action_id=outcome.action_id,
+            affected_directory_keys=(*outcome.completed_directories, *outcome.pending_directories),
+        )
 
     async def report(self, run_id: str, report: ExternalReport) -> ReportOutcome:
         return await self._await(self.external.report(run_id, report))
