@@ -34,10 +34,12 @@ from run_supervisor.actors._errors import InvalidRequest
 from run_supervisor.protocol import (
     AnswerForm,
     CancelRun,
+    CancelSession,
     CloseAction,
     CloseMode,
     CloseRequest,
     ConfirmClose,
+    DeleteSession,
     DismissForm,
     InterruptReason,
     QueuePolicy,
@@ -139,6 +141,8 @@ _REQUESTS = (
     DismissForm,
     SetQueuePolicy,
     ConfirmClose,
+    CancelSession,
+    DeleteSession,
 )
 
 
@@ -374,6 +378,13 @@ def _check_fields(req: Request) -> None:
     elif isinstance(req, ConfirmClose):
         identifier("action_id", req.action_id)
         optional_text("origin", req.origin)
+    elif isinstance(req, CancelSession | DeleteSession):
+        identifier("session", req.session)
+        name_text("origin", req.origin)
+        if req.grace_ms is not None:
+            grace("grace_ms", req.grace_ms)
+        if isinstance(req, DeleteSession):
+            flag("confirm", req.confirm)
     else:
         _ask_address(req.ask_id, req.run_id)
         optional_text("message", req.message)

@@ -69,10 +69,12 @@ from run_supervisor.protocol._requests import (
     AskRaised,
     BodyEnded,
     CancelRun,
+    CancelSession,
     CloseOutcome,
     CloseRequest,
     ConfirmClose,
     DeadlineExpired,
+    DeleteSession,
     DismissForm,
     DisposeDone,
     GraceExpired,
@@ -227,6 +229,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         neither the interrupt's request nor the run (``StartRun.interrupt_grace_ms``) names one; None:
         bodies are waited for (only the shutdown's grace abandons)."""
         self._abandoned = 0
+        self._session_actions = 0
         self.queue_policy = QueuePolicy(queue_policy)
         """Every session's default queue policy until ``SetQueuePolicy`` gives it one of its own."""
         self.retain_finished = retain_finished
@@ -432,6 +435,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             self._closed,
             self._reports_ignored,
             self._abandoned,
+            self._session_actions,
             self._runs_in.copy(),
             self._instances_in.copy(),
         )
@@ -447,6 +451,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 self._closed,
                 self._reports_ignored,
                 self._abandoned,
+                self._session_actions,
                 self._runs_in,
                 self._instances_in,
             ) = saved
@@ -647,6 +652,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             session = _Session(run.session)
             self._journal.fresh(session)
             self._journal.put(self._sessions, session.id, session)
+        if session.deleted:  # deleted while its last run stops: a new run makes it known again
+            self._touch(session)
+            session.deleted = False
         if session.active is None:
             self._activate(run, session)
         else:
@@ -794,6 +802,81 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         else:
             self._interrupt(run, req.reason, req.origin, req.tag, req.grace_ms)
         self._reply(reply_to, _OK)
+
+    def _cancel_session(self, req: CancelSession, reply_to: Any) -> None:
+        problem = self._session_request_problem(req.session, req.grace_ms)
+        if problem is None and req.reason not in CANCEL_REASONS:
+            problem = (
+                f"a session cancel's reason is {' or '.join(sorted(CANCEL_REASONS))}, not {req.reason.value}"
+            )
+        if problem is not None:
+            self._reject(reply_to, RejectCode.INVALID_REQUEST, problem)
+            return
+        action, stopped = self._stop_session(req.session, req.reason, req.origin, req.grace_ms)
+        self._reply(
+            reply_to, RequestOutcome(result=RequestResult.OK, action_id=action, interrupted_runs=stopped)
+        )
+
+    def _delete_session(self, req: DeleteSession, reply_to: Any) -> None:
+        problem = self._session_request_problem(req.session, req.grace_ms)
+        if problem is not None:
+            self._reject(reply_to, RejectCode.INVALID_REQUEST, problem)
+            return
+        session = self._sessions.get(req.session)
+        if session is not None and (session.active is not None or session.queue) and not req.confirm:
+            queued = f" and {len(session.queue)} queued" if session.queue else ""
+            self._reject(
+                reply_to,
+                RejectCode.SESSION_BUSY,
+                f"session {req.session!r} has run {session.active!r} active{queued}; delete it with "
+                "confirm to stop them first",
+            )
+            return
+        action, stopped = self._stop_session(
+            req.session, InterruptReason.USER_CANCEL, req.origin, req.grace_ms
+        )
+        session = self._sessions.get(req.session)
+        self._journal.drop(self._policies, req.session)
+        self._forget_grants(req.session)
+        if session is not None and session.active is not None:
+            self._touch(session)
+            session.deleted = True  # forgotten at its active run's end
+        elif session is not None:
+            self._journal.drop(self._idle_sessions, session.id)
+            self._journal.drop(self._sessions, session.id)
+        self._reply(
+            reply_to, RequestOutcome(result=RequestResult.OK, action_id=action, interrupted_runs=stopped)
+        )
+
+    def _session_request_problem(self, session: str, grace_ms: int | None) -> str | None:
+        if not session:
+            return "a session request needs a non-empty session"
+        if grace_ms is not None and grace_ms < 0:
+            return f"grace_ms must be >= 0, got {grace_ms}"
+        return None
+
+    def _stop_session(
+        self, name: str, reason: InterruptReason, origin: str, grace_ms: int | None
+    ) -> tuple[str | None, tuple[str, ...]]:
+        """End the session's queued runs unstarted, then interrupt its active run: one reason, one
+        origin, one action id (None: nothing to stop)."""
+        session = self._sessions.get(name)
+        active = self._runs.get(session.active) if session is not None and session.active else None
+        if session is None or (not session.queue and (active is None or active.state is not RunState.ACTIVE)):
+            return None, ()
+        self._session_actions += 1
+        action = f"cs-{self._session_actions}"
+        stopped: list[str] = []
+        for queued_id in list(session.queue):
+            self._end_queued(self._runs[queued_id], reason, origin, action)
+            stopped.append(queued_id)
+        if active is not None and active.state is RunState.ACTIVE:
+            self._interrupt(active, reason, origin, action, grace_ms)
+            stopped.append(active.id)
+        return action, tuple(stopped)
+
+    def _forget_grants(self, session: str) -> None:
+        """The session's "always" grants (none kept yet by this core)."""
 
     def _known_unfinished(self, run_id: str, reply_to: Any, verb: str) -> _Run | None:
         run = self._runs.get(run_id)
@@ -1071,7 +1154,10 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         else:
             self._move_session(session, SessionTrigger.END, None)  # announced idle, retry cleared
             session.active = None
-            self._remember(self._idle_sessions, session.id, self._sessions)
+            if session.deleted:  # deleted while its run was stopping: forgotten now
+                self._journal.drop(self._sessions, session.id)
+            else:
+                self._remember(self._idle_sessions, session.id, self._sessions)
         self._child_finished(run)
 
     def _child_finished(self, run: _Run) -> None:
@@ -1238,6 +1324,8 @@ _REQUEST_HANDLERS: Mapping[type, Callable[[SupervisorCore, Any, Any], None]] = {
     DismissForm: SupervisorCore._dismiss_form,
     SetQueuePolicy: SupervisorCore._set_queue_policy,
     ConfirmClose: SupervisorCore._confirm_close,
+    CancelSession: SupervisorCore._cancel_session,
+    DeleteSession: SupervisorCore._delete_session,
 }
 """Who decides each request (``SupervisorCore.request``)."""
 

@@ -106,6 +106,8 @@ class _Session:
     queue: deque[str] = field(default_factory=deque)
     retry: tuple[int, str, int | None] | None = None
     """While its active run retries: (attempt, message, next attempt at, epoch ms); status ``retry``."""
+    deleted: bool = False
+    """``DeleteSession`` confirmed while a run was active: forgotten at that run's end."""
 
 
 @dataclass(slots=True)

@@ -37,10 +37,12 @@ __all__ = [
     "AskRaised",
     "BodyEnded",
     "CancelRun",
+    "CancelSession",
     "CloseOutcome",
     "CloseRequest",
     "ConfirmClose",
     "DeadlineExpired",
+    "DeleteSession",
     "DismissForm",
     "DisposeDone",
     "GraceExpired",
@@ -123,6 +125,32 @@ class CancelRun(_Request, frozen=True, tag="cancel"):
     grace_ms: int | None = None
     """How long the body (and its children's) may go on before the run is abandoned; None: the run's
     ``interrupt_grace_ms``, else the supervisor's."""
+
+
+class CancelSession(_Request, frozen=True, tag="cancel_session"):
+    """Stop a whole session: its queued runs end unstarted and its active run is interrupted, all
+    with one reason, one origin and one action id (``cs-N``, in the answer's ``action_id``; a run
+    already being interrupted keeps its first reason). An idle or unknown session: ``ok``, nothing
+    to stop."""
+
+    session: str
+    origin: str = "user"
+    reason: InterruptReason = InterruptReason.USER_CANCEL
+    """As for ``CancelRun``: ``user_cancel`` or ``timeout``."""
+    grace_ms: int | None = None
+    """As for ``CancelRun``: the interrupted body's grace before its run is abandoned."""
+
+
+class DeleteSession(_Request, frozen=True, tag="delete_session"):
+    """Forget a session: its policy and its grants go, and it is unknown from then on. Refused
+    ``session_busy`` while it has an active or queued run, unless ``confirm``: then it is cancelled
+    first (as ``CancelSession``, which withdraws its open asks) and forgotten once its active run has
+    ended."""
+
+    session: str
+    confirm: bool = False
+    origin: str = "user"
+    grace_ms: int | None = None
 
 
 class CloseRequest(_Request, frozen=True, tag="close"):
@@ -223,6 +251,8 @@ Request = (
     | DismissForm
     | SetQueuePolicy
     | ConfirmClose
+    | CancelSession
+    | DeleteSession
 )
 
 
@@ -370,6 +400,10 @@ class RequestOutcome(msgspec.Struct, frozen=True, kw_only=True):
     result: RequestResult
     error: str | None = None
     code: RejectCode | None = None
+    action_id: str | None = None
+    """A session cancel or delete: the action id every run it stopped names."""
+    interrupted_runs: tuple[str, ...] = ()
+    """A session cancel or delete: the runs it stopped (queued ones first, then the active one)."""
 
     @property
     def rejected(self) -> bool:

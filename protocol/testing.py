@@ -147,10 +147,12 @@ from run_supervisor.protocol._requests import (
     AskRaised,
     BodyEnded,
     CancelRun,
+    CancelSession,
     CloseOutcome,
     CloseRequest,
     ConfirmClose,
     DeadlineExpired,
+    DeleteSession,
     DismissForm,
     DisposeDone,
     GraceExpired,
@@ -1175,7 +1177,10 @@ class InvariantChecker:
         if answer.rejected:
             if answer.code is None or not answer.error:
                 self.violation(f"{token!r} rejected without a code and a message: {answer}")
-            if answer.code is RejectCode.SESSION_BUSY and (
+            if answer.code is RejectCode.SESSION_BUSY and isinstance(request, DeleteSession):
+                if request.confirm:
+                    self.violation(f"{token!r}: a confirmed delete_session rejected session_busy")
+            elif answer.code is RejectCode.SESSION_BUSY and (
                 not isinstance(request, StartRun)
                 or request.queue_policy not in (None, QueuePolicy.REJECT_IF_BUSY)
             ):
@@ -1327,6 +1332,12 @@ class InvariantChecker:
             by = f"{type(request).__name__} {token!r}"
             if isinstance(request, CancelRun):
                 add(request.run_id, _Decision(request.reason, request.origin, request.tag, by))
+            elif isinstance(request, CancelSession | DeleteSession) and isinstance(answer, RequestOutcome):
+                stop = request.reason if isinstance(request, CancelSession) else InterruptReason.USER_CANCEL
+                if bool(answer.interrupted_runs) != (answer.action_id is not None):
+                    self.violation(f"{by}: stopped {answer.interrupted_runs} as action {answer.action_id}")
+                for run_id in answer.interrupted_runs:  # one reason, one origin, one action id
+                    add(run_id, _Decision(stop, request.origin, answer.action_id, by))
             elif isinstance(request, ReplyPermission | DismissForm):
                 rule = _decline_of(request)
                 if rule is not None and rule.effect is DeclineEffect.INTERRUPT_RUN:

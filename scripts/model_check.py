@@ -24,7 +24,8 @@ interleaving of host requests and internal reports, breadth-first, merging state
   (``interrupt_grace_ms``); an armed grace passes at any moment (the run is then abandoned if its
   body still runs), also after its body ended; an abandoned body goes on reporting (steps, retries,
   its end), which the core refuses; the session's next queued run starts; a retry budget of one
-  attempt stops a run at its second retry.
+  attempt stops a run at its second retry; sessions are cancelled and deleted (confirmed or not) at
+  any moment.
 
 After every step the one ``InvariantChecker`` (``run_supervisor.protocol.testing``) checks the new
 command batch; with ``--drain`` (the default) every new state is also driven to its end (a test
@@ -68,12 +69,14 @@ from run_supervisor.protocol import (
     AskRaised,
     BodyEnded,
     CancelRun,
+    CancelSession,
     CloseAction,
     CloseMode,
     CloseRequest,
     Command,
     ConfirmClose,
     DeadlineExpired,
+    DeleteSession,
     DeliverAnswer,
     DismissForm,
     DisposeDone,
@@ -374,6 +377,8 @@ class Scope:
     armed grace passes at any moment."""
     retry_attempts: int | None = None
     """The core's retry budget (``RetryBudget(attempts=)``): the retry past it interrupts the run."""
+    session_requests: bool = False
+    """``cancel_session`` and ``delete_session`` (unconfirmed and confirmed) of each session, any time."""
 
 
 FULL = Scope(
@@ -513,8 +518,8 @@ SCOPES = {
             "3 runs in /w/a (s1, s2; queued behind each other); every interrupted body gets a grace of its "
             "own, which passes at any moment (also after the body ended): cancel, permission asks and forms "
             "with every reply, deadlines, a confirmed reload; a retry budget of one attempt (the second "
-            "retry stops the run); an abandoned body goes on stepping, retrying and ends; shutdown and "
-            "the grace deadline",
+            "retry stops the run); cancel_session and delete_session (confirmed or not) of s1 and s2; an "
+            "abandoned body goes on stepping, retrying and ends; shutdown and the grace deadline",
             runs=3,
             places=(("s1", A), ("s2", A)),
             closes=((CloseAction.RELOAD, (A,)),),
@@ -526,6 +531,7 @@ SCOPES = {
             deadlines=True,
             interrupt_grace_ms=50,
             retry_attempts=1,
+            session_requests=True,
         ),
     )
 }
@@ -585,6 +591,10 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
             yield f"set {session} queue_policy {queue_policy.value}", _set_policy(session, queue_policy)
     for run_id in RUNS[: world.started] if scope.cancel else ():
         yield f"cancel {run_id}", _request(CancelRun(run_id=run_id))
+    for session in sorted({s for s, _ in scope.places}) if scope.session_requests else ():
+        yield f"cancel session {session}", _request(CancelSession(session=session))
+        yield f"delete session {session}", _request(DeleteSession(session=session))
+        yield f"delete session {session} confirmed", _request(DeleteSession(session=session, confirm=True))
     for do, directories in scope.closes if world.closes < scope.max_closes else ():
         for mode in scope.modes:
             for fingerprint in scope.fingerprints:
@@ -666,7 +676,18 @@ def drain_world(world: World) -> None:
 
 # --- state hashing -------------------------------------------------------------------------------------
 
-_SKIP = frozenset({"_seq", "_out", "_action_count", "_finished", "_reports_ignored", "seq"})
+_SKIP = frozenset(
+    {
+        "_seq",
+        "_out",
+        "_action_count",
+        "_session_actions",
+        "_abandoned",
+        "_finished",
+        "_reports_ignored",
+        "seq",
+    }
+)
 """Attributes no decision depends on (see the module docstring)."""
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _PLAIN = frozenset({type(None), int, float, bool})

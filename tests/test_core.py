@@ -19,6 +19,7 @@ from run_supervisor.protocol import (
     ActionResult,
     AnswerForm,
     CancelRun,
+    CancelSession,
     CloseAction,
     CloseMode,
     CloseOutcome,
@@ -26,6 +27,7 @@ from run_supervisor.protocol import (
     CloseResult,
     Command,
     ConfirmClose,
+    DeleteSession,
     DeliverAnswer,
     DismissForm,
     DisposeDone,
@@ -56,6 +58,7 @@ from run_supervisor.protocol import (
     Request,
     RequestOutcome,
     RequestResult,
+    RetryBudget,
     RunFinished,
     RunQueued,
     RunStarted,
@@ -1555,6 +1558,15 @@ EVERY_REQUEST: list[Request] = [
     SetQueuePolicy(session="s1", queue_policy=QueuePolicy.COALESCE),
     StartRun(run_id="r2", session="s1", directory=A, queue_policy=QueuePolicy.REJECT_IF_BUSY),
     ConfirmClose(action_id="lc-1", origin="ui.confirm", tag="c"),
+    CancelSession(session="s1", origin="ui.stop", grace_ms=500),
+    DeleteSession(session="s1", confirm=True),
+    StartRun(
+        run_id="r3",
+        session="s1",
+        directory=A,
+        interrupt_grace_ms=0,
+        retry_budget=RetryBudget(attempts=3, backoff_ms=60_000),
+    ),
 ]
 
 

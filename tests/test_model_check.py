@@ -59,7 +59,7 @@ BOUNDED = pick(
         ("stalled-trees", 5, 8_000),
         ("reloads", 4, 4_000),
         ("deadlines", 5, 8_000),
-        ("abandons", 5, 8_000),
+        ("abandons", 4, 7_000),
     ],
 )
 

@@ -1,0 +1,121 @@
+"""Sessions are things users act on: ``cancel_session`` stops a session's active run and its queued
+runs with one reason and one action id; ``delete_session`` is refused while the session has work
+unless confirmed, withdraws its open asks and forgets it."""
+
+from __future__ import annotations
+
+from run_supervisor.protocol import (
+    AskWithdrawn,
+    CancelSession,
+    DeleteSession,
+    InterruptReason,
+    Outcome,
+    QueuePolicy,
+    RejectCode,
+    RequestOutcome,
+    RequestResult,
+    RunStarted,
+    SessionStatus,
+    SessionStatusChanged,
+    SetQueuePolicy,
+    StartInterruptGrace,
+    SupervisorCore,
+)
+from run_supervisor.protocol.testing import CoreShell
+
+
+def _busy_session(shell: CoreShell) -> None:
+    shell.start("r1", session="s")
+    shell.start("r2", session="s")
+    shell.start("r3", session="s")
+    shell.tool("r1")
+
+
+def test_a_session_cancel_stops_its_active_run_and_its_queued_runs_with_one_reason_and_one_action_id() -> (
+    None
+):
+    shell = CoreShell("/w/a")
+    _busy_session(shell)
+    shell.start("other", session="t")
+
+    answer = shell.request(CancelSession(session="s", origin="ui.stop"))
+
+    assert isinstance(answer, RequestOutcome) and answer.result is RequestResult.OK
+    assert answer.action_id == "cs-1"
+    assert answer.interrupted_runs == ("r2", "r3", "r1")  # the queued first: none starts meanwhile
+    shell.finish("r1")
+    for run_id in ("r1", "r2", "r3"):
+        finished = shell.finished(run_id)
+        assert (finished.outcome, finished.reason, finished.origin, finished.action_id) == (
+            Outcome.INTERRUPTED,
+            InterruptReason.USER_CANCEL,
+            "ui.stop",
+            "cs-1",
+        ), run_id
+    assert shell.of(RunStarted, run_id="r2") == [] and shell.of(RunStarted, run_id="r3") == []
+    assert shell.core.run_snapshot("other") is not None and shell.core.run_snapshot("other").outcome is None
+    statuses = [e.status for e in shell.of(SessionStatusChanged, session="s")]
+    assert statuses == [SessionStatus.BUSY, SessionStatus.IDLE]
+
+
+def test_a_session_cancel_of_an_idle_or_unknown_session_is_ok_and_stops_nothing() -> None:
+    shell = CoreShell("/w/a")
+    answer = shell.request(CancelSession(session="nobody"))
+    assert isinstance(answer, RequestOutcome)
+    assert (answer.result, answer.action_id, answer.interrupted_runs) == (RequestResult.OK, None, ())
+
+
+def test_a_session_cancel_gives_the_stopped_body_its_grace() -> None:
+    shell = CoreShell("/w/a", core=SupervisorCore(interrupt_grace_ms=1_000))
+    shell.start("r1", session="s")
+    shell.request(CancelSession(session="s", grace_ms=20))
+    assert shell.commands(StartInterruptGrace) == [StartInterruptGrace(run_id="r1", grace_ms=20)]
+    shell.expire_grace("r1")
+    assert shell.finished("r1").abandoned is True
+
+
+def test_deleting_a_busy_session_is_refused_unless_confirmed() -> None:
+    shell = CoreShell("/w/a")
+    _busy_session(shell)
+    answer = shell.request(DeleteSession(session="s"))
+    assert answer is not None and answer.code is RejectCode.SESSION_BUSY
+    assert "confirm" in (answer.error or "")
+    assert shell.core.session_snapshot("s") is not None
+
+
+def test_a_confirmed_delete_withdraws_the_sessions_asks_stops_its_runs_and_forgets_it() -> None:
+    shell = CoreShell("/w/a")
+    shell.request(SetQueuePolicy(session="s", queue_policy=QueuePolicy.COALESCE))
+    shell.start("r1", session="s")
+    ask_id = shell.ask("r1")
+    shell.start("r2", session="s")
+
+    answer = shell.request(DeleteSession(session="s", confirm=True, origin="ui.delete"))
+
+    assert isinstance(answer, RequestOutcome) and answer.interrupted_runs == ("r2", "r1")
+    assert [w.ask_id for w in shell.of(AskWithdrawn)] == [ask_id]
+    assert shell.core.session_snapshot("s") is not None  # its run is still stopping
+    shell.finish("r1")
+    assert shell.core.session_snapshot("s") is None  # forgotten, its queue policy too
+    assert shell.finished("r1").action_id == answer.action_id
+
+
+def test_deleting_an_idle_session_forgets_it_at_once() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1", session="s")
+    shell.finish("r1")
+    assert shell.core.session_snapshot("s") is not None
+    answer = shell.request(DeleteSession(session="s"))
+    assert isinstance(answer, RequestOutcome) and answer.result is RequestResult.OK
+    assert shell.core.session_snapshot("s") is None
+    assert shell.core.run_snapshot("r1") is not None  # its finished runs stay queryable
+
+
+def test_a_run_started_in_a_session_being_deleted_keeps_it_known() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1", session="s")
+    shell.request(DeleteSession(session="s", confirm=True))
+    shell.start("r2", session="s")  # queued behind the stopping r1
+    shell.finish("r1")
+    snapshot = shell.core.session_snapshot("s")
+    assert snapshot is not None and snapshot.active == "r2"
