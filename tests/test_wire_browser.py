@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -130,3 +132,79 @@ def test_serve_refuses_an_allowed_origin_that_is_not_an_origin(
     assert main(["serve", "--allow-origin", origin]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--allow-origin" in err and repr(origin) in err
+
+
+PAGE_JS = """<!doctype html><html><body><pre id="out">pending</pre><script>
+const api = "%(api)s", auth = {Authorization: "Bearer %(token)s"};
+(async () => {
+  const out = [];
+  try {
+    const issued = await fetch(api + "/events/ticket", {method: "POST", headers: auth});
+    out.push("ticket:" + issued.status);
+    const {ticket} = await issued.json();
+    const stream = new EventSource(api + "/events?after=0&ticket=" + encodeURIComponent(ticket));
+    const first = await new Promise((resolve, reject) => {
+      stream.onmessage = (e) => resolve(JSON.parse(e.data));
+      stream.onerror = () => reject(new Error("EventSource failed"));
+    });
+    out.push("event:" + first.type);
+    stream.close();
+    const disposed = await fetch(api + "/global/dispose", {method: "POST", headers: auth});
+    out.push("dispose:" + disposed.status + ":" + (await disposed.json()).status);
+  } catch (e) {
+    out.push("error:" + e.message);
+  }
+  document.getElementById("out").textContent = out.join(" ");
+})();
+</script></body></html>"""
+
+
+@contextlib.contextmanager
+def page_server(box: dict[str, str]) -> Iterator[str]:
+    """A one-page HTTP server on 127.0.0.1 (another origin than the supervisor's): it serves
+    ``box["html"]``, set once its URL is known. Yields its URL."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = box["html"].encode()
+            self.send_response(200)
+            self.send_header("content-type", "text/html; charset=utf-8")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (.ci/run installs it)")
+@pytest.mark.parametrize("allowed", [True, False])
+def test_a_page_of_another_origin_opens_an_event_source_with_a_ticket_in_chromium_if_its_origin_is_allowed(
+    tmp_path: Path, allowed: bool
+) -> None:
+    from wire_support import chromium
+
+    with contextlib.ExitStack() as stack:
+        # The page's origin must be known before the supervisor's settings: serve the page first.
+        html_box: dict[str, str] = {}
+        page_url = stack.enter_context(page_server(html_box))
+        srv = stack.enter_context(server(cors_origins=(page_url,) if allowed else ()))
+        html_box["html"] = PAGE_JS % {"api": srv.url, "token": "the-token"}
+        dom = chromium(page_url, str(tmp_path / "profile"), "--dump-dom")
+    shown = dom.split('<pre id="out">', 1)[1].split("</pre>", 1)[0]
+    if allowed:
+        assert shown == "ticket:201 event:instance.started dispose:200:completed", shown
+    else:
+        assert shown.startswith("error:"), shown  # the preflight is refused: the page gets nothing
