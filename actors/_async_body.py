@@ -499,4 +499,6 @@ class AsyncRunActor(RunActor):
             self._ended(task.result())
 
 
-_CANCELLED_OUTSIDE = "the body's task was cancelled from outside (its event loop shut down?)"
+CANCELLED_OUTSIDE = "the body's task was cancelled from outside (its event loop shut down?)"
+"""The error of an async run whose task was cancelled by someone other than the supervisor."""
+_CANCELLED_OUTSIDE = CANCELLED_OUTSIDE

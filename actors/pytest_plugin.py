@@ -3,12 +3,14 @@ registered through the ``pytest11`` entry point; nothing to import).
 
 Fixtures (each torn down with a ``test_teardown`` shutdown; every wait bounded):
 
-- ``run_supervisor``: a started ``Supervisor``;
+- ``run_supervisor``: a started ``Supervisor``; its teardown also fails the test, naming each run,
+  if an async run ended because the test's event loop ended under it (a forgotten ``await``);
 - ``async_run_supervisor``: the same supervisor's ``AsyncSupervisor`` (for ``async def`` tests under
   any runner: pytest-asyncio, anyio, or ``asyncio.run`` in the test);
 - ``run_supervisor_events``: an ``EventLog`` of it, to ``wait_for`` events;
 - ``run_supervisor_leak_check``: fails the test, naming them, if it leaves threads or pykka
-  actors running (request it first, so it wraps the other fixtures);
+  actors running (request it first, so it wraps the other fixtures); an event loop's own executor
+  workers (``asyncio.to_thread``) are not counted;
 - ``run_supervisor_defaults``: override it in a ``conftest.py`` to change the defaults below.
 
 The marker configures the supervisor of one test (or of a module, with ``pytestmark``)::
@@ -31,8 +33,10 @@ import pytest
 
 from run_supervisor.actors._api import Supervisor, SupervisorConfig
 from run_supervisor.actors._async_api import AsyncSupervisor
+from run_supervisor.actors._async_body import CANCELLED_OUTSIDE
 from run_supervisor.actors._errors import InvalidRequest
 from run_supervisor.actors.testing import EventLog, LeakError, no_leaks
+from run_supervisor.protocol import RunFinished
 
 __all__ = [
     "async_run_supervisor",
@@ -93,15 +97,28 @@ def run_supervisor(
     settings = _settings(request, run_supervisor_defaults)
     config = SupervisorConfig(**{k: v for k, v in settings.items() if k not in _OWN_KEYS})
     supervisor = Supervisor.start(config, hooks=settings["hooks"], directories=settings["directories"])
+    finished = EventLog(supervisor)  # to tell a body its test's loop ended under from a real failure
     try:
         yield supervisor
     finally:
         if not supervisor.closed:
             supervisor.shutdown(grace_ms=settings["grace_ms"], reason="test_teardown")
         stragglers = supervisor.threads.join(time.monotonic())
+        cut = [
+            e.run_id
+            for e in finished.collect()
+            if isinstance(e, RunFinished) and e.error == CANCELLED_OUTSIDE
+        ]
+        finished.close()
         if stragglers:
             raise LeakError(
                 f"the supervisor's threads still run after its shutdown: {[t.name for t in stragglers]}"
+            )
+        if cut:
+            raise LeakError(
+                f"async run(s) {', '.join(map(repr, cut))} ended failed because their event loop ended "
+                "first (the test returned without awaiting them or the supervisor's shutdown): await "
+                "run.wait() or async_run_supervisor.shutdown() before the test returns"
             )
 
 

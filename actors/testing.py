@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures.thread import _worker as _executor_worker
 from contextlib import contextmanager
 from typing import Any, Literal, overload
 
@@ -362,18 +363,28 @@ class LeakError(AssertionError):
     """A test left a thread or a pykka actor running."""
 
 
+def _asyncio_worker(thread: threading.Thread) -> bool:
+    """A worker of an event loop's default executor (``asyncio.to_thread``, ``run_in_executor``):
+    the loop's, not the test's; it ends when its loop's executor is shut down (``asyncio.run``
+    does that), and an idle one would only make the check wait."""
+    target = getattr(thread, "_target", None)
+    return thread.name.startswith("asyncio_") and target is _executor_worker
+
+
 @contextmanager
 def no_leaks(*, timeout: float = 5.0) -> Iterator[None]:
     """Fail (``LeakError``) if the block leaves a thread or an actor it started still running after
-    ``timeout`` seconds of joining. Leaked actors are stopped so the next test starts clean."""
+    ``timeout`` seconds of joining. Leaked actors are stopped so the next test starts clean. An
+    event loop's own executor workers (``asyncio.to_thread``) are not counted."""
     threads_before = set(threading.enumerate())
     actors_before = set(pykka.ActorRegistry.get_all())
     yield
     deadline = time.monotonic() + timeout
-    for thread in set(threading.enumerate()) - threads_before:
+    started = [t for t in set(threading.enumerate()) - threads_before if not _asyncio_worker(t)]
+    for thread in started:
         thread.join(timeout=max(0.0, deadline - time.monotonic()))
     leaked_actors = [ref for ref in pykka.ActorRegistry.get_all() if ref not in actors_before]
-    leaked_threads = [t for t in set(threading.enumerate()) - threads_before if t.is_alive()]
+    leaked_threads = [t for t in started if t.is_alive()]
     for ref in leaked_actors:
         ref.stop(block=False)
     if leaked_actors or leaked_threads:
