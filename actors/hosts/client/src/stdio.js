@@ -130,7 +130,10 @@ export class StdioClient {
    * @param {Schemas["ReplyPermissionBody"]} body
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
-  replyPermission(askId, body) { return this.send({ ...body, type: "reply_permission", ask_id: askId }); }
+  replyPermission(askId, body) {
+    const { approved, approve, ...rest } = body; // the protocol request says approve; the routes say approved
+    return this.send({ ...rest, type: "reply_permission", ask_id: askId, approve: approved ?? approve ?? false });
+  }
 
   /**
    * @param {string} askId

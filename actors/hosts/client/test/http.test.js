@@ -34,7 +34,7 @@ describe("against serve", opts, () => {
     const [open] = await client.asks(run.runId);
     assert.equal(open?.ask_id, permission.ask_id);
     const answered = run.waitAnswer(permission.ask_id, { timeoutMs: 10000 });
-    await client.replyPermission(permission.ask_id, { approve: true });
+    await client.replyPermission(permission.ask_id, { approved: true });
     assert.equal((await answered).approved, true);
 
     await run.part("bash", "prepared", { call_id: "c1" });
@@ -141,7 +141,7 @@ describe("against serve", opts, () => {
       assert.deepEqual(asks.map((a) => a.ask_id), [asked.ask_id]); // one ask, though it was sent twice
       const before = feed.lastId;
       front.cutStreams();
-      await client.replyPermission(asked.ask_id, { approve: false, message: "not that" });
+      await client.replyPermission(asked.ask_id, { approved: false, message: "not that" });
       const answer = await run.waitAnswer(asked.ask_id, { timeoutMs: 10000 });
       assert.equal(answer.approved, false);
       assert.equal(answer.message, "not that");

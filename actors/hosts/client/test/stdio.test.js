@@ -16,7 +16,7 @@ test("over stdio: a tool card, a permission, a form, a deferred reload, a cancel
     assert.ok(permission.ask_id);
     assert.deepEqual((await sidecar.asks("r1")).map((a) => a.ask_id), [permission.ask_id]);
     const answered = run.waitAnswer(permission.ask_id, { timeoutMs: 10000 });
-    await sidecar.replyPermission(permission.ask_id, { approve: true });
+    await sidecar.replyPermission(permission.ask_id, { approved: true });
     assert.equal((await answered).approved, true);
     await run.part("bash", "prepared", { call_id: "c1" });
     const close = await sidecar.close({ do: "reload", mode: "maintenance", origin: "project.reload", directory: "/proj/a" });
