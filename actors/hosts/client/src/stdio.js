@@ -165,6 +165,23 @@ export class StdioClient {
   shutdown(body = {}) { return this.send({ ...body, type: "shutdown" }); }
 
   /**
+   * Seed 002's closes over stdio (`global.dispose`, `instance.dispose`, `instance.reload`), answered
+   * in upstream's shape as on HTTP.
+   * @param {"global/dispose" | "instance/dispose" | "instance/reload"} route
+   * @param {import("./http.js").CompatOptions} [options]
+   * @returns {Promise<Schemas["CompatCloseAnswer"]>}
+   */
+  compatClose(route, options = {}) {
+    return this.send({
+      type: route.replace("/", "."),
+      ...(options.mode ? { mode: options.mode } : {}),
+      ...(options.directory ? { directory: options.directory } : {}),
+      ...(options.kind ? { clientActionKind: options.kind } : {}),
+      ...(options.id ? { clientActionID: options.id } : {}),
+    });
+  }
+
+  /**
    * @param {string} actionId
    * @param {Schemas["ConfirmCloseBody"]} [body]
    * @returns {Promise<Schemas["CloseOutcome"]>}

@@ -33,6 +33,8 @@ test("over stdio: a tool card, a permission, a form, a deferred reload, a cancel
     assert.equal((await sidecar.run("r1")).state, "completed");
 
     const second = await ExternalRun.start(sidecar, feed, { run_id: "r2", session: "chat-2", directory: "/proj/a" });
+    const dispose = await sidecar.compatClose("global/dispose", { kind: "settings.provider.connect", id: "click-1" });
+    assert.equal(dispose.status, "deferred"); // r2 is active: seed 002's dispose waits for it
     await sidecar.cancel("r2", { reason: "user_cancel" });
     const interrupt = await second.interrupted({ timeoutMs: 10000 });
     assert.equal(interrupt.type === "external.interrupt" && interrupt.reason, "user_cancel");

@@ -96,6 +96,14 @@ export class StdioClient {
      */
     shutdown(body?: Schemas["ShutdownBody"]): Promise<Schemas["CloseOutcome"]>;
     /**
+     * Seed 002's closes over stdio (`global.dispose`, `instance.dispose`, `instance.reload`), answered
+     * in upstream's shape as on HTTP.
+     * @param {"global/dispose" | "instance/dispose" | "instance/reload"} route
+     * @param {import("./http.js").CompatOptions} [options]
+     * @returns {Promise<Schemas["CompatCloseAnswer"]>}
+     */
+    compatClose(route: "global/dispose" | "instance/dispose" | "instance/reload", options?: import("./http.js").CompatOptions): Promise<Schemas["CompatCloseAnswer"]>;
+    /**
      * @param {string} actionId
      * @param {Schemas["ConfirmCloseBody"]} [body]
      * @returns {Promise<Schemas["CloseOutcome"]>}
