@@ -36,10 +36,13 @@ from run_supervisor.actors._context import (
     QuestionLike,
     RunContext,
     ToolCall,
+    _LoadFailed,
+    _Loading,
     _RunReports,
     _ToolReports,
 )
-from run_supervisor.actors._errors import RunInterrupted, SupervisorTimeout
+from run_supervisor.actors._errors import RunInterrupted, SupervisorError, SupervisorTimeout
+from run_supervisor.actors._instance_actor import GetCacheInto
 from run_supervisor.actors._run_actor import RunActor, RunSlot, _describe
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.protocol import DeliverAnswer, InterruptReason, StepKind, WithdrawAsk, WithdrawReason
@@ -342,18 +345,26 @@ class AsyncRunContext(_RunReports[AsyncAsk[PermissionReply], AsyncAsk[FormReply]
     # --- the instance ----------------------------------------------------------------------------
 
     async def instance(self) -> Any:
-        """The cache object of the instance this run is pinned to (see ``RunContext.instance``);
-        asked on a short-lived thread, so the loop never waits on the instance actor."""
-        result: Future[Any] = Future()
-
-        def ask() -> None:
-            try:
-                result.set_result(self.sync.instance())
-            except BaseException as exc:
-                result.set_exception(exc)
-
-        threading.Thread(target=ask, name=f"run-supervisor-instance-{self.run_id}", daemon=True).start()
-        return await asyncio.wrap_future(result)
+        """The cache object of the instance this run is pinned to (see ``RunContext.instance``).
+        Awaited: the instance actor answers into a future (no thread waits for it), and a load
+        still running is awaited until it ends or its budget runs out, waking on an interrupt."""
+        ctx = self.sync
+        instance = ctx._instance
+        if instance is None:
+            return None
+        reply: Future[Any] = Future()
+        instance.tell(GetCacheInto(reply))
+        try:
+            async with asyncio.timeout(ctx._ask_timeout):
+                cache = await asyncio.wrap_future(reply)
+        except TimeoutError:
+            raise SupervisorTimeout(f"the instance did not answer in {ctx._ask_timeout} s") from None
+        if isinstance(cache, _Loading):  # its load hook still runs: wait here, interruptibly
+            await self.wait(cache._done, max(0.0, cache._deadline - time.monotonic()))
+            cache = cache._result()
+        if isinstance(cache, _LoadFailed):
+            raise SupervisorError(cache.error)  # the run fails with it, unless the body handles it
+        return cache
 
 
 class _OwnedLoop:

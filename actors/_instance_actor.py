@@ -28,6 +28,14 @@ from run_supervisor.protocol import DisposeDone, DisposeInstance
 __all__ = ["Dispose", "InstanceActor", "InstanceHooks", "NoInstanceHooks"]
 
 
+@dataclass(frozen=True, slots=True)
+class GetCacheInto:
+    """Ask for the cache (as ``_GetCache``) with a plain future for the answer: an async body awaits
+    it on its loop, so no thread waits on the instance actor."""
+
+    reply: Future[Any]
+
+
 class InstanceHooks(Protocol):
     """What a host plugs in to build and tear down one instance's caches."""
 
@@ -168,6 +176,12 @@ class InstanceActor(pykka.ThreadingActor):
     # --- the mailbox --------------------------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
+        if isinstance(message, GetCacheInto):  # an async body's ask: answered into its future
+            try:
+                message.reply.set_result(self.on_receive(_GetCache()))
+            except InvalidStateError:
+                pass  # it stopped waiting
+            return None
         if isinstance(message, _GetCache):
             if self._loaded.is_set() or time.monotonic() > self.load_deadline:
                 return self._load_result()

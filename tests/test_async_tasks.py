@@ -142,3 +142,40 @@ def test_async_bodies_given_to_the_sync_facade_share_one_loop_thread_and_no_othe
         release.set()
         assert [run.wait(timeout=20).outcome for run in [first, *runs]] == [Outcome.COMPLETED] * 51
     assert during - before <= 0
+
+
+class _Caches:
+    def load(self, directory: str, generation: int) -> Any:
+        return {"directory": directory, "generation": generation}
+
+    def dispose(self, directory: str, generation: int, cache: Any) -> None:
+        pass
+
+
+def test_an_async_bodys_instance_is_awaited_without_a_thread() -> None:
+    started_on: list[str] = []
+    original = threading.Thread.start
+
+    def spy(self: threading.Thread) -> None:
+        started_on.append(self.name)
+        original(self)
+
+    async def host() -> list[Any]:
+        got: list[Any] = []
+
+        async def turn(ctx: AsyncRunContext) -> None:
+            got.append(await ctx.instance())
+
+        async with AsyncSupervisor.start(CONFIG, hooks=_Caches(), directories=["/w/a"]) as sup:
+            await (await sup.start_run(turn, session="warm", directory="/w/a")).wait(timeout=10)
+            threading.Thread.start = spy  # type: ignore[method-assign]
+            try:
+                for i in range(5):
+                    await (await sup.start_run(turn, session=f"s{i}", directory="/w/a")).wait(timeout=10)
+            finally:
+                threading.Thread.start = original  # type: ignore[method-assign]
+        return got
+
+    got = run_async(host)
+    assert got == [{"directory": "/w/a", "generation": 1}] * 6
+    assert started_on == [], f"threads were started: {started_on}"
