@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -17,9 +18,19 @@ def test_callbacks_run_in_the_order_they_come_due_not_the_order_they_were_schedu
     timers = Timers(ThreadBook())
     ran: list[str] = []
     last = threading.Event()
-    timers.schedule(0.06, lambda: (ran.append("late"), last.set()))
-    timers.schedule(0.0, lambda: ran.append("now"))
-    timers.schedule(0.03, lambda: ran.append("soon"))
+    # The thread is held busy while the three are scheduled, and each is due at a fixed instant (not
+    # "so long after its own schedule call"), so a loaded machine's gaps between the calls change nothing.
+    held, release = threading.Event(), threading.Event()
+    timers.schedule(0.0, lambda: (held.set(), release.wait(BOUND_S)))
+    assert held.wait(BOUND_S)
+    base = time.monotonic() + 0.5
+    for name, offset in (("late", 0.06), ("now", 0.0), ("soon", 0.03)):
+        done = last.set if name == "late" else (lambda: None)
+        timers.schedule(
+            max(0.0, base + offset - time.monotonic()),
+            lambda name=name, done=done: (ran.append(name), done()),
+        )
+    release.set()
     assert last.wait(BOUND_S)
     assert ran == ["now", "soon", "late"]
     timers.close()
