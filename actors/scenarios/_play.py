@@ -124,6 +124,9 @@ _NEW_LIFE = frozenset({UserAction.CRASH, UserAction.RESTART})
 """The actions after which a new supervisor starts on the same run journal."""
 _RESTART_ANSWERS_S = 2.0
 """How long a restart waits for the answers to requests the old supervisor still had."""
+_CALLER_END_S = 2.0
+"""How long the play's end waits for each ``wait_run`` caller's thread (its run has finished or its
+supervisor has closed by then, so the wait has returned)."""
 
 
 def _config(scenario: Scenario) -> SupervisorConfig:
@@ -778,7 +781,7 @@ class _Player:
         """The ``wait_run`` callers' threads end once their run has finished or the supervisor has
         closed (bounded; a thread still waiting is a failure, never a hang)."""
         for thread in self.joiners:
-            thread.join(_RESTART_ANSWERS_S)
+            thread.join(_CALLER_END_S)
             if thread.is_alive():
                 self.failures.append(f"the caller's thread {thread.name} was still waiting at the end")
 
