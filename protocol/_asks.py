@@ -164,6 +164,10 @@ class AskBook:
             self._journal.drop(self._asks, ask_id)
             self._journal.drop(self._open, ask_id)
 
+    def open_in_session(self, session: str, kind: AskKind) -> list[Ask]:
+        """The open asks of ``kind`` of the runs of ``session``, in the order they were raised."""
+        return [a for a in self._open.values() if a.session == session and a.kind is kind]
+
     def pending(self) -> tuple[AskSnapshot, ...]:
         return tuple(ask.snapshot() for ask in self._open.values())
 
@@ -195,6 +199,8 @@ class AsksMixin:
         _runs: dict[str, _Run]
         _asks: AskBook
         _touch: Callable[[object], None]
+        _grants: dict[tuple[str, str], None]
+        _journal: Journal
 
         def _next_seq(self) -> int: ...
         def _emit(self, event: Event) -> None: ...
@@ -254,6 +260,17 @@ class AsksMixin:
             if ask.kind is AskKind.PERMISSION and part.state is PartState.RUNNING and not part.approved:
                 part.gated = True  # the tool waits for this permission before it does its work
             self._part_changed(run, part)
+        key = ask.payload.key
+        if ask.kind is AskKind.PERMISSION and key is not None and (run.session, key) in self._grants:
+            self._grant(ask, key)
+
+    def _grant(self, ask: Ask, key: str) -> None:
+        """Approve ``ask`` by its session's "always" grant for ``key``: no reply of its own."""
+        run, part = self._replied(ask, approved=True, message=None, answer=None, tag=None, granted=key)
+        if part is not None:
+            part.approved, part.gated = True, False
+            self._part_changed(run, part)
+        self._out.append(DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, approved=True))
 
     def _withdraw_request(self, report: WithdrawAsk) -> None:
         ask = self._asks.get(report.ask_id)
@@ -295,8 +312,15 @@ class AsksMixin:
         ask = self._addressed_ask(req.ask_id, req.run_id, AskKind.PERMISSION, "reply_permission", reply_to)
         if ask is None:
             return
+        key = ask.payload.key
+        if req.always and (not req.approve or key is None):
+            why = "approves" if key is not None else "answers an ask that declares a key (payload.key)"
+            self._reject(reply_to, RejectCode.INVALID_REQUEST, f"an always grant only {why}")
+            return
         message = None if req.approve else req.message
-        run, part = self._replied(ask, approved=req.approve, message=message, answer=None, tag=req.tag)
+        run, part = self._replied(
+            ask, approved=req.approve, message=message, answer=None, tag=req.tag, always=req.always
+        )
         if req.approve:
             if part is not None:
                 part.approved, part.gated = True, False
@@ -305,6 +329,11 @@ class AsksMixin:
             self._decline(run, ask, part, req.message, req.tag)
         if part is not None:
             self._part_changed(run, part)
+        if req.always and key is not None:  # the session's matching asks, now and later
+            self._journal.put(self._grants, (ask.session, key), None)
+            for other in self._asks.open_in_session(ask.session, AskKind.PERMISSION):
+                if other.payload.key == key:
+                    self._grant(other, key)
         self._reply(reply_to, _OK)
 
     def _answer_form(self, req: AnswerForm, reply_to: Any) -> None:
@@ -318,7 +347,15 @@ class AsksMixin:
         self._reply(reply_to, _OK)
 
     def _replied(
-        self, ask: Ask, *, approved: bool, message: str | None, answer: str | None, tag: str | None
+        self,
+        ask: Ask,
+        *,
+        approved: bool,
+        message: str | None,
+        answer: str | None,
+        tag: str | None,
+        always: bool = False,
+        granted: str | None = None,
     ) -> tuple[_Run, _Part | None]:
         """Close ``ask`` as replied and announce it (``ask.replied``): a permission reply and a form
         answer alike. Returns its run and the tool part it gated, for the caller's own effects."""
@@ -335,6 +372,8 @@ class AsksMixin:
                 message=message,
                 answer=answer,
                 tag=tag,
+                always=always,
+                granted=granted,
             )
         )
         return run, part

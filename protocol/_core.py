@@ -267,6 +267,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         # core's ``queue_policy``: kept apart from the session records so that forgetting an idle
         # session never forgets its policy.
         self._policies: dict[str, QueuePolicy] = {}
+        # "Always" grants (``ReplyPermission(always=True)``): (session, ask key) -> None, kept until
+        # the session is deleted (a table, so the undo journal covers it).
+        self._grants: dict[tuple[str, str], None] = {}
         # Directory -> the lazy reload (action id) whose next generation waits for a run or for
         # the old generation's close (a table, so the undo journal covers it).
         self._deferred_loads: dict[str, tuple[str, ReloadPolicy, CloseMode]] = {}
@@ -876,7 +879,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         return action, tuple(stopped)
 
     def _forget_grants(self, session: str) -> None:
-        """The session's "always" grants (none kept yet by this core)."""
+        """The session's "always" grants go with it."""
+        for key in [k for k in self._grants if k[0] == session]:
+            self._journal.drop(self._grants, key)
 
     def _known_unfinished(self, run_id: str, reply_to: Any, verb: str) -> _Run | None:
         run = self._runs.get(run_id)

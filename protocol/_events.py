@@ -264,6 +264,10 @@ class AskReplied(_Event, frozen=True, tag="ask.replied"):
     answer: str | None
     """Form: the answer."""
     tag: str | None = None
+    always: bool = False
+    """Permission: approved "always" (its ``payload.key`` is granted in its session from now on)."""
+    granted: str | None = None
+    """Approved by its session's "always" grant for this key (``payload.key``): no reply of its own."""
 
 
 class AskDismissed(_Event, frozen=True, tag="ask.dismissed"):

@@ -44,6 +44,11 @@ class AskPayload(msgspec.Struct, frozen=True, kw_only=True):
     """Form: its questions, in order."""
     data: dict[str, Any] = {}
     """Anything else the host passes (a diff, the matched patterns...): a JSON object."""
+    key: str | None = None
+    """Permission: what an "always" grant of this ask covers (``ReplyPermission(always=True)``), e.g.
+    ``bash:git status`` or an edit's path pattern: the session's other open permission asks with the
+    same key are approved at once, and so are its later ones, until the session is deleted. None:
+    this ask cannot be granted for always."""
 
 
 class AskSnapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -192,6 +192,10 @@ class ReplyPermission(_Request, frozen=True, tag="reply_permission"):
     approve: bool
     ask_id: str | None = None
     run_id: str | None = None
+    always: bool = False
+    """With ``approve=True``: grant the ask's ``payload.key`` for its session -- its other open
+    permission asks with that key are approved now, its later ones as they come, until the session is
+    deleted (``DeleteSession``). Rejected when the ask declares no key."""
     message: str | None = None
     """With ``approve=False``: a message is model-visible feedback and the run goes on; without one
     the run ends ``interrupted`` / ``permission_rejected`` (and its other open asks are withdrawn)."""

@@ -5,13 +5,19 @@ unless confirmed, withdraws its open asks and forgets it."""
 from __future__ import annotations
 
 from run_supervisor.protocol import (
+    AskKind,
+    AskPayload,
+    AskRaised,
+    AskReplied,
     AskWithdrawn,
     CancelSession,
     DeleteSession,
+    DeliverAnswer,
     InterruptReason,
     Outcome,
     QueuePolicy,
     RejectCode,
+    ReplyPermission,
     RequestOutcome,
     RequestResult,
     RunStarted,
@@ -119,3 +125,64 @@ def test_a_run_started_in_a_session_being_deleted_keeps_it_known() -> None:
     shell.finish("r1")
     snapshot = shell.core.session_snapshot("s")
     assert snapshot is not None and snapshot.active == "r2"
+
+
+# --- "always" grants -----------------------------------------------------------------------------
+
+
+def _ask(shell: CoreShell, run: str, key: str | None, n: int) -> str:
+    shell.tool(run)
+    ask_id = f"{run}:k{n}"
+    payload = AskPayload(command="git status", key=key)
+    shell.report(AskRaised(run_id=run, ask_id=ask_id, kind=AskKind.PERMISSION, payload=payload))
+    return ask_id
+
+
+def test_an_always_grant_resolves_the_sessions_matching_pending_asks_and_keeps_others_pending() -> (
+    None
+):
+    shell = CoreShell("/w/a")
+    shell.start("r1", session="s")
+    shell.start("child", session="c", parent="r1")
+    first = _ask(shell, "r1", "bash:git status", 1)
+    second = _ask(shell, "r1", "bash:git status", 2)
+    other_key = _ask(shell, "r1", "bash:rm", 3)
+    other_session = _ask(shell, "child", "bash:git status", 4)
+
+    shell.request(ReplyPermission(ask_id=first, approve=True, always=True))
+
+    replied = {e.ask_id: e for e in shell.of(AskReplied)}
+    assert replied[first].always is True and replied[first].granted is None
+    assert replied[second].approved is True and replied[second].granted == "bash:git status"
+    assert other_key not in replied and other_session not in replied  # still pending
+    delivered = [c.ask_id for c in shell.commands(DeliverAnswer) if c.approved]
+    assert delivered == [first, second]
+
+
+def test_an_always_grant_approves_the_sessions_later_matching_asks_until_it_is_deleted() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1", session="s")
+    shell.request(ReplyPermission(ask_id=_ask(shell, "r1", "edit:src/*", 1), approve=True, always=True))
+    shell.finish("r1")
+    shell.start("r2", session="s")
+
+    later = _ask(shell, "r2", "edit:src/*", 2)
+
+    assert shell.one(AskReplied, ask_id=later).granted == "edit:src/*"
+    shell.finish("r2")
+    shell.request(DeleteSession(session="s"))
+    shell.start("r3", session="s")
+    after_delete = _ask(shell, "r3", "edit:src/*", 3)
+    assert shell.of(AskReplied, ask_id=after_delete) == []  # the grant went with the session
+
+
+def test_an_always_grant_needs_an_approval_of_an_ask_that_declares_a_key() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1", session="s")
+    keyless = _ask(shell, "r1", None, 1)
+    answer = shell.request(ReplyPermission(ask_id=keyless, approve=True, always=True))
+    assert answer is not None and answer.code is RejectCode.INVALID_REQUEST
+    keyed = _ask(shell, "r1", "bash:ls", 2)
+    answer = shell.request(ReplyPermission(ask_id=keyed, approve=False, always=True))
+    assert answer is not None and answer.code is RejectCode.INVALID_REQUEST
+    assert shell.of(AskReplied) == []  # nothing was decided
