@@ -612,6 +612,16 @@ class AsyncSupervisor:
         await self._link.request_async(request, limit)
         return await self.wait_closed(limit)
 
+    def abandoned_tasks(self) -> tuple[asyncio.Task[Any], ...]:
+        """Once the supervisor has shut down: the tasks of the async bodies it abandoned that still
+        run (bodies that swallowed their cancellation past the grace; their runs are in the final
+        outcome's ``abandoned_runs``). They are the host's now: the supervisor no longer waits for
+        them, and ``asyncio.run()`` would cancel them again and wait for them at exit (forever, for
+        a body that never ends); see docs/api.md for a clean exit. Empty while it serves."""
+        if not self.closed:
+            return ()
+        return self._link.async_bodies.running()
+
     async def wait_closed(self, timeout: float | None = None) -> CloseOutcome:
         """Wait until a shutdown (requested anywhere) has completed and our threads have ended;
         return its final outcome. ``SupervisorTimeout`` if it has not completed in time."""

@@ -410,6 +410,24 @@ class AsyncBodies:
         self._lock = threading.Lock()
         self._owned: _OwnedLoop | None = None
         self._closed = False
+        self._tasks: dict[str, asyncio.Task[Any]] = {}  # the bodies' tasks while they run, by run id
+
+    def track(self, run_id: str, task: asyncio.Task[Any]) -> None:
+        """A body's task has been made (on its loop): kept until it is done."""
+
+        def untrack(_: object) -> None:
+            with self._lock:
+                if self._tasks.get(run_id) is task:
+                    del self._tasks[run_id]
+
+        with self._lock:
+            self._tasks[run_id] = task
+        task.add_done_callback(untrack)
+
+    def running(self) -> tuple[asyncio.Task[Any], ...]:
+        """The bodies' tasks that have not ended."""
+        with self._lock:
+            return tuple(task for task in self._tasks.values() if not task.done())
 
     def _loop(self, host_loop: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop:
         if host_loop is not None:
@@ -429,7 +447,7 @@ class AsyncBodies:
     ) -> RunSlot:
         token = AsyncCancelToken()
         loop = self._loop(host_loop)
-        ref = AsyncRunActor.start(run_id, body, supervisor, ask_timeout, self._threads, token, loop)
+        ref = AsyncRunActor.start(run_id, body, supervisor, ask_timeout, self._threads, token, loop, self)
         return RunSlot(ref=ref, token=token)
 
     def close(self) -> None:
@@ -452,11 +470,13 @@ class AsyncRunActor(RunActor):
         threads: ThreadBook,
         token: AsyncCancelToken,
         loop: asyncio.AbstractEventLoop,
+        bodies: AsyncBodies | None = None,
     ) -> None:
         super().__init__(run_id, None, supervisor, ask_timeout, threads, token)
         self._async_body = body
         self._loop = loop
         self._async_token = token
+        self._bodies = bodies
 
     def _begin(self, context: RunContext) -> None:
         """At ``Go`` (on the supervisor's thread): schedule the body's task on its loop, and
@@ -473,6 +493,8 @@ class AsyncRunActor(RunActor):
     def _start_task(self, ctx: AsyncRunContext) -> None:
         task = self._loop.create_task(self._drive(ctx), name=f"run-supervisor-run-{self.run_id}")
         task.add_done_callback(self._task_done)  # also when cancelled before it ever ran
+        if self._bodies is not None:
+            self._bodies.track(self.run_id, task)
         token = self._async_token
 
         def interrupt() -> None:

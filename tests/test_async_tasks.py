@@ -179,3 +179,33 @@ def test_an_async_bodys_instance_is_awaited_without_a_thread() -> None:
     got = run_async(host)
     assert got == [{"directory": "/w/a", "generation": 1}] * 6
     assert started_on == [], f"threads were started: {started_on}"
+
+
+def test_shutdown_hands_the_host_the_task_of_an_async_body_it_abandoned() -> None:
+    async def host() -> tuple[tuple[str, ...], list[str], bool, bool]:
+        release = asyncio.Event()
+        running = asyncio.Event()
+
+        async def deaf(ctx: AsyncRunContext) -> None:
+            running.set()
+            while not release.is_set():
+                try:
+                    await release.wait()
+                except asyncio.CancelledError:
+                    pass  # ignores its interrupt, keeps going
+
+        sup = await AsyncSupervisor.start(CONFIG, directories=["/w/a"])
+        await sup.start_run(deaf, session="s1", directory="/w/a", run_id="deaf")
+        assert sup.abandoned_tasks() == ()
+        await running.wait()
+        outcome = await sup.shutdown(grace_ms=100)
+        tasks = sup.abandoned_tasks()
+        names = [task.get_name() for task in tasks]
+        still = all(not task.done() for task in tasks)
+        release.set()  # the host settles it: here it lets it end
+        await asyncio.gather(*tasks)
+        return outcome.abandoned_runs, names, still, all(task.done() for task in tasks)
+
+    abandoned, names, still_running, ended = run_async(host)
+    assert abandoned == ("deaf",)
+    assert names == ["run-supervisor-run-deaf"] and still_running and ended

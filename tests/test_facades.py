@@ -55,6 +55,8 @@ ONLY_ASYNC: dict[type, dict[str, str]] = {
         "events": "the loop's subscription (async for); the sync facade's is subscribe()",
         "config": "the sync facade's is an attribute, not a property",
         "threads": "the sync facade's is an attribute, not a property",
+        "abandoned_tasks": "the abandoned async bodies' tasks, the host loop's to settle; a thread "
+        "body's thread is not a host's to hold",
     },
     AsyncRunHandle: {"sync": "the same run's thread-side handle"},
     AsyncRunContext: {},
