@@ -81,6 +81,7 @@ class SseReader:
         self.status: int | None = None
         self._task: asyncio.Task[None] | None = None
         self._opened = asyncio.Event()
+        self._getting: asyncio.Future[SseEvent | None] | None = None
 
     async def _read(self) -> None:
         try:
@@ -108,8 +109,15 @@ class SseReader:
         return self
 
     async def next(self, timeout: float = 10.0) -> SseEvent | None:
-        """The next event; None once the stream has ended."""
-        event = await asyncio.wait_for(self.queue.get(), timeout)
+        """The next event; None once the stream has ended. A wait that runs out raises TimeoutError
+        and loses nothing: the pending get is kept for the next call (cancelling it, as
+        ``asyncio.wait_for`` does, can drop an event that arrives in that instant on Python 3.11)."""
+        if self._getting is None:
+            self._getting = asyncio.ensure_future(self.queue.get())
+        done, _ = await asyncio.wait({self._getting}, timeout=timeout)
+        if not done:
+            raise TimeoutError(f"no event within {timeout} s; seen: {[e.type for e in self.seen]}")
+        event, self._getting = self._getting.result(), None
         if event is not None:
             self.seen.append(event)
         return event
@@ -126,6 +134,8 @@ class SseReader:
                 return event
 
     async def close(self) -> None:
+        if self._getting is not None:
+            self._getting.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
