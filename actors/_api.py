@@ -488,6 +488,40 @@ class Supervisor:
         limit = check.timeout("timeout", timeout)
         self._link.request(check.cancel(run_id, origin=origin, grace_ms=grace_ms), limit)
 
+    def cancel_session(
+        self,
+        session: str,
+        *,
+        origin: str = "user",
+        grace_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> tuple[str, ...]:
+        """Stop a whole session: its queued runs end unstarted and its active run is interrupted
+        (``user_cancel``), all naming one action id; ``grace_ms`` as for ``cancel``. Returns the runs
+        it stopped (queued ones first); an idle or unknown session: ``()``."""
+        limit = check.timeout("timeout", timeout)
+        request = check.cancel_session(session, origin=origin, grace_ms=grace_ms)
+        stopped: tuple[str, ...] = self._link.request(request, limit).interrupted_runs
+        return stopped
+
+    def delete_session(
+        self,
+        session: str,
+        *,
+        confirm: bool = False,
+        origin: str = "user",
+        grace_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> tuple[str, ...]:
+        """Forget a session (its queue policy, its "always" grants). ``SessionBusy`` while it has an
+        active or queued run, unless ``confirm``: then it is stopped first, as ``cancel_session``
+        (its open asks withdrawn), and forgotten once its active run has ended. Returns the runs it
+        stopped."""
+        limit = check.timeout("timeout", timeout)
+        request = check.delete_session(session, confirm=confirm, origin=origin, grace_ms=grace_ms)
+        stopped: tuple[str, ...] = self._link.request(request, limit).interrupted_runs
+        return stopped
+
     # --- queue policies --------------------------------------------------------------------------
 
     def set_queue_policy(
@@ -598,14 +632,19 @@ class Supervisor:
         approve: bool,
         message: str | None = None,
         run_id: str | None = None,
+        always: bool = False,
         timeout: float | None = None,
     ) -> None:
         """Approve or reject a permission ask. A rejection with a ``message`` is model-visible
         feedback and the run goes on; without one the run is interrupted (``permission_rejected``)
-        and its other open asks are withdrawn. Raises ``UnknownAsk``, ``AskWithdrawn`` (it timed
-        out, or its run was interrupted or ended), ``AskAlreadyAnswered``."""
+        and its other open asks are withdrawn. ``always`` (with ``approve``) grants the ask's
+        ``payload.key`` in its session: its matching open asks are approved now, later ones as they
+        come, until ``delete_session``. Raises ``UnknownAsk``, ``AskWithdrawn`` (it timed out, or its
+        run was interrupted or ended), ``AskAlreadyAnswered``."""
         limit = check.timeout("timeout", timeout)
-        request = check.reply_permission(ask_id, run_id=run_id, approve=approve, message=message)
+        request = check.reply_permission(
+            ask_id, run_id=run_id, approve=approve, message=message, always=always
+        )
         self._link.request(request, limit)
 
     def answer_form(

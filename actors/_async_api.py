@@ -443,6 +443,35 @@ class AsyncSupervisor:
         limit = check.timeout("timeout", timeout)
         await self._link.request_async(check.cancel(run_id, origin=origin, grace_ms=grace_ms), limit)
 
+    async def cancel_session(
+        self,
+        session: str,
+        *,
+        origin: str = "user",
+        grace_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> tuple[str, ...]:
+        """Stop a whole session; see ``Supervisor.cancel_session``."""
+        limit = check.timeout("timeout", timeout)
+        request = check.cancel_session(session, origin=origin, grace_ms=grace_ms)
+        stopped: tuple[str, ...] = (await self._link.request_async(request, limit)).interrupted_runs
+        return stopped
+
+    async def delete_session(
+        self,
+        session: str,
+        *,
+        confirm: bool = False,
+        origin: str = "user",
+        grace_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> tuple[str, ...]:
+        """Forget a session; see ``Supervisor.delete_session``."""
+        limit = check.timeout("timeout", timeout)
+        request = check.delete_session(session, confirm=confirm, origin=origin, grace_ms=grace_ms)
+        stopped: tuple[str, ...] = (await self._link.request_async(request, limit)).interrupted_runs
+        return stopped
+
     async def set_queue_policy(
         self,
         session: str,
@@ -526,12 +555,15 @@ class AsyncSupervisor:
         approve: bool,
         message: str | None = None,
         run_id: str | None = None,
+        always: bool = False,
         timeout: float | None = None,
     ) -> None:
         """Approve or reject a permission ask, addressed by ``ask_id`` (or ``run_id`` when that run
         has exactly one open permission ask). See ``Supervisor.reply_permission``."""
         limit = check.timeout("timeout", timeout)
-        request = check.reply_permission(ask_id, run_id=run_id, approve=approve, message=message)
+        request = check.reply_permission(
+            ask_id, run_id=run_id, approve=approve, message=message, always=always
+        )
         await self._link.request_async(request, limit)
 
     async def answer_form(

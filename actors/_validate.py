@@ -371,6 +371,7 @@ def _check_fields(req: Request) -> None:
     elif isinstance(req, ReplyPermission):
         _ask_address(req.ask_id, req.run_id)
         flag("approve", req.approve)
+        flag("always", req.always)
         optional_text("message", req.message)
     elif isinstance(req, AnswerForm):
         _ask_address(req.ask_id, req.run_id)
@@ -476,7 +477,12 @@ def _ask_address(ask_id: object, run_id: object) -> tuple[str | None, str | None
 
 
 def reply_permission(
-    ask_id: object = None, *, run_id: object = None, approve: object, message: object = None
+    ask_id: object = None,
+    *,
+    run_id: object = None,
+    approve: object,
+    message: object = None,
+    always: object = False,
 ) -> ReplyPermission:
     ask, run = _ask_address(ask_id, run_id)
     return ReplyPermission(
@@ -484,6 +490,26 @@ def reply_permission(
         run_id=run,
         approve=flag("approve", approve),
         message=optional_text("message", message),
+        always=flag("always", always),
+    )
+
+
+def cancel_session(session: object, *, origin: object, grace_ms: object = None) -> CancelSession:
+    return CancelSession(
+        session=identifier("session", session),
+        origin=name_text("origin", origin),
+        grace_ms=None if grace_ms is None else grace("grace_ms", grace_ms),
+    )
+
+
+def delete_session(
+    session: object, *, confirm: object, origin: object, grace_ms: object = None
+) -> DeleteSession:
+    return DeleteSession(
+        session=identifier("session", session),
+        confirm=flag("confirm", confirm),
+        origin=name_text("origin", origin),
+        grace_ms=None if grace_ms is None else grace("grace_ms", grace_ms),
     )
 
 

@@ -4,6 +4,11 @@ unless confirmed, withdraws its open asks and forgets it."""
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
+
+from run_supervisor.actors import AsyncSupervisor, Gate, RunContext, SessionBusy, Supervisor
 from run_supervisor.protocol import (
     AskKind,
     AskPayload,
@@ -138,9 +143,7 @@ def _ask(shell: CoreShell, run: str, key: str | None, n: int) -> str:
     return ask_id
 
 
-def test_an_always_grant_resolves_the_sessions_matching_pending_asks_and_keeps_others_pending() -> (
-    None
-):
+def test_an_always_grant_resolves_the_sessions_matching_pending_asks_and_keeps_others_pending() -> None:
     shell = CoreShell("/w/a")
     shell.start("r1", session="s")
     shell.start("child", session="c", parent="r1")
@@ -186,3 +189,47 @@ def test_an_always_grant_needs_an_approval_of_an_ask_that_declares_a_key() -> No
     answer = shell.request(ReplyPermission(ask_id=keyed, approve=False, always=True))
     assert answer is not None and answer.code is RejectCode.INVALID_REQUEST
     assert shell.of(AskReplied) == []  # nothing was decided
+
+
+# --- the facades -----------------------------------------------------------------------------------
+
+BOUND_S = 30.0
+
+
+def test_the_sync_facade_cancels_and_deletes_a_session_and_grants_always(supervisor: Supervisor) -> None:
+    gate = Gate("never")
+
+    def held(ctx: RunContext) -> None:
+        ctx.wait(gate)
+
+    first = supervisor.start_run(held, session="s", directory="/w/a")
+    second = supervisor.start_run(held, session="s", directory="/w/a")
+
+    assert supervisor.cancel_session("s", origin="ui.stop", timeout=BOUND_S) == (second.run_id, first.run_id)
+    assert first.wait(timeout=BOUND_S).action_id == second.wait(timeout=BOUND_S).action_id
+    assert supervisor.cancel_session("s", timeout=BOUND_S) == ()
+
+    busy = supervisor.start_run(held, session="t", directory="/w/a")
+    with pytest.raises(SessionBusy):
+        supervisor.delete_session("t", timeout=BOUND_S)
+    assert supervisor.delete_session("t", confirm=True, timeout=BOUND_S) == (busy.run_id,)
+    busy.wait(timeout=BOUND_S)
+    supervisor.delete_session("s", timeout=BOUND_S)
+    assert supervisor.session("s", timeout=BOUND_S) is None
+
+
+def test_the_async_facade_cancels_and_deletes_a_session(supervisor: Supervisor) -> None:
+    async_supervisor = AsyncSupervisor(supervisor)
+
+    async def scenario() -> None:
+        gate = Gate("never")
+
+        def held(ctx: RunContext) -> None:
+            ctx.wait(gate)
+
+        handle = await async_supervisor.start_run(held, session="s", directory="/w/a")
+        assert await async_supervisor.cancel_session("s", timeout=BOUND_S) == (handle.run_id,)
+        await handle.wait(timeout=BOUND_S)
+        assert await async_supervisor.delete_session("s", timeout=BOUND_S) == ()
+
+    asyncio.run(scenario())
