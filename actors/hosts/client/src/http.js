@@ -114,6 +114,19 @@ export class Client {
   ticket() { return this.call("POST", "events/ticket", { body: {} }); }
 
   /**
+   * A URL a browser's `new EventSource(url)` can open: the stream with a fresh single-use ticket in
+   * place of the token (the token never goes into a URL). Opened within the ticket's life (30 s).
+   * @param {{ compat?: boolean, after?: string }} [options]
+   */
+  async eventSourceUrl(options = {}) {
+    const { ticket } = await this.ticket();
+    const url = new URL(options.compat ? "event" : "events", this.url);
+    url.searchParams.set("ticket", ticket);
+    if (options.after !== undefined) url.searchParams.set("after", options.after);
+    return url.toString();
+  }
+
+  /**
    * Any protocol request (`{"type": "close", ...}`; `lease_ms` with a `start_run`).
    * @param {Schemas["AnyRequest"]} request
    * @returns {Promise<any>}

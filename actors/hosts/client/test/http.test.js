@@ -98,6 +98,18 @@ describe("against serve", opts, () => {
     assert.equal(typeof stats.events_buffered, "number");
   });
 
+  test("a ticket opens the event stream without the token, once", async () => {
+    const url = await served.client.eventSourceUrl({ after: "0" });
+    assert.ok(!url.includes(served.client.token ?? "no token"));
+    const abort = new AbortController();
+    const opened = await fetch(url, { signal: abort.signal }); // no Authorization header, as EventSource
+    assert.equal(opened.status, 200);
+    abort.abort();
+    const again = await fetch(url);
+    assert.equal(again.status, 401); // single-use
+    await again.body?.cancel();
+  });
+
   test("a slow reader gets every event in order, none twice", async () => {
     const { client } = served;
     const run = await ExternalRun.start(client, kept(client.feed()), { session: "s-slow", directory: "/proj/a" });

@@ -68,6 +68,15 @@ export class Client {
      */
     ticket(): Promise<Schemas["Ticket"]>;
     /**
+     * A URL a browser's `new EventSource(url)` can open: the stream with a fresh single-use ticket in
+     * place of the token (the token never goes into a URL). Opened within the ticket's life (30 s).
+     * @param {{ compat?: boolean, after?: string }} [options]
+     */
+    eventSourceUrl(options?: {
+        compat?: boolean;
+        after?: string;
+    }): Promise<string>;
+    /**
      * Any protocol request (`{"type": "close", ...}`; `lease_ms` with a `start_run`).
      * @param {Schemas["AnyRequest"]} request
      * @returns {Promise<any>}
