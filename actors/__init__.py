@@ -15,7 +15,12 @@ to the standard ``logging`` module with ``log_to_stdlib()``.
 
 from run_supervisor.actors import _logging  # noqa: F401 -- silences the library before anything logs
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
-from run_supervisor.actors._async_api import AsyncRunHandle, AsyncSubscription, AsyncSupervisor
+from run_supervisor.actors._async_api import (
+    AsyncInstanceHooks,
+    AsyncRunHandle,
+    AsyncSubscription,
+    AsyncSupervisor,
+)
 from run_supervisor.actors._async_body import AsyncAsk, AsyncRunBody, AsyncRunContext, AsyncToolCall
 from run_supervisor.actors._context import (
     Ask,
@@ -70,6 +75,7 @@ __all__ = [
     "AskAlreadyAnswered",
     "AskWithdrawn",
     "AsyncAsk",
+    "AsyncInstanceHooks",
     "AsyncRunBody",
     "AsyncRunContext",
     "AsyncRunHandle",

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Future
 from os import PathLike
 from types import FrameType, TracebackType
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
@@ -63,7 +63,7 @@ from run_supervisor.protocol import (
     SupervisorCore,
 )
 
-__all__ = ["AsyncRunHandle", "AsyncSubscription", "AsyncSupervisor"]
+__all__ = ["AsyncInstanceHooks", "AsyncRunHandle", "AsyncSubscription", "AsyncSupervisor"]
 
 T = TypeVar("T")
 
@@ -191,6 +191,59 @@ class AsyncRunHandle:
         return f"AsyncRunHandle({self.run_id!r})"
 
 
+class AsyncInstanceHooks(Protocol):
+    """``InstanceHooks`` for an asyncio host: coroutines, run on the host's loop (the one that
+    awaited ``AsyncSupervisor.start``), with the same budgets and the same meaning."""
+
+    async def load(self, directory: str, generation: int) -> Any:
+        """Build the caches of a new instance (see ``InstanceHooks.load``)."""
+        ...
+
+    async def dispose(self, directory: str, generation: int, cache: Any) -> None:
+        """Tear down the caches of an instance no run uses any more (see ``InstanceHooks.dispose``)."""
+        ...
+
+
+class _HooksOnLoop:
+    """Async hooks seen as sync ones by the instance actor's hook thread: each call runs the
+    coroutine on the host's loop and waits for it there (on the hook thread, never on the loop),
+    so the budgets are the instance actor's own, as for sync hooks."""
+
+    def __init__(self, hooks: AsyncInstanceHooks, loop: asyncio.AbstractEventLoop) -> None:
+        self._hooks = hooks
+        self._loop = loop
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        try:
+            running = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        except RuntimeError:  # the host's loop has ended: nothing can run the hook now
+            coroutine.close()
+            raise RuntimeError("the event loop the async hooks run on has ended") from None
+        return running.result()
+
+    def load(self, directory: str, generation: int) -> Any:
+        return self._run(self._hooks.load(directory, generation))
+
+    def dispose(self, directory: str, generation: int, cache: Any) -> None:
+        self._run(self._hooks.dispose(directory, generation, cache))
+
+
+def _on_loop(
+    hooks: InstanceHooks | AsyncInstanceHooks | None, loop: asyncio.AbstractEventLoop
+) -> InstanceHooks | None:
+    """Hooks whose ``load`` and ``dispose`` are coroutine functions run on ``loop``; sync ones as
+    they are (a mix of the two is refused, naming the sync one)."""
+    if hooks is None:
+        return None
+    kinds = {name: inspect.iscoroutinefunction(getattr(hooks, name, None)) for name in ("load", "dispose")}
+    if not any(kinds.values()):
+        return cast("InstanceHooks", hooks)
+    if not all(kinds.values()):
+        sync = next(name for name, is_async in kinds.items() if not is_async)
+        raise InvalidRequest(f"hooks: load and dispose must both be async def, or both not ({sync} is not)")
+    return _HooksOnLoop(cast("AsyncInstanceHooks", hooks), loop)
+
+
 def _cancel_again(frame: FrameType | None) -> None:
     """Deliver a cancellation that a start held back, at the caller's next ``await`` (counted
     once, so ``asyncio.timeout()`` still takes it for its own); not when the holding call is its
@@ -259,7 +312,7 @@ class AsyncSupervisor:
         cls,
         config: SupervisorConfig | None = None,
         *,
-        hooks: InstanceHooks | None = None,
+        hooks: InstanceHooks | AsyncInstanceHooks | None = None,
         directories: Iterable[str | PathLike[str]] = (),
         journal: str | PathLike[str] | None = None,
         journal_sync: JournalSync = "normal",
@@ -269,16 +322,22 @@ class AsyncSupervisor:
         supervisor is shut down again and ``LoadFailed`` names each directory; ``journal`` recovers
         the runs a dead process left unfinished (``recovered()``). The start (opening the journal,
         waiting for the load hooks) runs on a short-lived thread, never on the loop.
-        ``async with AsyncSupervisor.start(...) as sup:`` shuts it down on leaving the block."""
+        ``async with AsyncSupervisor.start(...) as sup:`` shuts it down on leaving the block.
+
+        ``hooks`` may be ``AsyncInstanceHooks`` (``async def load`` and ``async def dispose``): they
+        then run as coroutines on this (the awaiting) loop, with the same budgets as sync hooks (a
+        load past ``load_budget_ms`` counts as failed and is left to finish; a dispose past
+        ``dispose_budget_ms`` is reported overran), so an asyncio host's caches need no bridge."""
 
         async def open_() -> AsyncSupervisor:
             started: Future[Supervisor] = Future()
+            instance_hooks = _on_loop(hooks, asyncio.get_running_loop())
 
             def starting() -> None:
                 try:
                     supervisor = Supervisor.start(
                         config,
-                        hooks=hooks,
+                        hooks=instance_hooks,
                         directories=directories,
                         journal=journal,
                         journal_sync=journal_sync,

@@ -14,6 +14,7 @@ ACTORS = [
     "AskAlreadyAnswered",
     "AskWithdrawn",
     "AsyncAsk",
+    "AsyncInstanceHooks",
     "AsyncRunBody",
     "AsyncRunContext",
     "AsyncRunHandle",

@@ -52,6 +52,7 @@ if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the
     from run_supervisor.actors import AskAlreadyAnswered as AskAlreadyAnswered
     from run_supervisor.actors import AskWithdrawn as AskWithdrawn
     from run_supervisor.actors import AsyncAsk as AsyncAsk
+    from run_supervisor.actors import AsyncInstanceHooks as AsyncInstanceHooks
     from run_supervisor.actors import AsyncRunBody as AsyncRunBody
     from run_supervisor.actors import AsyncRunContext as AsyncRunContext
     from run_supervisor.actors import AsyncRunHandle as AsyncRunHandle

@@ -1,0 +1,93 @@
+"""Async instance hooks: an asyncio host's ``async def load`` and ``async def dispose`` run on its
+own loop, with the budgets sync hooks have."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from run_supervisor import AsyncSupervisor, InvalidRequest, LoadFailed, SupervisorConfig
+from run_supervisor.actors._async_body import AsyncRunContext
+
+T = TypeVar("T")
+CONFIG = SupervisorConfig(shutdown_at_exit=False, load_budget_ms=300, dispose_budget_ms=300)
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 30.0) -> T:
+    async def bounded() -> T:
+        async with asyncio.timeout(bound):
+            return await main()
+
+    return asyncio.run(bounded())
+
+
+class LoopCaches:
+    def __init__(self) -> None:
+        self.loops: list[tuple[str, asyncio.AbstractEventLoop]] = []
+
+    async def load(self, directory: str, generation: int) -> Any:
+        self.loops.append(("load", asyncio.get_running_loop()))
+        await asyncio.sleep(0)
+        return {"directory": directory, "generation": generation}
+
+    async def dispose(self, directory: str, generation: int, cache: Any) -> None:
+        self.loops.append(("dispose", asyncio.get_running_loop()))
+        await asyncio.sleep(0)
+
+
+def test_async_hooks_load_and_dispose_on_the_hosts_loop() -> None:
+    caches = LoopCaches()
+
+    async def host() -> tuple[asyncio.AbstractEventLoop, Any]:
+        seen: list[Any] = []
+
+        async def turn(ctx: AsyncRunContext) -> None:
+            seen.append(await ctx.instance())
+
+        async with AsyncSupervisor.start(CONFIG, hooks=caches, directories=["/w/a"]) as sup:
+            await (await sup.start_run(turn, session="s1", directory="/w/a")).wait(timeout=10)
+        return asyncio.get_running_loop(), seen
+
+    loop, seen = run_async(host)
+    assert seen == [{"directory": "/w/a", "generation": 1}]
+    assert [(what, used is loop) for what, used in caches.loops] == [("load", True), ("dispose", True)]
+
+
+def test_an_async_load_past_its_budget_fails_the_start_as_a_sync_one_does() -> None:
+    release = threading.Event()
+
+    class Slow(LoopCaches):
+        async def load(self, directory: str, generation: int) -> Any:
+            while not release.is_set():  # past the 300 ms budget, on the host's loop
+                await asyncio.sleep(0.01)
+            return {}
+
+    async def host() -> str:
+        try:
+            await AsyncSupervisor.start(CONFIG, hooks=Slow(), directories=["/w/a"])
+        except LoadFailed as exc:
+            return str(exc)
+        finally:
+            release.set()
+        return "started"
+
+    assert "budget" in run_async(host)
+
+
+def test_hooks_half_async_are_refused_naming_the_sync_one() -> None:
+    class Half:
+        async def load(self, directory: str, generation: int) -> Any:
+            return {}
+
+        def dispose(self, directory: str, generation: int, cache: Any) -> None:
+            pass
+
+    async def host() -> None:
+        await AsyncSupervisor.start(CONFIG, hooks=Half(), directories=["/w/a"])  # type: ignore[arg-type]
+
+    with pytest.raises(InvalidRequest, match="dispose is not"):
+        run_async(host)
