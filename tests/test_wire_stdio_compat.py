@@ -66,3 +66,24 @@ def test_seed_002_operations_and_events_over_stdio_in_upstreams_shapes() -> None
             _valid(line)
 
     assert session(scenario, "--directory", "/p/a") == 0
+
+
+def test_a_query_of_an_unknown_run_or_session_over_stdio_is_a_404_as_over_http() -> None:
+    async def scenario(car: Sidecar) -> None:
+        await car.send({"id": 1, "type": "query", "what": "run", "run_id": "nope"})
+        run = await car.answer(1)
+        assert (run["type"], run["status"], run["code"]) == ("error", 404, "unknown_run"), run
+        await car.send({"id": 2, "type": "query", "what": "session", "session": "nobody"})
+        session = await car.answer(2)
+        assert (session["type"], session["status"], session["code"]) == ("error", 404, "not_found"), session
+        await car.send({"id": 3, "type": "start_run", "run_id": "r1", "session": "s1", "directory": "/p/a"})
+        await car.answer(3)
+        await car.send({"id": 4, "type": "query", "what": "run", "run_id": "r1"})
+        assert (await car.answer(4))["answer"]["run_id"] == "r1"
+        await car.send({"id": 5, "type": "shutdown", "grace_ms": 100})
+        while await car.read() is not None:
+            pass
+        for line in car.lines:
+            _valid(line)
+
+    assert session(scenario) == 0

@@ -1,8 +1,9 @@
 """``run-supervisor stdio``: the supervisor as a sidecar speaking JSON lines on stdin and stdout.
 
 In: one JSON object per line -- a protocol request (``{"type": "cancel", "run_id": "r1"}``) or a host
-operation (``report``, ``query``, ``directories``), with an optional correlation ``id`` (any JSON
-value) echoed on its answer. Out: one JSON object per line --
+operation (``report``, ``query``, ``directories``; seed 002's ``global.dispose``, ``instance.dispose``,
+``instance.reload``; the caches' ``register_hooks``, ``unregister_hooks``, ``ack_hook``), with an
+optional correlation ``id`` (any JSON value) echoed on its answer. Out: one JSON object per line --
 
 - ``{"type": "answer", "id": ..., "status": 200, "answer": {...}}`` for every line that was
   understood (``status`` from the same table as HTTP; a rejection is an answer with its code);
@@ -128,12 +129,20 @@ async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
         if not isinstance(what, str) or what not in _QUERY_FIELDS:
             raise HostError(_INVALID, f"what must be one of {', '.join(_QUERY_FIELDS)}, got {what!r}")
         _only(fields, f"query {what}", _QUERY_FIELDS[what])
-        if what == "run":
+        if what == "run":  # an unknown one is a 404, as GET /runs/{run_id} answers
             run_id = _needs(fields, "run_id")
-            return 200, msgspec.to_builtins(host.read(lambda sup: sup.run(run_id)))
+            snapshot = host.read(lambda sup: sup.run(run_id))
+            if snapshot is None:
+                raise HostError(
+                    RejectCode.UNKNOWN_RUN.value, f"no run {run_id!r} is known (or it was forgotten)"
+                )
+            return 200, msgspec.to_builtins(snapshot)
         if what == "session":
             session = _needs(fields, "session")
-            return 200, msgspec.to_builtins(host.read(lambda sup: sup.session(session)))
+            known = host.read(lambda sup: sup.session(session))
+            if known is None:
+                raise HostError(RejectCode.NOT_FOUND.value, f"no session {session!r} is known")
+            return 200, msgspec.to_builtins(known)
         if what == "actions":
             return 200, msgspec.to_builtins(host.read(lambda sup: sup.pending_actions()))
         if what == "asks":
