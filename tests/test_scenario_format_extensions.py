@@ -800,3 +800,69 @@ def test_a_confirmed_close_and_a_confirm_take_a_grace_for_the_interrupts_they_ca
     assert (r1.reason, r1.abandoned) == ("lifecycle_interrupt", True)
     scenario = parse_scenario(text, file="s.toml", fmt="toml")
     assert scenario.actions[0].grace_ms == 50
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sessions: cancel and delete
+
+SESSION = """
+name = "a session"
+directories = ["/proj/a"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [{ kind = "model", id = "call", gate = "never" }]
+
+[[runs]]
+id = "r2"
+session = "s1"
+directory = "/proj/a"
+steps = [{ kind = "model" }]
+"""
+
+
+def test_a_session_cancel_stops_its_active_and_queued_runs_naming_one_action() -> None:
+    text = (
+        SESSION
+        + '[[actions]]\nid = "stop"\nwhen = "r1.call.started"\ndo = "cancel_session"\nsession = "s1"\n'
+    )
+    report = played(text)
+    assert report.failures == []
+    for run in ("r1", "r2"):
+        got = report.runs[run]
+        assert (got.outcome, got.reason, got.action) == ("interrupted", "user_cancel", "stop"), run
+    assert report.runs["r2"].generation is None
+    assert report.actions["stop"].interrupted_runs == ["r1", "r2"]
+    ends = [row["action"] for row in report.events if row["type"] == "run.finished"]
+    assert ends == ["stop", "stop"]  # renamed from the supervisor's cs-N once its answer came
+
+
+def test_a_busy_session_s_delete_is_refused_unless_confirmed() -> None:
+    text = SESSION + (
+        '[[actions]]\nid = "forget"\nwhen = "r1.call.started"\ndo = "delete_session"\nsession = "s1"\n'
+        '[[actions]]\nid = "sure"\nwhen = "forget.rejected"\ndo = "delete_session"\nsession = "s1"\n'
+        "confirm = true\n"
+    )
+    report = played(text)
+    assert report.failures == []
+    assert (report.actions["forget"].result, report.actions["forget"].code) == ("rejected", "session_busy")
+    assert report.actions["sure"].result == "ok"
+    assert report.runs["r1"].action == "sure"
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "says"),
+    [
+        ('do = "cancel_session"\n', "actions[0].session", "needs this key"),
+        ('do = "cancel_session"\nsession = "s9"\n', "actions[0].session", "names no session"),
+        ('do = "cancel_session"\nsession = "s1"\nconfirm = true\n', "actions[0].confirm", "does not take"),
+        ('do = "delete_session"\nsession = "s1"\nconfirm = "yes"\n', "actions[0].confirm", "true or false"),
+        ('do = "cancel"\nrun = "r1"\nsession = "s1"\n', "actions[0].session", "does not take"),
+    ],
+)
+def test_a_bad_session_action_is_refused_naming_its_key(extra: str, key: str, says: str) -> None:
+    error = refused(SESSION + '[[actions]]\nwhen = "begin"\n' + extra)
+    assert error.key == key
+    assert says in error.message

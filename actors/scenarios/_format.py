@@ -268,6 +268,10 @@ class ActionSpec:
     """``reload`` only (an extension): this reload's policy; None: the scenario's ``reload_policy``."""
     action: str | None = None
     """``confirm`` (an extension): the file id of the maintenance close it confirms."""
+    session: str | None = None
+    """``cancel_session`` and ``delete_session`` (extensions): the session they act on."""
+    confirm: bool = False
+    """``delete_session``: stop the session's work first instead of being refused ``session_busy``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +411,12 @@ class UserAction(StrEnum):
     CRASH = InterruptReason.CRASH.value  # the action is named after the reason it leaves behind
     """Done by the runner itself: the supervisor dies as a kill would (its run journal keeps only
     what was committed), and a new one starts on the same journal and recovers what was unfinished."""
+    CANCEL_SESSION = "cancel_session"
+    """An extension: stop a whole session (``CancelSession``): its queued runs end unstarted and its
+    active run is interrupted, all naming this action."""
+    DELETE_SESSION = "delete_session"
+    """An extension: forget a session (``DeleteSession``); refused ``session_busy`` while it has work,
+    unless ``confirm``: then stopped first, as ``cancel_session``."""
     WAIT_RUN = "wait_run"
     """An extension: a caller joins the run's result (``RunHandle.wait``); answered when the run has
     finished, with its outcome. Several such actions are several callers joined to one run."""
@@ -592,6 +602,8 @@ _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.CONFIRM: ("action", "origin", "grace_ms"),
     UserAction.RESTART: ("grace_ms", "origin"),
     UserAction.WAIT_RUN: ("run",),
+    UserAction.CANCEL_SESSION: ("session", "origin", "grace_ms"),
+    UserAction.DELETE_SESSION: ("session", "confirm", "origin", "grace_ms"),
 }
 _ASK_OF: Mapping[ActionDo, AskKind] = {
     UserAction.REPLY_PERMISSION: AskKind.PERMISSION,
@@ -615,10 +627,14 @@ _ACTION_REQUIRED: Mapping[ActionDo, tuple[str, ...]] = {
     UserAction.CONFIRM: ("action",),
     UserAction.RESTART: (),
     UserAction.WAIT_RUN: ("run",),
+    UserAction.CANCEL_SESSION: ("session",),
+    UserAction.DELETE_SESSION: ("session",),
 }
 _DEFAULT_ORIGIN: Mapping[ActionDo, str] = {
     **{do: do.value for do in CloseAction},
     UserAction.CANCEL: "user",
+    UserAction.CANCEL_SESSION: "user",
+    UserAction.DELETE_SESSION: "user",
     UserAction.RESTART: UserAction.RESTART.value,
 }
 _DEFAULT_GRACE_MS = 1000
@@ -783,6 +799,8 @@ class _ActionModel(_Model):
     fingerprint: _Text | None = None
     reload_policy: Annotated[StrictStr, _one_of_values(ReloadPolicy)] | None = None
     action: StrictStr | None = None
+    session: StrictStr | None = None
+    confirm: StrictBool | None = None
 
 
 class _FaultModel(_Model):
@@ -1676,6 +1694,10 @@ def _check_action(
         raise _InvalidError(_key("actions", index, "gate"), f"no step names the gate {action.gate!r}")
     if action.action is not None:
         _check_confirmed(index, action, names)
+    if action.session is not None and action.session not in names.sessions:
+        raise _InvalidError(
+            _key("actions", index, "session"), f"{action.session!r} names no session of this file"
+        )
 
 
 def _check_confirmed(index: int, action: _ActionModel, names: _Names) -> None:
@@ -1742,6 +1764,8 @@ def _build_action(index: int, action_id: str, action: _ActionModel, names: _Name
         fingerprint=action.fingerprint,
         reload_policy=None if action.reload_policy is None else ReloadPolicy(action.reload_policy),
         action=action.action,
+        session=action.session,
+        confirm=bool(action.confirm),
     )
 
 

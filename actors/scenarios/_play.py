@@ -73,11 +73,13 @@ from run_supervisor.protocol import (
     ActionResult,
     AnswerForm,
     CancelRun,
+    CancelSession,
     CloseAction,
     CloseOutcome,
     CloseRequest,
     CloseResult,
     ConfirmClose,
+    DeleteSession,
     DismissForm,
     Event,
     InterruptReason,
@@ -450,6 +452,20 @@ class _Player:
             )
         if do is UserAction.CONFIRM:
             return self._confirm_request(spec)
+        if do is UserAction.CANCEL_SESSION:
+            assert spec.session is not None and spec.origin is not None
+            return CancelSession(
+                session=spec.session, origin=spec.origin, grace_ms=spec.grace_ms, tag=spec.id
+            )
+        if do is UserAction.DELETE_SESSION:
+            assert spec.session is not None and spec.origin is not None
+            return DeleteSession(
+                session=spec.session,
+                confirm=spec.confirm,
+                origin=spec.origin,
+                grace_ms=spec.grace_ms,
+                tag=spec.id,
+            )
         assert spec.run is not None
         if do is UserAction.CANCEL:
             assert spec.origin is not None
@@ -505,6 +521,8 @@ class _Player:
             return
         record = self.actions[asked.key]
         record.answered, record.outcome = True, outcome
+        if isinstance(outcome, RequestOutcome) and outcome.action_id is not None:
+            self._name_session_action(outcome.action_id, asked.key)
         if record.result_published:
             return  # the library's own action.result is already in the timeline
         spec = record.spec
@@ -565,6 +583,18 @@ class _Player:
         self.declare()
         for recovered in self.supervisor.recovery_events():
             self._on_event(recovered)
+
+    def _name_session_action(self, action_id: str, file_id: str) -> None:
+        """A session cancel or delete names its runs' ends by the supervisor's id (``cs-N``), known to
+        the runner with its answer, after those ends: they are renamed to the file's id now, and
+        later rows are named by it as they come."""
+        self.lifecycle_ids.setdefault(action_id, file_id)
+        for row in self.timeline.rows:
+            if row.get("action") == action_id:
+                row["action"] = file_id
+        for run in self.runs.values():
+            if run.action == action_id:
+                run.action = file_id
 
     def _join(self, spec: ActionSpec) -> None:
         """A caller waits for the run's result on a thread of its own (``RunHandle.wait``, as a host
@@ -941,6 +971,13 @@ def _action_report(record: _ActionRecord) -> ActionReport:
             do=do, result=outcome.result, outcome=record.joined.outcome, reason=record.joined.reason
         )
     if not isinstance(outcome, CloseOutcome):
+        if outcome.action_id is not None:  # a session cancel or delete: what it stopped
+            return ActionReport(
+                do=do,
+                result=outcome.result,
+                action_id=outcome.action_id,
+                interrupted_runs=sorted(outcome.interrupted_runs),
+            )
         return ActionReport(do=do, result=outcome.result)
     shutdown = do in SHUTDOWNS or do is UserAction.RESTART
     return ActionReport(
