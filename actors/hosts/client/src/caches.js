@@ -4,7 +4,7 @@
 /** @typedef {import("../types/openapi.js").components["schemas"]} Schemas */
 /** @typedef {Schemas["LoadRequested"] | Schemas["DisposeRequested"]} CacheRequest */
 /**
- * What the host's caches need of a transport (the HTTP `Client`; stdio once it has the operations).
+ * What the host's caches need of a transport (the HTTP `Client` and the `StdioClient` both are one).
  * @typedef {object} HooksWire
  * @property {(body?: Schemas["HooksRegisterBody"]) => Promise<Schemas["HooksRegistered"]>} registerHooks
  * @property {(requestId: string, body?: Schemas["HookAckBody"]) => Promise<Schemas["CacheAck"]>} ackHook

@@ -236,6 +236,28 @@ export class StdioClient {
   /** @returns {Promise<Omit<Schemas["HostStatistics"], "external_runs" | "sse_listeners" | "events_buffered">>} */
   statistics() { return this.send({ type: "query", what: "statistics" }); }
 
+  /** @returns {Promise<Schemas["HooksState"]>} the cache registrations (caches kept out of process) */
+  hooks() { return this.send({ type: "query", what: "hooks" }); }
+
+  /**
+   * @param {Schemas["HooksRegisterBody"]} [body]
+   * @returns {Promise<Schemas["HooksRegistered"]>}
+   */
+  registerHooks(body = {}) { return this.send({ ...body, type: "register_hooks" }); }
+
+  /**
+   * @param {string} requestId
+   * @param {Schemas["HookAckBody"]} [body]
+   * @returns {Promise<Schemas["CacheAck"]>}
+   */
+  ackHook(requestId, body = {}) { return this.send({ ...body, type: "ack_hook", request_id: requestId }); }
+
+  /**
+   * @param {string} registration
+   * @returns {Promise<Schemas["HooksUnregistered"]>}
+   */
+  unregisterHooks(registration) { return this.send({ type: "unregister_hooks", registration }); }
+
   /**
    * Close stdin (a shutdown, origin `stdin.closed`) and wait for the exit; SIGKILL past `ms`.
    * @param {number} [ms]

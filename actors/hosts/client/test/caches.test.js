@@ -3,43 +3,59 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ExternalRun, eventOf, keepCaches, serve } from "../src/index.js";
+import { ExternalRun, StdioClient, eventOf, keepCaches, serve } from "../src/index.js";
 import { command } from "./support.js";
 
-test("caches out of process: a reload disposes the old generation before the next loads, one load each", { timeout: 60000 }, async () => {
+/**
+ * @param {import("../src/index.js").Client | import("../src/index.js").StdioClient} client
+ * @param {import("../src/index.js").EventFeed} feed
+ */
+async function reloadWithCaches(client, feed) {
+  /** @type {string[]} */
+  const log = [];
+  /** @type {Map<string, number>} directory -> the generation alive */
+  const alive = new Map();
+  const caches = await keepCaches(client, feed, {
+    name: "node-test",
+    load(request) {
+      assert.equal(alive.get(request.directory), undefined, "two generations alive");
+      alive.set(request.directory, request.generation);
+      log.push(`load ${request.directory}#${request.generation}`);
+    },
+    dispose(request) {
+      alive.delete(request.directory);
+      log.push(`dispose ${request.directory}#${request.generation}`);
+    },
+  });
+  await client.directories(["/proj/b"]);
+  await feed.waitFor(eventOf("instance.started", { directory: "/proj/b" }));
+  const close = await client.close({ do: "reload", mode: "maintenance", origin: "config.updated", directory: "/proj/b" });
+  assert.equal(close.result, "completed");
+  await feed.waitFor(eventOf("instance.started", { directory: "/proj/b", generation: 2 }));
+  // the next generation is asked for only once the old one's dispose was acknowledged
+  assert.deepEqual(log, ["load /proj/b#1", "dispose /proj/b#1", "load /proj/b#2"]);
+  const run = await ExternalRun.start(client, feed, { session: "s", directory: "/proj/b" });
+  await run.end();
+  assert.deepEqual(log, ["load /proj/b#1", "dispose /proj/b#1", "load /proj/b#2"]);
+  assert.equal((await caches.close()).result, "ok");
+}
+
+test("caches out of process over HTTP: a reload disposes the old generation before the next loads, one load each", { timeout: 60000 }, async () => {
   const served = await serve({ command, args: ["--lease-ms", "5000"] });
-  const { client } = served;
-  const feed = client.feed({ after: "0" });
+  const feed = served.client.feed({ after: "0" });
   try {
-    /** @type {string[]} */
-    const log = [];
-    /** @type {Map<string, number>} directory -> the generation alive */
-    const alive = new Map();
-    const caches = await keepCaches(client, feed, {
-      name: "node-test",
-      load(request) {
-        assert.equal(alive.get(request.directory), undefined, "two generations alive");
-        alive.set(request.directory, request.generation);
-        log.push(`load ${request.directory}#${request.generation}`);
-      },
-      dispose(request) {
-        alive.delete(request.directory);
-        log.push(`dispose ${request.directory}#${request.generation}`);
-      },
-    });
-    await client.directories(["/proj/b"]);
-    await feed.waitFor(eventOf("instance.started", { directory: "/proj/b" }));
-    const close = await client.close({ do: "reload", mode: "maintenance", origin: "config.updated", directory: "/proj/b" });
-    assert.equal(close.result, "completed");
-    await feed.waitFor(eventOf("instance.started", { directory: "/proj/b", generation: 2 }));
-    // the next generation is asked for only once the old one's dispose was acknowledged
-    assert.deepEqual(log, ["load /proj/b#1", "dispose /proj/b#1", "load /proj/b#2"]);
-    const run = await ExternalRun.start(client, feed, { session: "s", directory: "/proj/b" });
-    await run.end();
-    assert.deepEqual(log, ["load /proj/b#1", "dispose /proj/b#1", "load /proj/b#2"]);
-    assert.equal((await caches.close()).result, "ok");
+    await reloadWithCaches(served.client, feed);
   } finally {
     feed.close();
     assert.equal(await served.stop(), 0);
+  }
+});
+
+test("caches out of process over stdio: the same", { timeout: 60000 }, async () => {
+  const sidecar = StdioClient.spawn({ command, args: ["--lease-ms", "5000"] });
+  try {
+    await reloadWithCaches(sidecar, sidecar.feed);
+  } finally {
+    assert.equal(await sidecar.stop(), 0);
   }
 });

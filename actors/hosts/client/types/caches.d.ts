@@ -1,7 +1,7 @@
 /** @typedef {import("../types/openapi.js").components["schemas"]} Schemas */
 /** @typedef {Schemas["LoadRequested"] | Schemas["DisposeRequested"]} CacheRequest */
 /**
- * What the host's caches need of a transport (the HTTP `Client`; stdio once it has the operations).
+ * What the host's caches need of a transport (the HTTP `Client` and the `StdioClient` both are one).
  * @typedef {object} HooksWire
  * @property {(body?: Schemas["HooksRegisterBody"]) => Promise<Schemas["HooksRegistered"]>} registerHooks
  * @property {(requestId: string, body?: Schemas["HookAckBody"]) => Promise<Schemas["CacheAck"]>} ackHook
@@ -40,7 +40,7 @@ export function keepCaches(wire: HooksWire, feed: import("./events.js").EventFee
 export type Schemas = import("../types/openapi.js").components["schemas"];
 export type CacheRequest = Schemas["LoadRequested"] | Schemas["DisposeRequested"];
 /**
- * What the host's caches need of a transport (the HTTP `Client`; stdio once it has the operations).
+ * What the host's caches need of a transport (the HTTP `Client` and the `StdioClient` both are one).
  */
 export type HooksWire = {
     registerHooks: (body?: Schemas["HooksRegisterBody"]) => Promise<Schemas["HooksRegistered"]>;

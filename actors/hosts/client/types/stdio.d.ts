@@ -142,6 +142,24 @@ export class StdioClient {
     actions(): Promise<Schemas["ActionSnapshot"][]>;
     /** @returns {Promise<Omit<Schemas["HostStatistics"], "external_runs" | "sse_listeners" | "events_buffered">>} */
     statistics(): Promise<Omit<Schemas["HostStatistics"], "external_runs" | "sse_listeners" | "events_buffered">>;
+    /** @returns {Promise<Schemas["HooksState"]>} the cache registrations (caches kept out of process) */
+    hooks(): Promise<Schemas["HooksState"]>;
+    /**
+     * @param {Schemas["HooksRegisterBody"]} [body]
+     * @returns {Promise<Schemas["HooksRegistered"]>}
+     */
+    registerHooks(body?: Schemas["HooksRegisterBody"]): Promise<Schemas["HooksRegistered"]>;
+    /**
+     * @param {string} requestId
+     * @param {Schemas["HookAckBody"]} [body]
+     * @returns {Promise<Schemas["CacheAck"]>}
+     */
+    ackHook(requestId: string, body?: Schemas["HookAckBody"]): Promise<Schemas["CacheAck"]>;
+    /**
+     * @param {string} registration
+     * @returns {Promise<Schemas["HooksUnregistered"]>}
+     */
+    unregisterHooks(registration: string): Promise<Schemas["HooksUnregistered"]>;
     /**
      * Close stdin (a shutdown, origin `stdin.closed`) and wait for the exit; SIGKILL past `ms`.
      * @param {number} [ms]
