@@ -410,13 +410,17 @@ class AsksMixin:
             )
         else:
             assert rule.interrupts_with is not None and rule.origin is not None
-            self._interrupt(run, rule.interrupts_with, rule.origin, tag)
+            opened = run.open_part()
+            phase = PART_PHASE[opened.state] if opened is not None else None  # the run's, as it was
             if part is not None and part.state in UNFINISHED_PART_STATES:
-                # Decided: this call will not run. Its card says so now, not "running" until the
-                # body stops.
+                # Decided: this call will not run. Its card says so now (before the interrupt
+                # redraws anything), not "running" until the body stops.
                 part.phase = PART_PHASE[part.state]
                 part.state = PartState.INTERRUPTED
                 part.reason, part.origin = rule.interrupts_with, rule.origin
+            self._interrupt(run, rule.interrupts_with, rule.origin, tag)
+            if run.interrupt is not None and run.interrupt.phase is not phase:
+                run.interrupt.phase = phase  # decided now: the declined call was still open
 
     @staticmethod
     def _feedback(part: _Part | None, message: str) -> None:

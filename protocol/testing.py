@@ -51,6 +51,14 @@ checker. It never predicts a particular outcome; it checks what must hold of any
   it holds are pending ones. A ``lifecycle.confirmed`` is for
   a pending maintenance close, and the runs its ``confirm_close`` interrupted end
   ``lifecycle_interrupt`` naming that action and the confirm's origin;
+* abandons, stops and cards: a run is abandoned only past a grace -- the shutdown's, or one
+  ``StartInterruptGrace`` armed for it (or an ancestor) when it was interrupted, which the driver said
+  passed (``interrupt_grace_passed``); a run's own grace is armed only for an interrupt
+  ``INTERRUPT_GRACE`` gives one and never during a shutdown, and stopped once, after the run finished;
+  after a session's active run is signalled the session says nothing (no ``busy``, no ``retry``) until
+  that run's end; a run ended by its retry budget (origin ``retry_budget``) carries the retry that
+  exhausted it; once the user declined a call's ask, no update of that call says ``running``; a
+  session cancel's or delete's runs each end with its reason, origin and action id;
 * with command batches: a reply comes after its ``action.result`` (and after its
   ``lifecycle.completed`` when it says ``completed``); a run is spawned once, on the instance it
   started on; an instance is disposed once, with no run on it; a run is signalled once (the first
@@ -133,6 +141,7 @@ from run_supervisor.protocol._events import (
     LifecycleDeferred,
     LifecycleRequested,
     RunFinished,
+    RunPartUpdated,
     RunQueued,
     RunStalled,
     RunStarted,
@@ -322,6 +331,9 @@ class InvariantChecker:
         self.shutdown_queued: set[str] = set()
         self.asked: dict[Hashable, _Asked] = {}
         self.ask_runs: dict[str, str] = {}  # ask id -> its run, from ask.requested
+        self.ask_calls: dict[str, tuple[str, str]] = {}  # ask id -> (run, call id), from ask.requested
+        self.will_not_run: set[tuple[str, str]] = set()
+        """(run, call id) of calls a user's decline decided will not run: no update says running."""
         self.asks_ended: set[str] = set()  # replied, dismissed or withdrawn
         self.start_requests: dict[str, StartRun] = {}
         self.grace_expired = False
@@ -534,6 +546,8 @@ class InvariantChecker:
             self.violation(f"ask {event.ask_id} raised by {event.run_id}, which is not active")
         self._no_retry_left(event.run_id, f"ask {event.ask_id}")
         self.ask_runs[event.ask_id] = event.run_id
+        if event.call_id is not None:
+            self.ask_calls[event.ask_id] = (event.run_id, event.call_id)
         self._progress(event.run_id, f"ask {event.ask_id}")
 
     def _ask_ended(self, event: AskReplied | AskDismissed | AskWithdrawn) -> None:
@@ -544,6 +558,16 @@ class InvariantChecker:
         elif event.ask_id in self.asks_ended:
             self.violation(f"{what}, after it was already decided")
         self.asks_ended.add(event.ask_id)
+        declined = isinstance(event, AskDismissed) or (isinstance(event, AskReplied) and not event.approved)
+        if declined and event.ask_id in self.ask_calls:
+            self.will_not_run.add(self.ask_calls[event.ask_id])
+
+    def _part_updated(self, event: RunPartUpdated) -> None:
+        if event.state is PartState.RUNNING and (event.run_id, event.call_id) in self.will_not_run:
+            self.violation(
+                f"{event.run_id} {event.call_id}: an update says running after the user's decline decided "
+                "the call will not run"
+            )
 
     def _check_owed_loads(self, event: Event) -> None:
         """A load that must come right now (a lazy reload's, once the old generation closed; a run's
@@ -1521,6 +1545,7 @@ _HANDLERS: dict[type, Callable[[InvariantChecker, Any], None]] = {
     RunStalled: InvariantChecker._run_stalled,
     RunUnstalled: InvariantChecker._run_unstalled,
     LifecycleConfirmed: InvariantChecker._lifecycle_confirmed,
+    RunPartUpdated: InvariantChecker._part_updated,
 }
 
 

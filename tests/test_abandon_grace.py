@@ -38,7 +38,7 @@ from run_supervisor.protocol import (
     StopInterruptGrace,
     SupervisorCore,
 )
-from run_supervisor.protocol.testing import CoreShell
+from run_supervisor.protocol.testing import CoreShell, InvariantChecker, InvariantViolation
 
 
 def _shell(grace_ms: int | None = 100) -> CoreShell:
@@ -331,3 +331,14 @@ def test_a_grace_that_is_not_a_non_negative_int_is_refused_naming_the_argument(
     with pytest.raises(InvalidRequest, match="grace_ms"):
         supervisor.cancel(handle.run_id, grace_ms=1.5)  # type: ignore[arg-type]
     handle.wait(timeout=BOUND_S)
+
+
+def test_the_checker_refuses_an_abandon_that_no_grace_allowed() -> None:
+    checker = InvariantChecker(raise_at_once=True)
+    shell = CoreShell("/w/a", checker=InvariantChecker())
+    shell.start("r1", session="s")
+    shell.cancel("r1")
+    for command in shell.log:
+        checker.commands([command])
+    with pytest.raises(InvariantViolation, match="abandoned without an interrupt and an expired grace"):
+        checker.commands([AbandonRun(run_id="r1")])

@@ -16,6 +16,8 @@ from run_supervisor.protocol import (
     AskReplied,
     AskWithdrawn,
     CancelSession,
+    CloseAction,
+    CloseMode,
     DeleteSession,
     DeliverAnswer,
     InterruptReason,
@@ -233,3 +235,14 @@ def test_the_async_facade_cancels_and_deletes_a_session(supervisor: Supervisor) 
         assert await async_supervisor.delete_session("s", timeout=BOUND_S) == ()
 
     asyncio.run(scenario())
+
+
+def test_an_always_grant_survives_an_instance_reload() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r1", session="s")
+    shell.request(ReplyPermission(ask_id=_ask(shell, "r1", "bash:ls", 1), approve=True, always=True))
+    shell.finish("r1")
+    shell.close(CloseAction.RELOAD, "/w/a", mode=CloseMode.MAINTENANCE)
+    shell.start("r2", session="s")  # on the next generation
+    later = _ask(shell, "r2", "bash:ls", 2)
+    assert shell.one(AskReplied, ask_id=later).granted == "bash:ls"

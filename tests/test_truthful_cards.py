@@ -6,6 +6,8 @@ in ``message``); and once the user's decline decided that a call will not run, n
 
 from __future__ import annotations
 
+import msgspec
+
 from run_supervisor.protocol import (
     Outcome,
     PartReport,
@@ -13,7 +15,7 @@ from run_supervisor.protocol import (
     Phase,
     RunPartUpdated,
 )
-from run_supervisor.protocol.testing import CoreShell
+from run_supervisor.protocol.testing import CoreShell, InvariantChecker
 
 ECONNRESET = "ECONNRESET: The socket connection was closed unexpectedly"
 
@@ -84,3 +86,17 @@ def test_a_declined_calls_updates_never_say_running_after_the_decision() -> None
         False,
         "Did not run: the user declined bash",
     )
+
+
+def test_the_checker_refuses_a_running_update_after_a_decline() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r", session="s")
+    ask_id = shell.ask("r")
+    shell.reply("r", approve=False)
+    checker = InvariantChecker()
+    for event in shell.events:
+        checker.event(event)
+    card = shell.of(RunPartUpdated, run_id="r")[-1]
+    late = msgspec.structs.replace(card, seq=checker.last_seq + 1, state=PartState.RUNNING)
+    checker.event(late)
+    assert any("says running after the user's decline" in v for v in checker.violations), ask_id
