@@ -632,7 +632,7 @@ export interface components {
             /** @enum {unknown} */
             type: "external.answer";
         };
-        AnyRequest: components["schemas"]["StartRunRequest"] | components["schemas"]["CancelRun"] | components["schemas"]["CloseRequest"] | components["schemas"]["Shutdown"] | components["schemas"]["ReplyPermission"] | components["schemas"]["AnswerForm"] | components["schemas"]["DismissForm"] | components["schemas"]["SetQueuePolicy"] | components["schemas"]["ConfirmClose"];
+        AnyRequest: components["schemas"]["StartRunRequest"] | components["schemas"]["CancelRun"] | components["schemas"]["CloseRequest"] | components["schemas"]["Shutdown"] | components["schemas"]["ReplyPermission"] | components["schemas"]["AnswerForm"] | components["schemas"]["DismissForm"] | components["schemas"]["SetQueuePolicy"] | components["schemas"]["ConfirmClose"] | components["schemas"]["CancelSession"] | components["schemas"]["DeleteSession"];
         /**
          * AskDismissed
          * @description A form was dismissed: with a ``message`` it is model-visible feedback and the run goes on;
@@ -665,6 +665,8 @@ export interface components {
             command: string | null;
             /** @default {} */
             data: Record<string, never>;
+            /** @default null */
+            key: string | null;
             /** @default [] */
             options: string[];
             /** @default [] */
@@ -677,9 +679,13 @@ export interface components {
          * @description A permission was approved or rejected, or a form answered.
          */
         AskReplied: {
+            /** @default false */
+            always: boolean;
             answer: string | null;
             approved: boolean;
             ask_id: string;
+            /** @default null */
+            granted: string | null;
             kind: components["schemas"]["AskKind"];
             message: string | null;
             run_id: string;
@@ -807,6 +813,26 @@ export interface components {
             reason?: components["schemas"]["InterruptReason"];
             /** @default null */
             tag?: string | null;
+        };
+        /**
+         * CancelSession
+         * @description Stop a whole session: its queued runs end unstarted and its active run is interrupted, all
+         *     with one reason, one origin and one action id (``cs-N``, in the answer's ``action_id``; a run
+         *     already being interrupted keeps its first reason). An idle or unknown session: ``ok``, nothing
+         *     to stop.
+         */
+        CancelSession: {
+            /** @default null */
+            grace_ms?: number | null;
+            /** @default user */
+            origin?: string;
+            /** @default user_cancel */
+            reason?: components["schemas"]["InterruptReason"];
+            session: string;
+            /** @default null */
+            tag?: string | null;
+            /** @enum {unknown} */
+            type: "cancel_session";
         };
         /**
          * CloseAction
@@ -937,6 +963,26 @@ export interface components {
             origin?: string | null;
             /** @default null */
             tag?: string | null;
+        };
+        /**
+         * DeleteSession
+         * @description Forget a session: its policy and its grants go, and it is unknown from then on. Refused
+         *     ``session_busy`` while it has an active or queued run, unless ``confirm``: then it is cancelled
+         *     first (as ``CancelSession``, which withdraws its open asks) and forgotten once its active run has
+         *     ended.
+         */
+        DeleteSession: {
+            /** @default false */
+            confirm?: boolean;
+            /** @default null */
+            grace_ms?: number | null;
+            /** @default user */
+            origin?: string;
+            session: string;
+            /** @default null */
+            tag?: string | null;
+            /** @enum {unknown} */
+            type: "delete_session";
         };
         /** DirectoriesAnswer */
         DirectoriesAnswer: {
@@ -1441,6 +1487,8 @@ export interface components {
          *     the two is given.
          */
         ReplyPermission: {
+            /** @default false */
+            always?: boolean;
             approve: boolean;
             /** @default null */
             ask_id?: string | null;
@@ -1460,6 +1508,8 @@ export interface components {
          *     the two is given.
          */
         ReplyPermissionBody: {
+            /** @default false */
+            always?: boolean;
             /**
              * @deprecated
              * @description Say `approved`.
@@ -1489,16 +1539,20 @@ export interface components {
             queued: boolean;
             result: components["schemas"]["RequestResult"];
         };
-        Request: components["schemas"]["StartRun"] | components["schemas"]["CancelRun"] | components["schemas"]["CloseRequest"] | components["schemas"]["Shutdown"] | components["schemas"]["ReplyPermission"] | components["schemas"]["AnswerForm"] | components["schemas"]["DismissForm"] | components["schemas"]["SetQueuePolicy"] | components["schemas"]["ConfirmClose"];
+        Request: components["schemas"]["StartRun"] | components["schemas"]["CancelRun"] | components["schemas"]["CloseRequest"] | components["schemas"]["Shutdown"] | components["schemas"]["ReplyPermission"] | components["schemas"]["AnswerForm"] | components["schemas"]["DismissForm"] | components["schemas"]["SetQueuePolicy"] | components["schemas"]["ConfirmClose"] | components["schemas"]["CancelSession"] | components["schemas"]["DeleteSession"];
         /**
          * RequestOutcome
          * @description The answer to a request that is not a lifecycle action.
          */
         RequestOutcome: {
             /** @default null */
+            action_id: string | null;
+            /** @default null */
             code: components["schemas"]["RejectCode"] | null;
             /** @default null */
             error: string | null;
+            /** @default [] */
+            interrupted_runs: string[];
             result: components["schemas"]["RequestResult"];
         };
         /**
