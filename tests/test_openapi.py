@@ -150,6 +150,8 @@ def test_the_document_is_openapi_3_1_with_closed_objects_and_one_component_per_e
         if isinstance(schema, dict):
             if schema.get("type") == "object" and "properties" in schema:
                 assert schema.get("additionalProperties") is False, where
+            elif schema.get("type") == "object":  # a map of free JSON says so (not an empty object)
+                assert schema.get("additionalProperties") not in (None, False), where
             if "enum" in schema and len(schema["enum"]) > 1:  # a vocabulary is written once
                 vocabularies.append(tuple(sorted(schema["enum"])))
             for key, value in schema.items():

@@ -570,8 +570,10 @@ adds routes to the app appends one here (see ``document``)."""
 
 def _close_objects(schema: Any) -> None:
     if isinstance(schema, dict):
-        if schema.get("type") == "object" and "properties" in schema:
-            schema.setdefault("additionalProperties", False)
+        if schema.get("type") == "object":
+            # A struct is closed; a map of free JSON (an ask's ``data``) says so, else generators
+            # read a bare ``{"type": "object"}`` as an empty object (TypeScript: Record<string, never>).
+            schema.setdefault("additionalProperties", "properties" not in schema)
         for value in schema.values():
             _close_objects(value)
     elif isinstance(schema, list):

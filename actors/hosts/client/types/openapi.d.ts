@@ -664,7 +664,9 @@ export interface components {
             /** @default null */
             command: string | null;
             /** @default {} */
-            data: Record<string, never>;
+            data: {
+                [key: string]: unknown;
+            };
             /** @default null */
             key: string | null;
             /** @default [] */
@@ -707,7 +709,9 @@ export interface components {
             /** @default null */
             command?: string | null;
             /** @default null */
-            data?: Record<string, never> | null;
+            data?: {
+                [key: string]: unknown;
+            } | null;
             /** @default false */
             form?: boolean;
             /** @default [] */
