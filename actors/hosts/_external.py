@@ -125,6 +125,11 @@ class StepUpdate(_Report, frozen=True, tag="step"):
     step: str | None = None
     """Defaults to the kind, then ``kind-2``... (as in-process); give it to pair start and finish."""
     finished: bool = False
+    tool: str | None = None
+    """The tool whose call this step serves (``tool_input``, ``tool_exec``...), as in-process."""
+    call_id: str | None = None
+    """The call it serves: ``run.step.started`` / ``run.step.finished`` name it, so a UI puts the step
+    on that tool card."""
 
 
 class PartUpdate(_Report, frozen=True, tag="part"):
@@ -639,9 +644,9 @@ class ExternalRuns:
             if isinstance(report, StepUpdate):
                 step = report.step or ctx.next_step_id(report.kind)
                 if report.finished:
-                    ctx.step_finished(step, report.kind)
+                    ctx.step_finished(step, report.kind, tool=report.tool, call_id=report.call_id)
                 else:
-                    ctx.step_started(step, report.kind)
+                    ctx.step_started(step, report.kind, tool=report.tool, call_id=report.call_id)
             elif isinstance(report, HeartbeatReport):
                 ctx.heartbeat()
             elif isinstance(report, RetryUpdate):

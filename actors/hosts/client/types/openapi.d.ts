@@ -1992,11 +1992,15 @@ export interface components {
          * @description The client's loop entered (``finished=false``) or left (``finished=true``) a step.
          */
         StepUpdate: {
+            /** @default null */
+            call_id?: string | null;
             /** @default false */
             finished?: boolean;
             kind: components["schemas"]["StepKind"];
             /** @default null */
             step?: string | null;
+            /** @default null */
+            tool?: string | null;
             /** @enum {unknown} */
             type: "step";
         };
