@@ -5,11 +5,13 @@ runs once, and again only when the lock file changed (the client folder keeps it
 
 from __future__ import annotations
 
+import fcntl
 import filecmp
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,9 +43,12 @@ def installed() -> Path:
     """node_modules from the lock file (``npm ci``), kept while the lock file is unchanged."""
     stamp = CLIENT / "node_modules" / ".package-lock.json"
     lock = CLIENT / "package-lock.json"
-    if not stamp.exists() or stamp.stat().st_mtime < lock.stat().st_mtime:
-        done = _run(["npm", "ci", "--no-audit", "--no-fund"], timeout=240)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # One npm ci at a time: two test runs on one checkout would each empty node_modules under the other.
+    with open(Path(tempfile.gettempdir()) / "run-supervisor-client-npm-ci.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not stamp.exists() or stamp.stat().st_mtime < lock.stat().st_mtime:
+            done = _run(["npm", "ci", "--no-audit", "--no-fund"], timeout=240)
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return CLIENT / "node_modules" / ".bin"
 
 
