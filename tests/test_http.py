@@ -157,6 +157,8 @@ def test_rejections_carry_the_in_process_code_and_sentence_under_the_status_of_o
                 "code": "unknown_run",
                 "error": "no run 'nope' has started (or it finished long ago and was forgotten); "
                 "nothing to cancel",
+                "action_id": None,
+                "interrupted_runs": [],
             }
             await start(client, "r1")
             again = await client.post("/runs", json={"run_id": "r1", "session": "s", "directory": "/w/a"})
@@ -236,7 +238,13 @@ def test_the_generic_route_takes_any_protocol_request() -> None:
                     "lease_ms": 5000,
                 },
             )
-            assert started.json() == {"result": "ok", "error": None, "code": None}
+            assert started.json() == {
+                "result": "ok",
+                "error": None,
+                "code": None,
+                "action_id": None,
+                "interrupted_runs": [],
+            }
             close = await client.post(
                 "/requests",
                 json={
