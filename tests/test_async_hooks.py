@@ -76,6 +76,12 @@ def test_an_async_load_past_its_budget_fails_the_start_as_a_sync_one_does() -> N
         return "started"
 
     assert "budget" in run_async(host)
+    # The hook ran past its budget as host code: the failed start left it running, so its instance
+    # thread ends only once the hook returns (after the release). Wait for that, bounded.
+    for thread in threading.enumerate():
+        if thread.name.startswith("run-supervisor-instance"):
+            thread.join(10)
+            assert not thread.is_alive(), f"{thread.name} still runs 10 s after its hook was released"
 
 
 def test_hooks_half_async_are_refused_naming_the_sync_one() -> None:
