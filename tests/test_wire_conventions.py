@@ -114,3 +114,16 @@ def test_the_synopses_in_wire_md_are_the_ones_the_cli_parser_gives(command: str)
     assert shown == synopsis(command), f"docs/wire.md's {command} synopsis: paste synopsis({command!r})"
     for option in ("--journal", "--journal-sync", "--stall-after-ms", "--lease-ms"):
         assert option in shown
+
+
+def test_a_head_of_an_event_stream_answers_its_head_at_once_instead_of_streaming() -> None:
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client:
+            for path in ("/events", "/event", "/events?after=0"):
+                head = await asyncio.wait_for(client.head(path), 5)
+                assert head.status_code == 200 and head.headers["content-type"].startswith(
+                    "text/event-stream"
+                )
+            assert srv.host.hub.listeners == 0  # nothing listens for a HEAD
+
+    run(scenario)

@@ -576,8 +576,6 @@ def _lease(value: Any, default: int) -> int:
     return value
 
 
-
-
 def create_app(host: WireHost, settings: HttpSettings) -> Guard:
     """The ASGI app of ``run-supervisor serve`` for this host (wrapped in its security guard). Its
     ``streams`` are the event streams it has open: a host ends them (``end_all``) before it stops the
@@ -788,6 +786,10 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
 
     def events(compat_shape: bool) -> Callable[[HttpRequest], Awaitable[Response]]:
         async def route(request: HttpRequest) -> Response:
+            if request.method == "HEAD":  # Starlette's HEAD of a GET: the head alone, no stream
+                return Response(
+                    status_code=200, media_type="text/event-stream", headers={"cache-control": "no-store"}
+                )
             after = request.headers.get("last-event-id") or request.query_params.get("after")
             loop = asyncio.get_running_loop()
             replay, reset, listener = host.hub.listen(after, loop=loop, bound=settings.sse_bound)
