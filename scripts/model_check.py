@@ -25,7 +25,7 @@ interleaving of host requests and internal reports, breadth-first, merging state
   body still runs), also after its body ended; an abandoned body goes on reporting (steps, retries,
   its end), which the core refuses; the session's next queued run starts; a retry budget of one
   attempt stops a run at its second retry; sessions are cancelled and deleted (confirmed or not) at
-  any moment.
+  any moment; permission asks share one key and may be approved "always".
 
 After every step the one ``InvariantChecker`` (``run_supervisor.protocol.testing``) checks the new
 command batch; with ``--drain`` (the default) every new state is also driven to its end (a test
@@ -297,12 +297,13 @@ def _ask_id(run_id: str) -> str:
     return f"{run_id}:ask"
 
 
-def _body_asks(run_id: str, form: bool) -> Callable[[World], None]:
+def _body_asks(run_id: str, form: bool, key: str | None = None) -> Callable[[World], None]:
     def move(world: World) -> None:
         body = world.bodies[run_id]
         body.waiting, body.asked = ("form" if form else "permission"), True
         kind = AskKind.FORM if form else AskKind.PERMISSION
-        world.report(AskRaised(run_id=run_id, ask_id=_ask_id(run_id), kind=kind, payload=AskPayload()))
+        payload = AskPayload(key=key)
+        world.report(AskRaised(run_id=run_id, ask_id=_ask_id(run_id), kind=kind, payload=payload))
 
     return move
 
@@ -379,6 +380,9 @@ class Scope:
     """The core's retry budget (``RetryBudget(attempts=)``): the retry past it interrupts the run."""
     session_requests: bool = False
     """``cancel_session`` and ``delete_session`` (unconfirmed and confirmed) of each session, any time."""
+    grants: bool = False
+    """Permission asks declare one key (``k``) and may be approved "always" (the session's matching
+    asks, open and later, are granted)."""
 
 
 FULL = Scope(
@@ -518,8 +522,9 @@ SCOPES = {
             "3 runs in /w/a (s1, s2; queued behind each other); every interrupted body gets a grace of its "
             "own, which passes at any moment (also after the body ended): cancel, permission asks and forms "
             "with every reply, deadlines, a confirmed reload; a retry budget of one attempt (the second "
-            "retry stops the run); cancel_session and delete_session (confirmed or not) of s1 and s2; an "
-            "abandoned body goes on stepping, retrying and ends; shutdown and the grace deadline",
+            "retry stops the run); cancel_session and delete_session (confirmed or not) of s1 and s2; "
+            "permission asks with one key, approved always or not; an abandoned body goes on stepping, "
+            "retrying and ends; shutdown and the grace deadline",
             runs=3,
             places=(("s1", A), ("s2", A)),
             closes=((CloseAction.RELOAD, (A,)),),
@@ -532,6 +537,7 @@ SCOPES = {
             interrupt_grace_ms=50,
             retry_attempts=1,
             session_requests=True,
+            grants=True,
         ),
     )
 }
@@ -617,6 +623,11 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
         ask = _ask_id(run_id)
         if body.waiting == "permission":
             yield f"approve {ask}", _request(ReplyPermission(ask_id=ask, approve=True))
+            if scope.grants:
+                yield (
+                    f"approve {ask} always",
+                    _request(ReplyPermission(ask_id=ask, approve=True, always=True)),
+                )
             yield f"reject {ask}", _request(ReplyPermission(ask_id=ask, approve=False))
             yield (
                 f"reject {ask} with a message",
@@ -632,7 +643,10 @@ def moves(world: World, scope: Scope) -> Iterator[Move]:
         if scope.raises:
             yield f"{run_id} raises", _body_ends(run_id, "boom")
         if scope.asks and not body.asked:
-            yield f"{run_id} asks permission", _body_asks(run_id, form=False)
+            yield (
+                f"{run_id} asks permission",
+                _body_asks(run_id, form=False, key="k" if scope.grants else None),
+            )
             yield f"{run_id} asks a form", _body_asks(run_id, form=True)
         if scope.deadlines and body.retried < 2:
             yield f"{run_id} retries", _body_retries(run_id)
