@@ -329,10 +329,17 @@ class _ToolReports(Generic[P, F]):
         command: str | None = None,
         options: Iterable[str] = (),
         data: Mapping[str, Any] | None = None,
+        key: str | None = None,
     ) -> P:
         """``RunContext.open_permission`` for this call."""
         ask = self._reporter._ctx.open_permission(
-            tool=self.tool, call_id=self.call_id, title=title, command=command, options=options, data=data
+            tool=self.tool,
+            call_id=self.call_id,
+            title=title,
+            command=command,
+            options=options,
+            data=data,
+            key=key,
         )
         return self._permission(ask)
 
@@ -509,13 +516,18 @@ class _RunReports(Generic[P, F, C]):
         command: str | None = None,
         options: Iterable[str] = (),
         data: Mapping[str, Any] | None = None,
+        key: str | None = None,
     ) -> P:
         """Ask the user to allow a tool call, without waiting: returns the open ask.
 
         ``tool`` and ``call_id`` tie it to a tool part (default: the run's latest unfinished
         part); ``title``, ``command``, ``options`` and ``data`` (a JSON object) are what the UI
-        shows -- all of it travels in ``ask.requested``. Bad values raise ``InvalidRequest``."""
-        payload = _payload("open_permission", title=title, command=command, options=options, data=data)
+        shows -- all of it travels in ``ask.requested``. ``key`` says what an "always" grant of this
+        ask covers (``AskPayload.key``; None: it cannot be granted for always). Bad values raise
+        ``InvalidRequest``."""
+        payload = _payload(
+            "open_permission", title=title, command=command, options=options, data=data, key=key
+        )
         return self._permission(
             self._reporter._open(AskKind.PERMISSION, _permission_reply, payload, tool, call_id)
         )

@@ -73,6 +73,7 @@ def make_payload(
     options: Iterable[str] = (),
     questions: Iterable[Question | Mapping[str, Any] | str] = (),
     data: Mapping[str, Any] | None = None,
+    key: str | None = None,
 ) -> AskPayload:
     """Build and validate a payload; ``ValueError`` names the offending argument of ``verb``.
 
@@ -98,6 +99,7 @@ def make_payload(
         "options": list(options) if not isinstance(options, str) else options,
         "questions": items,
         "data": {},
+        "key": key,
     }
     try:
         payload = msgspec.convert(raw, AskPayload)

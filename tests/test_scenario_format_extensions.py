@@ -866,3 +866,86 @@ def test_a_bad_session_action_is_refused_naming_its_key(extra: str, key: str, sa
     error = refused(SESSION + '[[actions]]\nwhen = "begin"\n' + extra)
     assert error.key == key
     assert says in error.message
+
+
+# ----------------------------------------------------------------------------------------------------
+# "Always" grants
+
+GRANTS = """
+name = "grants"
+directories = ["/proj/a"]
+
+[[runs]]
+id = "r1"
+session = "s1"
+directory = "/proj/a"
+steps = [
+  { kind = "model" },
+  { kind = "tool_input", tool = "bash" },
+  { kind = "tool_exec", tool = "bash" },
+  { kind = "permission", ask = "one", command = "ls", key = "bash:ls", wait = false },
+  { kind = "tool_input", tool = "bash" },
+  { kind = "tool_exec", tool = "bash" },
+  { kind = "permission", id = "asking", ask = "two", command = "ls", key = "bash:ls", wait = false },
+]
+
+[[actions]]
+id = "always"
+when = "r1.asking.started"
+do = "reply_permission"
+run = "r1"
+ask = "one"
+decision = "approve"
+always = true
+"""
+
+
+def test_an_always_approval_grants_the_ask_s_key_to_the_session_s_other_matching_ask() -> None:
+    report = played(GRANTS)
+    assert report.failures == []
+    replied = {row["ask"]: row for row in report.events if row["type"] == "ask.replied"}
+    assert (replied["one"]["always"], replied["one"]["granted"]) == (True, None)
+    assert (replied["two"]["always"], replied["two"]["granted"], replied["two"]["approved"]) == (
+        False,
+        "bash:ls",
+        True,
+    )
+    assert report.runs["r1"].outcome == "completed"
+    scenario = parse_scenario(GRANTS, file="s.toml", fmt="toml")
+    assert scenario.runs[0].steps[3].key == "bash:ls"
+    assert scenario.actions[0].always is True
+
+
+def test_an_always_approval_of_an_ask_without_a_key_is_rejected() -> None:
+    text = GRANTS.replace(', key = "bash:ls", wait = false }', ", wait = false }", 1)
+    text += '[[actions]]\nwhen = "always.rejected"\ndo = "reply_permission"\nrun = "r1"\nask = "one"\n'
+    text += 'decision = "approve"\n[[actions]]\nwhen = "always.rejected"\ndo = "reply_permission"\n'
+    text += 'run = "r1"\nask = "two"\ndecision = "approve"\n'
+    report = played(text)
+    assert report.failures == []
+    assert report.actions["always"].result == "rejected"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "says"),
+    [
+        (
+            'decision = "approve"\nalways = true',
+            'decision = "reject"\nalways = true',
+            "actions[0].always",
+            "approval",
+        ),
+        ("always = true", 'always = "yes"', "actions[0].always", "true or false"),
+        (
+            '{ kind = "model" },',
+            '{ kind = "model", key = "k" },',
+            "runs[0].steps[0].key",
+            "only valid on permission",
+        ),
+        ('key = "bash:ls", wait = false }', 'key = "", wait = false }', "runs[0].steps[3].key", "empty"),
+    ],
+)
+def test_a_bad_grant_is_refused_naming_its_key(old: str, new: str, key: str, says: str) -> None:
+    error = refused(GRANTS.replace(old, new, 1))
+    assert error.key == key
+    assert says in error.message

@@ -157,7 +157,7 @@ def _open_ask(
     ask: Ask[Any]
     if step.kind is StepKind.PERMISSION:
         opener = call.open_permission if call is not None else ctx.open_permission
-        ask = opener(title=step.title, command=step.command, options=step.options)
+        ask = opener(title=step.title, command=step.command, options=step.options, key=step.key)
     else:
         form = call.open_form if call is not None else ctx.open_form
         ask = form(title=step.title, questions=step.questions)

@@ -188,6 +188,9 @@ class StepSpec:
     command: str | None = None
     options: tuple[str, ...] = ()
     questions: tuple[Question, ...] = ()
+    key: str | None = None
+    """An extension, ``permission`` steps: what an "always" grant of the ask covers (its payload's
+    ``key``): a grant of another ask of the session with this key approves it."""
     heartbeat_ms: int | None = None
     """An extension (stalls): while the step waits at its gate or for its ``ms``, the body calls
     ``ctx.heartbeat()`` this often -- a stream that is alive; without it a waiting step makes no
@@ -272,6 +275,8 @@ class ActionSpec:
     """``cancel_session`` and ``delete_session`` (extensions): the session they act on."""
     confirm: bool = False
     """``delete_session``: stop the session's work first instead of being refused ``session_busy``."""
+    always: bool = False
+    """``reply_permission`` (an extension): the approval grants the ask's ``key`` for its session."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,7 +575,7 @@ _STEP_KEYS: Mapping[StepKind, frozenset[str]] = {
     StepKind.MODEL: frozenset((*_STEP_COMMON_KEYS, "retry")),
     StepKind.TOOL_INPUT: frozenset((*_STEP_COMMON_KEYS, "tool")),
     StepKind.TOOL_EXEC: frozenset((*_STEP_COMMON_KEYS, "tool", "at", "error")),
-    StepKind.PERMISSION: frozenset((*_STEP_COMMON_KEYS, *_ASK_KEYS, "command", "options")),
+    StepKind.PERMISSION: frozenset((*_STEP_COMMON_KEYS, *_ASK_KEYS, "command", "options", "key")),
     StepKind.FORM: frozenset((*_STEP_COMMON_KEYS, *_ASK_KEYS, "questions")),
 }
 _STEP_KEY_HOME: Mapping[str, str] = {
@@ -580,6 +585,7 @@ _STEP_KEY_HOME: Mapping[str, str] = {
     **dict.fromkeys(_ASK_KEYS, "permission and form steps"),
     "command": "permission steps",
     "options": "permission steps",
+    "key": "permission steps",
     "questions": "form steps",
     "retry": "model steps",
 }
@@ -594,7 +600,7 @@ _ACTION_KEYS: Mapping[ActionDo, tuple[str, ...]] = {
     CloseAction.SHUTDOWN: ("grace_ms", "origin"),
     CloseAction.TEST_TEARDOWN: ("grace_ms", "origin"),
     UserAction.START_RUN: ("run",),
-    UserAction.REPLY_PERMISSION: ("run", "ask", "decision", "message"),
+    UserAction.REPLY_PERMISSION: ("run", "ask", "decision", "message", "always"),
     UserAction.ANSWER_FORM: ("run", "ask", "answer"),
     UserAction.CANCEL_FORM: ("run", "ask", "message"),
     UserAction.OPEN_GATE: ("gate",),
@@ -759,6 +765,7 @@ class _StepModel(_Model):
     options: list[_Text] | None = None
     questions: list[_Text | _QuestionModel] | None = None
     heartbeat_ms: Annotated[StrictInt, Field(ge=1, le=MAX_MS)] | None = None
+    key: _Text | None = None
     retry: list[Any] | None = None
     """Messages, or tables (``_RetryModel``): checked one by one, so an error names the entry's key."""
 
@@ -801,6 +808,7 @@ class _ActionModel(_Model):
     action: StrictStr | None = None
     session: StrictStr | None = None
     confirm: StrictBool | None = None
+    always: StrictBool | None = None
 
 
 class _FaultModel(_Model):
@@ -1424,6 +1432,7 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
             command=step.command,
             options=tuple(step.options or ()),
             questions=tuple(_question(q) for q in step.questions or ()),
+            key=step.key,
             heartbeat_ms=step.heartbeat_ms,
             retry=tuple(retry.message for retry in retries),
             retries=retries,
@@ -1685,6 +1694,10 @@ def _check_action(
             _key("actions", index, "decision"),
             f"must be {_one_of(Decision)}, not {_describe(action.decision)}",
         )
+    if action.always and action.decision != Decision.APPROVE:
+        raise _InvalidError(
+            _key("actions", index, "always"), "an always grant is an approval: give decision = 'approve'"
+        )
     if "answer" in given and _answer(action.answer) is None:
         raise _InvalidError(
             _key("actions", index, "answer"),
@@ -1766,6 +1779,7 @@ def _build_action(index: int, action_id: str, action: _ActionModel, names: _Name
         action=action.action,
         session=action.session,
         confirm=bool(action.confirm),
+        always=bool(action.always),
     )
 
 

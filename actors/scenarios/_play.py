@@ -480,8 +480,11 @@ class _Player:
                     approve=approve,
                     message=spec.message,
                     tag=spec.id,
+                    always=spec.always,
                 )
-            return ReplyPermission(run_id=spec.run, approve=approve, message=spec.message, tag=spec.id)
+            return ReplyPermission(
+                run_id=spec.run, approve=approve, message=spec.message, tag=spec.id, always=spec.always
+            )
         if do is UserAction.ANSWER_FORM:
             if spec.ask is not None:
                 return AnswerForm(
