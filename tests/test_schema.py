@@ -57,12 +57,18 @@ def sent() -> Iterator[list[msgspec.Struct]]:
     """Every event published and every answer given, by every supervisor, while the test runs."""
     seen: list[msgspec.Struct] = []
     lock = threading.Lock()
-    publish, submit = Publisher.publish, Supervisor.submit
+    publish, deliver, submit = Publisher.publish, Publisher.deliver, Supervisor.submit
 
     def recording_publish(self: Publisher, event: Event) -> None:
         with lock:
             seen.append(event)
         publish(self, event)
+
+    def recording_deliver(self: Publisher, events: list[Event], calls: list[Any]) -> None:
+        # The supervisor hands a publisher a batch at a time; a plain one offers it whole, not per event.
+        with lock:
+            seen.extend(events)
+        deliver(self, events, calls)
 
     def recording_submit(self: Supervisor, request: Request, **kwargs: Any) -> Future[Any]:
         future = submit(self, request, **kwargs)
@@ -76,6 +82,7 @@ def sent() -> Iterator[list[msgspec.Struct]]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Publisher, "publish", recording_publish)
+        patch.setattr(Publisher, "deliver", recording_deliver)
         patch.setattr(Supervisor, "submit", recording_submit)
         yield seen
 
