@@ -14,7 +14,7 @@ to the standard ``logging`` module with ``log_to_stdlib()``.
 """
 
 from run_supervisor.actors import _logging  # noqa: F401 -- silences the library before anything logs
-from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
+from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig, simulate_crash
 from run_supervisor.actors._async_api import (
     AsyncInstanceHooks,
     AsyncRunHandle,
@@ -59,6 +59,7 @@ from run_supervisor.actors._errors import (
 )
 from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
 from run_supervisor.actors._logging import log_to_stdlib
+from run_supervisor.actors._shards import Coordinator, GlobalClose, LeaseLost, OwnerDirectory, ShardOutcome
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors._validate import (
     CloseActionName,
@@ -85,18 +86,22 @@ __all__ = [
     "CancelToken",
     "CloseActionName",
     "CloseModeName",
+    "Coordinator",
     "FormReply",
     "Gate",
+    "GlobalClose",
     "InstanceHooks",
     "InvalidRequest",
     "JournalError",
     "JournalFailed",
     "JournalLocked",
     "JournalUnreadable",
+    "LeaseLost",
     "LoadFailed",
     "NoInstanceHooks",
     "NotConfirmable",
     "NothingPending",
+    "OwnerDirectory",
     "PermissionReply",
     "QueuePolicyName",
     "ReloadPolicyName",
@@ -107,6 +112,7 @@ __all__ = [
     "RunHandle",
     "RunInterrupted",
     "SessionBusy",
+    "ShardOutcome",
     "ShutdownReasonName",
     "Subscription",
     "Supervisor",
@@ -120,4 +126,5 @@ __all__ = [
     "UnknownDirectory",
     "UnknownRun",
     "log_to_stdlib",
+    "simulate_crash",
 ]

@@ -71,7 +71,7 @@ from run_supervisor.protocol import (
     SupervisorCore,
 )
 
-__all__ = ["RunHandle", "Supervisor", "SupervisorConfig"]
+__all__ = ["RunHandle", "Supervisor", "SupervisorConfig", "simulate_crash"]
 
 T = TypeVar("T")
 
@@ -856,3 +856,15 @@ def _shutdown_at_exit() -> None:
             supervisor.shutdown(grace_ms=200)
         except Exception:  # best effort at interpreter exit
             pass
+
+
+def simulate_crash(supervisor: Supervisor) -> None:
+    """End ``supervisor`` as a kill would, as far as its journal can tell: from this call on nothing
+    more is written to the journal or delivered to subscribers (what was not committed is lost, as at
+    a kill), the file is let go without a clean mark, then the supervisor's actors and threads are
+    stopped at once (grace 0). A supervisor started afterwards on the same journal recovers what was
+    unfinished. Without a journal it is a plain immediate shutdown."""
+    publisher = supervisor._publisher
+    if isinstance(publisher, JournaledPublisher):
+        publisher.abandon()
+    supervisor.shutdown(grace_ms=0, origin="crash")

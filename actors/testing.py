@@ -19,7 +19,7 @@ from typing import Any, Literal, overload
 import msgspec
 import pykka
 
-from run_supervisor.actors._api import Supervisor
+from run_supervisor.actors._api import Supervisor, simulate_crash
 from run_supervisor.actors._async_api import AsyncSubscription, AsyncSupervisor
 from run_supervisor.actors._errors import SupervisorClosed, SupervisorTimeout
 from run_supervisor.actors._subscription import Subscription
@@ -392,17 +392,3 @@ def no_leaks(*, timeout: float = 5.0) -> Iterator[None]:
             f"left running: {len(leaked_actors)} actor(s) {leaked_actors[:5]}, "
             f"{len(leaked_threads)} thread(s) {[t.name for t in leaked_threads[:10]]}"
         )
-
-
-def simulate_crash(supervisor: Supervisor) -> None:
-    """End ``supervisor`` as a kill would, as far as its journal can tell: from this call on nothing
-    more is written to the journal or delivered to subscribers (what was not committed is lost, as at
-    a kill), the file is let go without a clean mark, then the supervisor's actors and threads are
-    stopped at once (grace 0). A supervisor started afterwards on the same journal recovers what was
-    unfinished. Without a journal it is a plain immediate shutdown."""
-    from run_supervisor.actors._journal import JournaledPublisher
-
-    publisher = supervisor._publisher
-    if isinstance(publisher, JournaledPublisher):
-        publisher.abandon()
-    supervisor.shutdown(grace_ms=0, origin="crash")

@@ -45,6 +45,7 @@ from run_supervisor.actors import (
     SupervisorConfig,
     SupervisorError,
     SupervisorTimeout,
+    simulate_crash,
 )
 from run_supervisor.actors.scenarios._bodies import ScenarioHooks, make_body
 from run_supervisor.actors.scenarios._format import (
@@ -68,7 +69,6 @@ from run_supervisor.actors.scenarios._report import (
     check_event_expectations,
     check_expectations,
 )
-from run_supervisor.actors.testing import simulate_crash
 from run_supervisor.protocol import (
     ActionResult,
     AnswerForm,

@@ -62,18 +62,22 @@ if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the
     from run_supervisor.actors import CancelToken as CancelToken
     from run_supervisor.actors import CloseActionName as CloseActionName
     from run_supervisor.actors import CloseModeName as CloseModeName
+    from run_supervisor.actors import Coordinator as Coordinator
     from run_supervisor.actors import FormReply as FormReply
     from run_supervisor.actors import Gate as Gate
+    from run_supervisor.actors import GlobalClose as GlobalClose
     from run_supervisor.actors import InstanceHooks as InstanceHooks
     from run_supervisor.actors import InvalidRequest as InvalidRequest
     from run_supervisor.actors import JournalError as JournalError
     from run_supervisor.actors import JournalFailed as JournalFailed
     from run_supervisor.actors import JournalLocked as JournalLocked
     from run_supervisor.actors import JournalUnreadable as JournalUnreadable
+    from run_supervisor.actors import LeaseLost as LeaseLost
     from run_supervisor.actors import LoadFailed as LoadFailed
     from run_supervisor.actors import NoInstanceHooks as NoInstanceHooks
     from run_supervisor.actors import NotConfirmable as NotConfirmable
     from run_supervisor.actors import NothingPending as NothingPending
+    from run_supervisor.actors import OwnerDirectory as OwnerDirectory
     from run_supervisor.actors import PermissionReply as PermissionReply
     from run_supervisor.actors import QueuePolicyName as QueuePolicyName
     from run_supervisor.actors import ReloadPolicyName as ReloadPolicyName
@@ -84,6 +88,7 @@ if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the
     from run_supervisor.actors import RunHandle as RunHandle
     from run_supervisor.actors import RunInterrupted as RunInterrupted
     from run_supervisor.actors import SessionBusy as SessionBusy
+    from run_supervisor.actors import ShardOutcome as ShardOutcome
     from run_supervisor.actors import ShutdownReasonName as ShutdownReasonName
     from run_supervisor.actors import Subscription as Subscription
     from run_supervisor.actors import Supervisor as Supervisor
