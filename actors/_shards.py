@@ -162,6 +162,7 @@ class OwnerDirectory:
         self._pending: deque[dict[str, Any]] = deque()
 
     def owner(self, shard: str) -> Owner | None:
+        """The shard's owner as the lease table says now (None if no one ever held it)."""
         row = self._db.execute(
             "SELECT shard, epoch, holder, owner_url, expires_at > clock_timestamp(),"
             " EXTRACT(EPOCH FROM expires_at - clock_timestamp()) FROM rs_leases WHERE shard = %s",
@@ -170,6 +171,7 @@ class OwnerDirectory:
         return None if row is None else _owner(row)
 
     def owners(self) -> dict[str, Owner]:
+        """Every shard's owner as the lease table says now, by shard."""
         rows = self._db.execute(
             "SELECT shard, epoch, holder, owner_url, expires_at > clock_timestamp(),"
             " EXTRACT(EPOCH FROM expires_at - clock_timestamp()) FROM rs_leases ORDER BY shard"
@@ -193,6 +195,7 @@ class OwnerDirectory:
         return self._pending.popleft() if self._pending else None
 
     def close(self) -> None:
+        """Close the directory's database connection."""
         self._db.close()
 
     def __enter__(self) -> OwnerDirectory:
@@ -246,6 +249,7 @@ class GlobalClose:
     elapsed_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as plain JSON-ready data."""
         return {
             "action_id": self.action_id,
             "completed": self.completed,
@@ -443,6 +447,9 @@ class Coordinator:
         action_id: str | None = None,
         on_answer: Callable[[str, ShardAnswer], object] | None = None,
     ) -> GlobalClose:
+        """``dispose_all`` on every shard (or those named) at once, through each live owner's HTTP host;
+        returns once every shard's close has completed or ``timeout`` s have passed, naming each
+        shard's outcome (a shard with no live owner is named as such)."""
         owners = self.directory.owners()
         names = sorted(owners) if shards is None else list(shards)
         closers: dict[str, ShardCloser] = {}

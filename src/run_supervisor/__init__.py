@@ -102,6 +102,7 @@ if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the
     from run_supervisor.actors import UnknownDirectory as UnknownDirectory
     from run_supervisor.actors import UnknownRun as UnknownRun
     from run_supervisor.actors import log_to_stdlib as log_to_stdlib
+    from run_supervisor.actors import simulate_crash as simulate_crash
     from run_supervisor.protocol import ActionSnapshot as ActionSnapshot
     from run_supervisor.protocol import AskKind as AskKind
     from run_supervisor.protocol import AskPayload as AskPayload
