@@ -594,7 +594,7 @@ None: ignored. A run whose body ended while it waits for its children is not aba
 with its last child."""
 
 
-# --- deadlines (issue 12, item 4) ------------------------------------------------------------------
+# --- deadlines ------------------------------------------------------------------
 
 DEADLINE_REASON = InterruptReason.TIMEOUT
 """A run past its deadline is interrupted with this reason..."""
@@ -620,7 +620,7 @@ apply (with ``DEADLINE_REASON`` and ``DEADLINE_ORIGIN``), or None: ignored (coun
 ``reports_ignored``)."""
 
 
-# --- session status and retries (issue 12, item 4) -------------------------------------------------
+# --- session status and retries -------------------------------------------------
 
 
 class SessionTrigger(StrEnum):
@@ -802,7 +802,7 @@ def reload_loads(policy: ReloadPolicy, mode: CloseMode, moment: ReloadLoad, *, o
     return moment in rules
 
 
-# --- progress and stalls (issue 12 item 5) ---------------------------------------------------------
+# --- progress and stalls ---------------------------------------------------------
 
 
 class StallTrigger(StrEnum):

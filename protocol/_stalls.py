@@ -1,4 +1,4 @@
-"""Progress, stalls and the one-request confirm: the part of the decision core for issue 12 item 5.
+"""Progress, stalls and the one-request confirm: the part of the decision core for progress and stalls.
 
 The core never reads a clock. The shell records when each run last made progress and, when a run
 has made none for its stall setting, reports ``NoProgress``; the core flags the run stalled

@@ -63,7 +63,7 @@ checker. It never predicts a particular outcome; it checks what must hold of any
   ``lifecycle.completed`` when it says ``completed``); a run is spawned once, on the instance it
   started on; an instance is disposed once, with no run on it; a run is signalled once (the first
   reason wins), abandoned only after it was signalled; ``ShutdownComplete`` ends its batch;
-* deadlines and retries (issue 12): a run interrupted by a deadline (origin ``deadline``) has reason
+* deadlines and retries: a run interrupted by a deadline (origin ``deadline``) has reason
   ``timeout`` and no action, and it (or the ancestor it inherited the interrupt from) had a
   deadline -- with commands, one that was armed when the run started and that passed
   (``deadline_passed``); an armed deadline is disarmed once, after the run finished; a session says

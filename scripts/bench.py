@@ -1535,7 +1535,6 @@ KEYS = (
     "runs_per_s",
     "shutdown_1000_ratio",
     "uncooperative_overrun_ms",
-    # issue #13
     "status_query_busy_ratio",
     "cancel_latency_bare_ratio",
     "runs_per_s_thread_ratio",
@@ -1543,10 +1542,9 @@ KEYS = (
     "rss_per_run_thread_ratio",
     "uncooperative_overrun_100_ms",
     "uncooperative_overrun_1000_ms",
-    # issue #14
     "journal_runs_per_s_ratio",
     "journal_recovery_ms_10k",
-    # issue #12 (stalls)
+    # stalls
     "heartbeat_ns",
     "heartbeat_ratio",
     # the wire hosts
