@@ -1678,6 +1678,9 @@ WHAT = {
     "heartbeat_ratio": ("x", "ctx.heartbeat() / a host's own clock read stored in an attribute"),
     "http_keepalive_ratio": ("x", "kept-alive POST of a report: serve / a bare Starlette + uvicorn route"),
     "cold_start_ratio": ("x", "spawn to ready line: serve / a bare python -c 'import uvicorn, starlette'"),
+    "async_loop_lag_ratio": ("x", "worst loop lateness, 200 async runs at once: ours / a dict of Tasks"),
+    "async_threads_per_run": ("threads", "OS threads added per open async run"),
+    "async_runs_per_s_ratio": ("x", "async runs per s: ours / asyncio.create_task with its own run table"),
     "pg_journal_runs_per_s_ratio": ("x", "short runs per s, PostgreSQL journal / SQLite journal"),
     "takeover_ttl_ratio": (
         "x",
