@@ -37,7 +37,7 @@ import queue
 import sqlite3
 import stat
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -255,62 +255,19 @@ class Journal:
             "SELECT part_key, tool, state, tool_started FROM parts WHERE run_id = ? ORDER BY position",
             (run_id,),
         ).fetchall()
-        parts: list[PartSnapshot] = []
-        for call_id, tool, state, started in rows:
-            if state in _UNFINISHED_PARTS:
-                parts.append(
-                    part_snapshot(
-                        tool=tool,
-                        state=PartState.INTERRUPTED,
-                        tool_started=bool(started),
-                        reason=InterruptReason.CRASH,
-                        origin="crash",
-                        phase=_PHASE_OF[state],
-                        call_id=call_id,
-                    )
-                )
-            else:
-                parts.append(
-                    part_snapshot(
-                        tool=tool, state=PartState(state), tool_started=bool(started), call_id=call_id
-                    )
-                )
-        return tuple(parts)
+        return _settle_part_rows(rows)
 
     def _settled_asks(self, run_id: str, session: str) -> tuple[tuple[str, ...], tuple[AskSnapshot, ...]]:
         """The run's asks: the ids of those open at the crash (the crash withdraws them), and every
         ask as it ended, so a late reply after the restart is told what became of its ask
         (``ask_withdrawn``, ``ask_already_answered``) rather than that it never existed. An ask a
         journal from before these columns recorded has only its id: it is withdrawn, not described."""
-        withdrawn: list[str] = []
-        asks: list[AskSnapshot] = []
         rows = self._db.execute(
             "SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM asks"
             " WHERE run_id = ? ORDER BY rowid",
             (run_id,),
         ).fetchall()
-        for ask_id, recorded, payload, kind, tool, call_id, reason in rows:
-            state = AskState(recorded) if recorded in _ASK_STATES else AskState.WITHDRAWN
-            withdraw_reason = None if reason is None else WithdrawReason(reason)
-            if state is AskState.OPEN:
-                withdrawn.append(ask_id)
-                state, withdraw_reason = AskState.WITHDRAWN, WithdrawReason.INTERRUPTED
-            if kind is None:
-                continue
-            asks.append(
-                AskSnapshot(
-                    ask_id=ask_id,
-                    run_id=run_id,
-                    session=session,
-                    kind=AskKind(kind),
-                    state=state,
-                    tool=tool,
-                    call_id=call_id,
-                    payload=_ask_payload(payload),
-                    withdraw_reason=withdraw_reason,
-                )
-            )
-        return tuple(withdrawn), tuple(asks)
+        return _settle_ask_rows(rows, run_id, session)
 
     def settle(self, plan: RecoveryPlan) -> None:
         """Record the recovery: every unfinished run ends interrupted/crash, pending closes count as
@@ -520,6 +477,64 @@ def _open_error(target: Path, exc: sqlite3.Error) -> Exception:
     if _code(exc).startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
         return JournalLocked(f"journal {str(target)!r} is locked by another program ({_describe(exc)})")
     return JournalUnreadable(f"journal {str(target)!r} is not a readable journal: {_describe(exc)}")
+
+
+
+def _settle_part_rows(rows: Iterable[Sequence[Any]]) -> tuple[PartSnapshot, ...]:
+    """(call id, tool, state, tool_started) rows of a run's parts, in order -> its settled parts: an
+    unfinished one ``interrupted`` by the crash, ``tool_started`` as recorded. Both journals' reading."""
+    parts: list[PartSnapshot] = []
+    for call_id, tool, state, started in rows:
+        if state in _UNFINISHED_PARTS:
+            parts.append(
+                part_snapshot(
+                    tool=tool,
+                    state=PartState.INTERRUPTED,
+                    tool_started=bool(started),
+                    reason=InterruptReason.CRASH,
+                    origin="crash",
+                    phase=_PHASE_OF[state],
+                    call_id=call_id,
+                )
+            )
+        else:
+            parts.append(
+                part_snapshot(
+                    tool=tool, state=PartState(state), tool_started=bool(started), call_id=call_id
+                )
+            )
+    return tuple(parts)
+
+
+def _settle_ask_rows(
+    rows: Iterable[Sequence[Any]], run_id: str, session: str
+) -> tuple[tuple[str, ...], tuple[AskSnapshot, ...]]:
+    """(ask id, state, payload, kind, tool, call id, withdraw reason) rows of a run's asks, in order ->
+    the ids the crash withdraws (open ones) and every described ask as it ended. Both journals' reading."""
+    withdrawn: list[str] = []
+    asks: list[AskSnapshot] = []
+    for ask_id, recorded, payload, kind, tool, call_id, reason in rows:
+        state = AskState(recorded) if recorded in _ASK_STATES else AskState.WITHDRAWN
+        withdraw_reason = None if reason is None else WithdrawReason(reason)
+        if state is AskState.OPEN:
+            withdrawn.append(ask_id)
+            state, withdraw_reason = AskState.WITHDRAWN, WithdrawReason.INTERRUPTED
+        if kind is None:
+            continue
+        asks.append(
+            AskSnapshot(
+                ask_id=ask_id,
+                run_id=run_id,
+                session=session,
+                kind=AskKind(kind),
+                state=state,
+                tool=tool,
+                call_id=call_id,
+                payload=_ask_payload(payload),
+                withdraw_reason=withdraw_reason,
+            )
+        )
+    return tuple(withdrawn), tuple(asks)
 
 
 def _ask_payload(stored: str | None) -> AskPayload:

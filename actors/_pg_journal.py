@@ -40,25 +40,19 @@ from loguru import logger
 
 from run_supervisor.actors._errors import JournalFailed, JournalLocked, JournalUnreadable
 from run_supervisor.actors._journal import (
-    _PHASE_OF,
-    _UNFINISHED_PARTS,
     Journal,
     JournalSync,
     RecoveryPlan,
-    _ask_payload,
+    _settle_ask_rows,
+    _settle_part_rows,
 )
 from run_supervisor.actors._shards import NOTIFY_CHANNEL, JournalTarget, LeaseLost, parse_journal_url
 from run_supervisor.protocol import (
-    AskKind,
     AskSnapshot,
-    AskState,
-    InterruptReason,
     PartSnapshot,
     PartState,
     RecoveredRun,
-    WithdrawReason,
 )
-from run_supervisor.protocol._parts import part_snapshot
 
 try:
     import psycopg
@@ -69,7 +63,6 @@ __all__ = ["PgJournal"]
 
 SCHEMA_VERSION: Final = 1
 _SCHEMA_LOCK: Final = 0x52535631  # pg_advisory_xact_lock key while creating the tables ("RSV1")
-_ASK_STATES: Final = frozenset(state.value for state in AskState)
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS rs_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -358,58 +351,15 @@ class PgJournal(Journal):
             " ORDER BY position",
             (self.shard, run_id),
         ).fetchall()
-        parts: list[PartSnapshot] = []
-        for call_id, tool, state, started in rows:
-            if state in _UNFINISHED_PARTS:
-                parts.append(
-                    part_snapshot(
-                        tool=tool,
-                        state=PartState.INTERRUPTED,
-                        tool_started=bool(started),
-                        reason=InterruptReason.CRASH,
-                        origin="crash",
-                        phase=_PHASE_OF[state],
-                        call_id=call_id,
-                    )
-                )
-            else:
-                parts.append(
-                    part_snapshot(
-                        tool=tool, state=PartState(state), tool_started=bool(started), call_id=call_id
-                    )
-                )
-        return tuple(parts)
+        return _settle_part_rows(rows)
 
     def _settled_asks(self, run_id: str, session: str) -> tuple[tuple[str, ...], tuple[AskSnapshot, ...]]:
-        withdrawn: list[str] = []
-        asks: list[AskSnapshot] = []
         rows = self._pg.execute(
             "SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM rs_asks"
             " WHERE shard = %s AND run_id = %s ORDER BY seq",
             (self.shard, run_id),
         ).fetchall()
-        for ask_id, recorded, payload, kind, tool, call_id, reason in rows:
-            state = AskState(recorded) if recorded in _ASK_STATES else AskState.WITHDRAWN
-            withdraw_reason = None if reason is None else WithdrawReason(reason)
-            if state is AskState.OPEN:
-                withdrawn.append(ask_id)
-                state, withdraw_reason = AskState.WITHDRAWN, WithdrawReason.INTERRUPTED
-            if kind is None:
-                continue
-            asks.append(
-                AskSnapshot(
-                    ask_id=ask_id,
-                    run_id=run_id,
-                    session=session,
-                    kind=AskKind(kind),
-                    state=state,
-                    tool=tool,
-                    call_id=call_id,
-                    payload=_ask_payload(payload),
-                    withdraw_reason=withdraw_reason,
-                )
-            )
-        return tuple(withdrawn), tuple(asks)
+        return _settle_ask_rows(rows, run_id, session)
 
     def settle(self, plan: RecoveryPlan) -> None:
         """Every unfinished run ends interrupted/crash, pending closes count as completed: one
