@@ -391,6 +391,21 @@ FULL = Scope(
     "permission asks and forms with every reply; shutdown and test_teardown (a second joins); bodies "
     "return or raise; disposes complete and the grace deadline passes in every order",
 )
+IN_A = (("s1", A), ("s2", A))
+"""Two sessions in /w/a: where most narrow scopes start their runs."""
+CONFIRMED_RELOAD: dict[str, Any] = {
+    "closes": ((CloseAction.RELOAD, (A,)),),
+    "modes": (CloseMode.USER_CONFIRMED_INTERRUPT,),
+}
+"""One close, a user-confirmed reload of /w/a."""
+
+
+def _narrow(name: str, about: str, **limits: Any) -> Scope:
+    """A scope of one close and one shutdown (``shutdown``) a path, unless ``limits`` say otherwise."""
+    narrow: dict[str, Any] = {"max_closes": 1, "reasons": (ShutdownReason.SHUTDOWN,), "max_shutdowns": 1}
+    return Scope(name, about, **(narrow | limits))
+
+
 SCOPES = {
     scope.name: scope
     for scope in (
@@ -406,18 +421,16 @@ SCOPES = {
             asks=False,
             raises=False,
         ),
-        Scope(
+        _narrow(
             "decisions",
             "2 runs in /w/a (sessions s1, s2); cancel, permission asks and forms with every reply, bodies "
             "return or raise; one confirmed reload of /w/a; shutdown (a second joins) and the grace deadline",
             runs=2,
-            places=(("s1", A), ("s2", A)),
-            closes=((CloseAction.RELOAD, (A,)),),
-            modes=(CloseMode.USER_CONFIRMED_INTERRUPT,),
-            max_closes=1,
-            reasons=(ShutdownReason.SHUTDOWN,),
+            places=IN_A,
+            **CONFIRMED_RELOAD,
+            max_shutdowns=2,
         ),
-        Scope(
+        _narrow(
             "queues",
             "3 runs in one session over /w/a and /w/b, each started with no queue policy, queue, "
             "coalesce or reject_if_busy; one session default a path (any policy); cancel; a maintenance "
@@ -427,29 +440,24 @@ SCOPES = {
             places=(("s1", A), ("s1", B)),
             closes=((CloseAction.DISPOSE_ALL, ()), (CloseAction.INVALIDATE_CONFIG, ())),
             modes=MODES,
-            max_closes=1,
             reasons=(ShutdownReason.TEST_TEARDOWN,),
-            max_shutdowns=1,
             asks=False,
             policies=(None, *QueuePolicy),
             policy_sets=1,
         ),
-        Scope(
+        _narrow(
             "children",
             "3 runs in /w/a, each new one top-level (s1, s2) or a child of any started run; cancel; a "
             "dispose of /w/a and an invalidate_config in both modes, without a fingerprint, with /w/a's "
             "(a no-op) or another; shutdown and the grace deadline; bodies return or raise",
             runs=3,
-            places=(("s1", A), ("s2", A)),
+            places=IN_A,
             closes=((CloseAction.DISPOSE, (A,)), (CloseAction.INVALIDATE_CONFIG, ())),
-            max_closes=1,
-            reasons=(ShutdownReason.SHUTDOWN,),
-            max_shutdowns=1,
             asks=False,
             children=True,
             fingerprints=(None, "f0", "f1"),
         ),
-        Scope(
+        _narrow(
             "stalls",
             "2 runs in /w/a (s1, s2); each running body makes no progress (the shell's NoProgress) or "
             "heartbeats at any moment, raises a permission ask or a form (a run waiting for the user is "
@@ -457,15 +465,12 @@ SCOPES = {
             "confirm_close of lc-1..lc-3 at any point, twice a path; cancel; shutdown and the grace "
             "deadline; bodies return or raise",
             runs=2,
-            places=(("s1", A), ("s2", A)),
+            places=IN_A,
             closes=((CloseAction.RELOAD, (A,)), (CloseAction.DISPOSE_ALL, ())),
-            max_closes=1,
-            reasons=(ShutdownReason.SHUTDOWN,),
-            max_shutdowns=1,
             stalls=True,
             confirms=2,
         ),
-        Scope(
+        _narrow(
             "stalled-trees",
             "3 runs in /w/a, each new one top-level (s1, s2) or a child of any started run; each running "
             "body makes no progress or heartbeats at any moment, raises a permission ask or a form with "
@@ -473,18 +478,15 @@ SCOPES = {
             "/w/a; confirm_close of lc-1..lc-3 once a path; cancel; shutdown and the grace deadline; "
             "bodies return",
             runs=3,
-            places=(("s1", A), ("s2", A)),
+            places=IN_A,
             closes=((CloseAction.RELOAD, (A,)),),
             modes=(CloseMode.MAINTENANCE,),
-            max_closes=1,
-            reasons=(ShutdownReason.SHUTDOWN,),
-            max_shutdowns=1,
             raises=False,
             children=True,
             stalls=True,
             confirms=1,
         ),
-        Scope(
+        _narrow(
             "reloads",
             "3 runs (s1, s2 in /w/a, s2 in /w/b); a reload of /w/a, lazy or eager, in both modes, and a "
             "dispose of /w/a that may replace a deferred load, 2 a path; with /w/a's fingerprint (a no-op "
@@ -494,30 +496,24 @@ SCOPES = {
             places=(("s1", A), ("s2", A), ("s2", B)),
             closes=((CloseAction.RELOAD, (A,)), (CloseAction.DISPOSE, (A,))),
             max_closes=2,
-            reasons=(ShutdownReason.SHUTDOWN,),
-            max_shutdowns=1,
             cancel=False,
             asks=False,
             fingerprints=(None, "f0"),
             reload_policies=(ReloadPolicy.LAZY, ReloadPolicy.EAGER),
         ),
-        Scope(
+        _narrow(
             "deadlines",
             "3 runs in /w/a (s1, s2; queued behind each other), each with or without a deadline that "
             "expires at any moment (also after the run ended or while it is interrupted); bodies report "
             "retries (twice) and a step at any moment, return or raise; cancel; a confirmed reload; "
             "shutdown and the grace deadline",
             runs=3,
-            places=(("s1", A), ("s2", A)),
-            closes=((CloseAction.RELOAD, (A,)),),
-            modes=(CloseMode.USER_CONFIRMED_INTERRUPT,),
-            max_closes=1,
-            reasons=(ShutdownReason.SHUTDOWN,),
-            max_shutdowns=1,
+            places=IN_A,
+            **CONFIRMED_RELOAD,
             asks=False,
             deadlines=True,
         ),
-        Scope(
+        _narrow(
             "abandons",
             "3 runs in /w/a (s1, s2; queued behind each other); every interrupted body gets a grace of its "
             "own, which passes at any moment (also after the body ended): cancel, permission asks and forms "
@@ -526,12 +522,8 @@ SCOPES = {
             "permission asks with one key, approved always or not; an abandoned body goes on stepping, "
             "retrying and ends; shutdown and the grace deadline",
             runs=3,
-            places=(("s1", A), ("s2", A)),
-            closes=((CloseAction.RELOAD, (A,)),),
-            modes=(CloseMode.USER_CONFIRMED_INTERRUPT,),
-            max_closes=1,
-            reasons=(ShutdownReason.SHUTDOWN,),
-            max_shutdowns=1,
+            places=IN_A,
+            **CONFIRMED_RELOAD,
             raises=False,
             deadlines=True,
             interrupt_grace_ms=50,
