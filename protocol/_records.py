@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from run_supervisor.protocol._enums import (
@@ -138,27 +137,33 @@ class _Directory:
 _MISSING: Any = object()
 
 
-_Layout = tuple[Callable[[Any], tuple[Any, ...]], tuple[str, ...], tuple[int, ...]]
-_LAYOUTS: dict[type, _Layout] = {}
+_Saver = tuple[Callable[[Any], tuple[Any, ...]], Callable[[Any, tuple[Any, ...]], None]]
+_SAVERS: dict[type, _Saver] = {}
 _BY_OPERATION = frozenset({"queue", "runs", "awaiting", "at_once"})
 """Containers that may grow large (a session's queue, an instance's runs, the instances an action
 awaits): never copied; changed only through the journal's operations, each undone one by one."""
-_FRESH: Any = (None, None)
+_FRESH: Any = (None, None, None)
 
 
-def _layout(cls: type) -> _Layout:
-    """How to save a record of ``cls``: its fields, read at once, and which of them are containers
-    (the fields with a default factory), copied so that in-place changes can be undone."""
-    layout = _LAYOUTS.get(cls)
-    if layout is None:
-        names = tuple(f.name for f in fields(cls))
-        containers = tuple(
-            i
-            for i, f in enumerate(fields(cls))
-            if f.default_factory is not MISSING and f.name not in _BY_OPERATION
-        )
-        layout = _LAYOUTS[cls] = (attrgetter(*names), names, containers)  # every record has 2+ fields
-    return layout
+def _saver(cls: type) -> _Saver:
+    """How to save a record of ``cls`` and put it back: two functions made once from its fields, one
+    reading every field into a tuple (the containers, the fields with a default factory, copied so
+    that in-place changes can be undone), one assigning them all back. Saving a record is on the
+    path of every decision: written out field by field it costs about a third of what a generic
+    read (``attrgetter`` over the names, then the copies in a loop) does."""
+    saver = _SAVERS.get(cls)
+    if saver is None:
+        names = [f.name for f in fields(cls)]
+        copied = {
+            f.name for f in fields(cls) if f.default_factory is not MISSING and f.name not in _BY_OPERATION
+        }
+        read = ", ".join(f"r.{name}.copy()" if name in copied else f"r.{name}" for name in names)
+        assign = ", ".join(f"r.{name}" for name in names)
+        source = f"def save(r):\n    return ({read},)\n\ndef restore(r, v):\n    {assign}, = v\n"
+        made: dict[str, Any] = {}
+        exec(compile(source, f"<undo journal of {cls.__name__}>", "exec"), made)  # field names only
+        saver = _SAVERS[cls] = (made["save"], made["restore"])
+    return saver
 
 
 class Journal:
@@ -174,7 +179,8 @@ class Journal:
     __slots__ = ("_saved", "_undo")
 
     def __init__(self) -> None:
-        self._saved: dict[int, tuple[Any, list[Any]]] = {}
+        # id -> (restore, record, its fields as they were); _FRESH for a record made by the decision
+        self._saved: dict[int, tuple[Any, Any, Any]] = {}
         self._undo: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
 
     def fresh(self, record: Any) -> None:
@@ -182,16 +188,14 @@ class Journal:
         self._saved[id(record)] = _FRESH
 
     def touch(self, record: Any) -> None:
-        """Save ``record`` before its first change in this decision."""
+        """Save ``record`` before its first change in this decision (a run with its parts)."""
         key = id(record)
         if key in self._saved:
             return
-        get, _, containers = _layout(type(record))
-        values = list(get(record))
-        for i in containers:
-            values[i] = values[i].copy()
-        self._saved[key] = (record, values)
-        if type(record) is _Run:
+        cls = type(record)
+        save, restore = _SAVERS.get(cls) or _saver(cls)
+        self._saved[key] = (restore, record, save(record))
+        if cls is _Run:
             for part in record.parts:
                 self.touch(part)
 
@@ -232,17 +236,16 @@ class Journal:
     def rollback(self) -> None:
         for undo, args in reversed(self._undo):
             undo(*args)
-        for record, values in self._saved.values():
-            if values is None:  # fresh
-                continue
-            _, names, _ = _layout(type(record))
-            for name, value in zip(names, values, strict=True):
-                setattr(record, name, value)
+        for restore, record, values in self._saved.values():
+            if restore is not None:  # not fresh
+                restore(record, values)
         self.clear()
 
     def clear(self) -> None:
-        self._saved.clear()
-        self._undo.clear()
+        if self._saved:
+            self._saved.clear()
+        if self._undo:
+            self._undo.clear()
 
 
 def _restore_key(table: dict[Any, Any], key: Any, old: Any) -> None:
