@@ -21,14 +21,19 @@ from run_supervisor.actors._async_api import (
     AsyncSubscription,
     AsyncSupervisor,
 )
-from run_supervisor.actors._async_body import AsyncAsk, AsyncRunBody, AsyncRunContext, AsyncToolCall
+from run_supervisor.actors._async_body import (
+    AsyncAsk,
+    AsyncRunBody,
+    AsyncRunContext,
+    AsyncToolCall,
+    RunBody,
+)
 from run_supervisor.actors._context import (
     Ask,
     CancelToken,
     FormReply,
     Gate,
     PermissionReply,
-    RunBody,
     RunContext,
     ToolCall,
 )

@@ -21,7 +21,7 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from run_supervisor.actors import _validate as check
-from run_supervisor.actors._context import RunBody
+from run_supervisor.actors._async_body import RunBody
 from run_supervisor.actors._errors import (
     InvalidRequest,
     JournalFailed,

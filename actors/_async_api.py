@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
-from run_supervisor.actors._context import RunBody
+from run_supervisor.actors._async_body import RunBody
 from run_supervisor.actors._errors import (
     InvalidRequest,
     JournalFailed,

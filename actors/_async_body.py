@@ -47,12 +47,24 @@ from run_supervisor.actors._run_actor import RunActor, RunSlot, _describe
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.protocol import DeliverAnswer, InterruptReason, StepKind, WithdrawAsk, WithdrawReason
 
-__all__ = ["AsyncAsk", "AsyncBodies", "AsyncRunBody", "AsyncRunContext", "AsyncToolCall", "is_async_body"]
+__all__ = [
+    "AsyncAsk",
+    "AsyncBodies",
+    "AsyncRunBody",
+    "AsyncRunContext",
+    "AsyncToolCall",
+    "RunBody",
+    "is_async_body",
+]
 
 R = TypeVar("R")
 
 AsyncRunBody: TypeAlias = Callable[["AsyncRunContext"], Awaitable[Any]]
 """An ``async def`` run body: a coroutine function taking an ``AsyncRunContext``."""
+
+RunBody: TypeAlias = Callable[["RunContext"], Any] | AsyncRunBody
+"""A run body: a callable that does the run's work on its own thread, given its ``RunContext``;
+or an ``async def`` that runs as a task on an event loop, given an ``AsyncRunContext``."""
 
 
 def is_async_body(body: object) -> TypeGuard[AsyncRunBody]:

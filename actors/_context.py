@@ -21,11 +21,11 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pykka
 
@@ -36,9 +36,6 @@ from run_supervisor.actors._errors import (
     SupervisorTimeout,
 )
 from run_supervisor.actors._progress import Progress
-
-if TYPE_CHECKING:
-    from run_supervisor.actors._async_body import AsyncRunContext
 from run_supervisor.protocol import (
     AskKind,
     AskPayload,
@@ -63,7 +60,6 @@ __all__ = [
     "FormReply",
     "Gate",
     "PermissionReply",
-    "RunBody",
     "RunContext",
     "ToolCall",
 ]
@@ -408,11 +404,6 @@ class ToolCall(_ToolReports[Ask[PermissionReply], Ask[FormReply]]):
     ) -> FormReply:
         """``RunContext.ask_form`` for this call."""
         return self.open_form(title=title, questions=questions, data=data).wait(timeout)
-
-
-RunBody = Callable[["RunContext"], Any] | Callable[["AsyncRunContext"], Awaitable[Any]]
-"""A run body: a callable that does the run's work on its own thread, given its ``RunContext``;
-or an ``async def`` that runs as a task on an event loop, given an ``AsyncRunContext``."""
 
 
 class _RunReports(Generic[P, F, C]):

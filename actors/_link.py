@@ -23,8 +23,7 @@ import msgspec
 import pykka
 
 from run_supervisor.actors import _validate as check
-from run_supervisor.actors._async_body import AsyncBodies, is_async_body
-from run_supervisor.actors._context import RunBody
+from run_supervisor.actors._async_body import AsyncBodies, RunBody, is_async_body
 from run_supervisor.actors._errors import (
     JournalFailed,
     LoadFailed,

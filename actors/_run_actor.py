@@ -27,11 +27,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import pykka
 
-from run_supervisor.actors._context import CancelToken, RunBody, RunContext
+from run_supervisor.actors._context import CancelToken, RunContext
 from run_supervisor.actors._errors import RunInterrupted
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.actors._timers import TimerHandle
@@ -94,7 +94,7 @@ class RunActor:
     def __init__(
         self,
         run_id: str,
-        body: RunBody | None,
+        body: Callable[..., object] | None,
         supervisor: pykka.ActorRef[Any],
         ask_timeout: float,
         threads: ThreadBook,
@@ -119,7 +119,7 @@ class RunActor:
     def launch(
         cls,
         run_id: str,
-        body: RunBody | None,
+        body: Callable[..., object] | None,
         supervisor: pykka.ActorRef[Any],
         ask_timeout: float,
         threads: ThreadBook,
@@ -175,7 +175,7 @@ class RunActor:
         try:
             if self._body is None:
                 error = "no body was given for this run"
-            elif inspect.iscoroutine(result := cast("Callable[[RunContext], Any]", self._body)(context)):
+            elif inspect.iscoroutine(result := self._body(context)):
                 result.close()  # never a silent "completed" for a body that did not run
                 error = (
                     "the body returned a coroutine instead of running: pass the async def itself "
