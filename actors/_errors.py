@@ -36,98 +36,69 @@ class SupervisorError(Exception):
     """Base of every error this library raises on purpose."""
 
     code: RejectCode | None = None
+    """The rejection code this error stands for (``_BY_CODE`` below); None for one no code raises."""
 
 
 class SupervisorClosed(SupervisorError):
     """The supervisor has shut down (or is shutting down); no request is accepted any more."""
 
-    code = RejectCode.SUPERVISOR_CLOSED
-
 
 class UnknownRun(SupervisorError):
     """No run with this id has started (it may be queued under another id, or long forgotten)."""
-
-    code = RejectCode.UNKNOWN_RUN
 
 
 class RunAlreadyFinished(SupervisorError):
     """The run has finished; a cancel or answer for it does nothing (and never reaches a later run)."""
 
-    code = RejectCode.RUN_FINISHED
-
 
 class RunAlreadyExists(SupervisorError):
     """A run with this id was started before: run ids are unique for the supervisor's life."""
-
-    code = RejectCode.RUN_ALREADY_EXISTS
 
 
 class AlreadyInterrupting(SupervisorError):
     """An interrupt of this run was already decided; the first reason stands."""
 
-    code = RejectCode.ALREADY_INTERRUPTING
-
 
 class NothingPending(SupervisorError):
     """A reply addressed a run (not an ask id) that has no open ask of that kind."""
 
-    code = RejectCode.NOTHING_PENDING
-
 
 class UnknownAsk(SupervisorError):
     """No ask with this id was raised (or its run finished long ago and was forgotten)."""
-
-    code = RejectCode.UNKNOWN_ASK
 
 
 class AskWithdrawn(SupervisorError):
     """The ask was withdrawn -- its body stopped waiting (timeout) or its run was interrupted or
     ended -- before this reply came: the reply reaches nothing, and never a later ask."""
 
-    code = RejectCode.ASK_WITHDRAWN
-
 
 class AskAlreadyAnswered(SupervisorError):
     """The ask was replied to or dismissed already; the first decision stands."""
 
-    code = RejectCode.ASK_ALREADY_ANSWERED
-
 
 class UnknownDirectory(SupervisorError):
     """A close named a directory that was never loaded or declared."""
-
-    code = RejectCode.UNKNOWN_DIRECTORY
 
 
 class SessionBusy(SupervisorError):
     """A start with queue policy ``reject_if_busy`` while its session has an active run; nothing
     was started or queued."""
 
-    code = RejectCode.SESSION_BUSY
-
 
 class UnknownAction(SupervisorError):
     """``confirm_close`` named a lifecycle action this supervisor never made."""
-
-    code = RejectCode.UNKNOWN_ACTION
 
 
 class ActionAlreadyCompleted(SupervisorError):
     """``confirm_close`` named a lifecycle action that has completed: nothing waits any more."""
 
-    code = RejectCode.ACTION_ALREADY_COMPLETED
-
 
 class NotConfirmable(SupervisorError):
     """``confirm_close`` named an action that is not a maintenance close (nothing to confirm)."""
 
-    code = RejectCode.NOT_CONFIRMABLE
-
 
 class InvalidRequest(SupervisorError):
     """The request itself is malformed (an empty id, a mode that does not fit the action...)."""
-
-    code = RejectCode.INVALID_REQUEST
 
 
 class LoadFailed(SupervisorError):
@@ -235,26 +206,26 @@ def _rebuild_interrupted(reason: InterruptReason | None, args: tuple[object, ...
 
 
 _BY_CODE: dict[RejectCode, type[SupervisorError]] = {
-    cls.code: cls
-    for cls in (
-        SupervisorClosed,
-        UnknownRun,
-        RunAlreadyFinished,
-        RunAlreadyExists,
-        AlreadyInterrupting,
-        NothingPending,
-        UnknownAsk,
-        AskWithdrawn,
-        AskAlreadyAnswered,
-        UnknownDirectory,
-        SessionBusy,
-        InvalidRequest,
-        UnknownAction,
-        ActionAlreadyCompleted,
-        NotConfirmable,
-    )
-    if cls.code is not None
+    RejectCode.SUPERVISOR_CLOSED: SupervisorClosed,
+    RejectCode.UNKNOWN_RUN: UnknownRun,
+    RejectCode.RUN_FINISHED: RunAlreadyFinished,
+    RejectCode.RUN_ALREADY_EXISTS: RunAlreadyExists,
+    RejectCode.ALREADY_INTERRUPTING: AlreadyInterrupting,
+    RejectCode.NOTHING_PENDING: NothingPending,
+    RejectCode.UNKNOWN_ASK: UnknownAsk,
+    RejectCode.ASK_WITHDRAWN: AskWithdrawn,
+    RejectCode.ASK_ALREADY_ANSWERED: AskAlreadyAnswered,
+    RejectCode.UNKNOWN_DIRECTORY: UnknownDirectory,
+    RejectCode.SESSION_BUSY: SessionBusy,
+    RejectCode.INVALID_REQUEST: InvalidRequest,
+    RejectCode.UNKNOWN_ACTION: UnknownAction,
+    RejectCode.ACTION_ALREADY_COMPLETED: ActionAlreadyCompleted,
+    RejectCode.NOT_CONFIRMABLE: NotConfirmable,
 }
+"""The error each rejection code raises; each of them carries its code as ``code`` (a code not here
+raises a bare ``SupervisorError``)."""
+for _code, _error in _BY_CODE.items():
+    _error.code = _code
 
 
 def raise_for_rejection(outcome: CloseOutcome | RequestOutcome) -> None:
