@@ -13,10 +13,12 @@ followed -- evicted, an id this life has not reached, or an id of another life (
 should re-read state from the queries. A plain number (the ids of servers before ids named their
 life) is an id of another life.
 
-Listeners live on an asyncio loop: delivery is a ``call_soon_threadsafe`` per loop, made under the
-hub's lock so that items reach every listener in id order. A listener that falls more than its bound
-behind is cut off (``overflowed``, and its ``alarm`` is set so that a stream blocked on a reader that
-stopped reading notices): its stream ends and the client resumes by ``Last-Event-ID``.
+Listeners live on an asyncio loop: delivery is a ``call_soon_threadsafe`` per loop and *batch* (the pump
+takes every event the supervisor delivered at once, so a burst wakes each loop and each stream once, not
+once an event), made under the hub's lock so that items reach every listener in id order. A listener
+that falls more than its bound behind is cut off (``overflowed``, and its ``alarm`` is set so that a
+stream blocked on a reader that stopped reading notices): its stream ends and the client resumes by
+``Last-Event-ID``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import msgspec
 from loguru import logger
 
 from run_supervisor.actors._api import Supervisor
+from run_supervisor.actors._errors import SupervisorTimeout
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors.hosts._answers import (
     GlobalDisposed,
@@ -180,9 +183,10 @@ class Listener:
         return batch
 
 
-def _push_all(group: tuple[Listener, ...], item: WireItem) -> None:
+def _push_all(group: tuple[Listener, ...], items: list[WireItem]) -> None:
     for listener in group:
-        listener._push(item)
+        for item in items:
+            listener._push(item)
 
 
 class EventHub:
@@ -218,8 +222,17 @@ class EventHub:
     # --- the pump (its own thread) ---------------------------------------------------------------
 
     def _pump(self) -> None:
-        for event in self._subscription:
-            self._add(event)
+        """Wait for an event, then take with it every one already delivered (a supervisor's batch):
+        they are buffered and handed to each loop at once."""
+        subscription = self._subscription
+        while True:
+            try:
+                first = subscription.get(timeout=3600.0)
+            except EOFError:
+                break
+            except SupervisorTimeout:
+                continue
+            self._add_many([first, *subscription.drain()])
         self._close()
 
     def _compat(self, event: Event) -> bytes | None:
@@ -241,17 +254,25 @@ class EventHub:
         return None
 
     def _add(self, event: Event) -> None:
-        for observer in self._observers:
-            try:
-                observer(event)
-            except Exception:  # an observer must not stop the stream
-                logger.opt(exception=True).warning("a wire hub observer raised")
-        kind: str = type(event).__struct_config__.tag  # type: ignore[assignment]
-        data, compat = encode(event), self._compat(event)
+        self._add_many([event])
+
+    def _add_many(self, events: list[Event]) -> None:
+        """Observe, encode and buffer ``events`` (in order), then hand them to each loop in one call."""
+        made: list[tuple[Key, str, bytes, bytes | None]] = []
+        for event in events:
+            for observer in self._observers:
+                try:
+                    observer(event)
+                except Exception:  # an observer must not stop the stream
+                    logger.opt(exception=True).warning("a wire hub observer raised")
+            kind: str = type(event).__struct_config__.tag  # type: ignore[assignment]
+            made.append(((event.seq, 0), kind, encode(event), self._compat(event)))
         with self._lock:
-            key = (event.seq, 0)
-            item = WireItem(key=key, id=_format_id(self.epoch, key), type=kind, data=data, compat=compat)
-            self._append(item)
+            items = [
+                WireItem(key=key, id=_format_id(self.epoch, key), type=kind, data=data, compat=compat)
+                for key, kind, data, compat in made
+            ]
+            self._append(items)
 
     def publish(self, payload: dict[str, Any]) -> str:
         """Publish a host event (a dict with ``type``); it gets the next id and a ``seq`` field equal
@@ -263,17 +284,19 @@ class EventHub:
             data = msgspec.json.encode(body)
             item = WireItem(key=key, id=_format_id(self.epoch, key), type=body["type"], data=data)
             if not self._closed.is_set():
-                self._append(item)
+                self._append([item])
             return item.id
 
-    def _append(self, item: WireItem) -> None:  # under the lock
-        self._last = item.key
-        self._buffer.append(item)
+    def _append(self, items: list[WireItem]) -> None:  # under the lock
+        if not items:
+            return
+        self._last = items[-1].key
+        self._buffer.extend(items)
         while len(self._buffer) > self.capacity:
             self._evicted_upto = self._buffer.popleft().key
         for loop, group in self._by_loop.items():
             try:
-                loop.call_soon_threadsafe(_push_all, group, item)
+                loop.call_soon_threadsafe(_push_all, group, items)  # one wake per loop and batch
             except RuntimeError:  # its loop is closed: the streams are gone
                 pass
 
