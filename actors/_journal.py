@@ -480,6 +480,16 @@ def _open_error(target: Path, exc: sqlite3.Error) -> Exception:
 
 
 
+def _may_have_run(e: Mapping[str, Any]) -> int:
+    """What a part's row records as ``tool_started``: whether its tool may have run. More than the
+    card says: a card shows ``tool_started`` only once nothing can gate its call any more, while a
+    ``running`` call that no first permission gates (it waits for none) may have run already, and a
+    crash must not call it one that did not. Both journals' writing."""
+    return int(
+        bool(e.get("tool_started")) or (e.get("state") == "running" and e.get("waiting_for") != "permission")
+    )
+
+
 def _settle_part_rows(rows: Iterable[Sequence[Any]]) -> tuple[PartSnapshot, ...]:
     """(call id, tool, state, tool_started) rows of a run's parts, in order -> its settled parts: an
     unfinished one ``interrupted`` by the crash, ``tool_started`` as recorded. Both journals' reading."""
@@ -705,7 +715,7 @@ def _on_part(j: Journal, e: Mapping[str, Any]) -> None:
         " VALUES (?, ?, ?, ?, ?, ?, ?)"
         " ON CONFLICT (run_id, part_key) DO UPDATE SET state = excluded.state, phase = excluded.phase,"
         " tool_started = excluded.tool_started",
-        (e["run_id"], key, position, e["tool"], e["state"], e.get("phase"), int(bool(e.get("tool_started")))),
+        (e["run_id"], key, position, e["tool"], e["state"], e.get("phase"), _may_have_run(e)),
     )
 
 

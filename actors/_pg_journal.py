@@ -43,6 +43,7 @@ from run_supervisor.actors._journal import (
     Journal,
     JournalSync,
     RecoveryPlan,
+    _may_have_run,
     _settle_ask_rows,
     _settle_part_rows,
 )
@@ -684,7 +685,7 @@ def _on_part(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
             e["tool"],
             e["state"],
             e.get("phase"),
-            int(bool(e.get("tool_started"))),
+            _may_have_run(e),
         ),
     )
 

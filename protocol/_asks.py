@@ -16,6 +16,10 @@ stay open.
 
 A permission gates its tool call: while the first permission of a running call is not granted,
 the call counts as not started (``tool_started`` false), so a declined call says it did not run.
+A card's ``tool_started`` only ever goes from false to true: a running call is shown started once
+nothing can gate it any more (its first permission granted, or the call ended), since a body may
+report ``running`` and ask its first permission only then (``card_started``). Until then the core
+still counts it as one that may have run (a journal records it so), unless an ask gates it.
 
 ``AsksMixin`` is one part of ``SupervisorCore`` (it shares the core's tables); ``AskBook`` is its
 register of asks.
@@ -172,6 +176,16 @@ class AskBook:
         return tuple(ask.snapshot() for ask in self._open.values())
 
 
+def card_started(part: _Part) -> bool:
+    """Whether the card says the tool started: it ran and no permission gates it, and nothing can
+    gate it any more -- its first permission was granted, it asked a form while nothing gated it
+    (it is at work), or it is no longer ``running`` (a first permission is asked of a running call
+    only). So the card's ``tool_started`` never goes from true
+    back to false when a body reports ``running`` and then asks (``part.tool_started`` is the core's
+    own "may have run", true from ``running`` until an ask gates it)."""
+    return part.tool_started and (part.approved or part.confirmed or part.state is not PartState.RUNNING)
+
+
 def part_view(part: _Part) -> PartSnapshot:
     """A tool part as its card shows it: state, phase, whether the tool started, label and note."""
     ask = part.ask if part.ask is not None and part.ask.state is AskState.OPEN else None
@@ -179,7 +193,7 @@ def part_view(part: _Part) -> PartSnapshot:
     return part_snapshot(
         tool=part.tool,
         state=part.state,
-        tool_started=part.ran and not part.gated,
+        tool_started=card_started(part),
         message=part.message,
         reason=part.reason,
         origin=part.origin,
@@ -257,8 +271,11 @@ class AsksMixin:
         if part is not None and part.state in UNFINISHED_PART_STATES:
             self._touch(run)
             part.ask = ask
-            if ask.kind is AskKind.PERMISSION and part.state is PartState.RUNNING and not part.approved:
-                part.gated = True  # the tool waits for this permission before it does its work
+            if part.state is PartState.RUNNING and not (part.approved or part.confirmed):
+                if ask.kind is AskKind.PERMISSION:
+                    part.gated = True  # the tool waits for this permission before it does its work
+                elif not part.gated:
+                    part.confirmed = True  # at work, asking: shown started, and no later ask gates it
             self._part_changed(run, part)
         key = ask.payload.key
         if ask.kind is AskKind.PERMISSION and key is not None and (run.session, key) in self._grants:
@@ -304,6 +321,12 @@ class AsksMixin:
             )
         )
         if part is not None:
+            if interrupt is not None and part.gated and part.state is PartState.RUNNING:
+                # Decided: nobody will grant its first permission now, so the call will not run.
+                # Its card says so at once, as the run's end would (never "running" meanwhile).
+                assert run.interrupt is not None
+                part.phase, part.state = PART_PHASE[part.state], PartState.INTERRUPTED
+                part.reason, part.origin = run.interrupt.reason, run.interrupt.origin
             self._part_changed(run, part)
 
     # --- the user decides -----------------------------------------------------------------------

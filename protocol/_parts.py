@@ -37,7 +37,11 @@ class PartSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     state: PartState
     tool_started: bool
     """The tool began its work. A permission ask gates it: until the first permission of the call
-    is granted, the tool has not started (a declined call never ran)."""
+    is granted, the tool has not started (a declined call never ran). It only ever goes from false
+    to true: a ``running`` call is shown started once nothing can gate it any more (its first
+    permission granted, or the call ended), so a body that reports ``running`` and then asks its
+    first permission never draws "started" then "not started". (A crash journal counts a ``running``
+    call that no ask gates as one that may have run.)"""
     message: str | None = None
     """``error``: the tool's failure, or the user's feedback on a declined permission or dismissed
     form."""
@@ -178,8 +182,6 @@ def part_label(part: _PartFacts) -> str:
         return f"{tool} call being generated"
     if part.state is PartState.PREPARED:
         return f"{tool} call prepared, not started"
-    if not part.tool_started:
-        return f"{tool} not started: its permission was not granted"
     return f"{tool} running"
 
 

@@ -37,6 +37,7 @@ class _Part:
     ran: bool = False  # it reached ``running``
     gated: bool = False  # running, but its first permission was not granted (yet)
     approved: bool = False  # a permission of this call was granted
+    confirmed: bool = False  # running, it asked a form ungated: no first permission gates it now
     message: str | None = None
     reason: InterruptReason | None = None
     origin: str | None = None

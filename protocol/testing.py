@@ -334,6 +334,8 @@ class InvariantChecker:
         self.ask_calls: dict[str, tuple[str, str]] = {}  # ask id -> (run, call id), from ask.requested
         self.will_not_run: set[tuple[str, str]] = set()
         """(run, call id) of calls a user's decline decided will not run: no update says running."""
+        self.cards_started: set[tuple[str, str]] = set()
+        """(run, call id) of cards that said ``tool_started``: no later update of them says not."""
         self.asks_ended: set[str] = set()  # replied, dismissed or withdrawn
         self.start_requests: dict[str, StartRun] = {}
         self.grace_expired = False
@@ -563,10 +565,18 @@ class InvariantChecker:
             self.will_not_run.add(self.ask_calls[event.ask_id])
 
     def _part_updated(self, event: RunPartUpdated) -> None:
-        if event.state is PartState.RUNNING and (event.run_id, event.call_id) in self.will_not_run:
+        card = (event.run_id, event.call_id)
+        if event.state is PartState.RUNNING and card in self.will_not_run:
             self.violation(
                 f"{event.run_id} {event.call_id}: an update says running after the user's decline decided "
                 "the call will not run"
+            )
+        if event.tool_started:
+            self.cards_started.add(card)
+        elif card in self.cards_started:
+            self.violation(
+                f"{event.run_id} {event.call_id}: tool_started went from true back to false "
+                f"(seq {event.seq}, {event.state.value}: {event.label!r})"
             )
 
     def _check_owed_loads(self, event: Event) -> None:
@@ -783,6 +793,11 @@ class InvariantChecker:
         if run.stalled:
             self.violation(f"{run.id} finished while still flagged stalled (no run.unstalled first)")
         run.finished = event
+        for part in event.parts:
+            if not part.tool_started and (run.id, part.call_id or "") in self.cards_started:
+                self.violation(
+                    f"{run.id} {part.call_id}: its card said tool_started, its run.finished part does not"
+                )
         was = run.state
         run.state = "finished"
         self._check_ending(run, event, was)

@@ -598,7 +598,7 @@ def test_every_change_of_a_tool_part_is_a_run_part_updated_event(
     assert [(u.call_id, u.state, u.phase, u.tool_started, u.label) for u in updates] == [
         ("call-1", PartState.PENDING, "generating", False, "bash call being generated"),
         ("call-1", PartState.PREPARED, "prepared", False, "bash call prepared, not started"),
-        ("call-1", PartState.RUNNING, "running", True, "bash running"),
+        ("call-1", PartState.RUNNING, "running", False, "bash running"),  # a first ask may follow
         ("call-1", PartState.RUNNING, "running", False, "bash waiting for permission"),
         ("call-1", PartState.RUNNING, "running", True, "bash running"),
         ("call-1", PartState.COMPLETED, None, True, "bash ran"),

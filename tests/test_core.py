@@ -1001,12 +1001,15 @@ def test_a_tool_that_fails_on_its_own_leaves_its_part_in_error_and_the_run_may_c
     ]
 
 
-def test_tool_started_is_set_only_once_the_tool_is_running() -> None:
+def test_tool_started_is_set_once_the_tool_is_running_and_nothing_can_gate_it_any_more() -> None:
     shell = Shell(A)
     shell.start("r1")
     shell.tool("r1", upto=PartState.PREPARED)
     assert shell.core.run_snapshot("r1").parts[0].tool_started is False
     shell.report(PartReport(run_id="r1", tool="bash", state=PartState.RUNNING))
+    running = shell.core.run_snapshot("r1").parts[0]
+    assert (running.tool_started, running.label) == (False, "bash running")  # a first ask may follow
+    shell.report(PartReport(run_id="r1", tool="bash", state=PartState.COMPLETED))
     assert shell.core.run_snapshot("r1").parts[0].tool_started is True
 
 

@@ -1,14 +1,23 @@
 """Truthful cards for a failed turn: a call whose input generation or start was lost to the body's
 own failure (a dropped provider stream) settles as not run -- ``interrupted``, which a UI does not
 draw as a tool failure, not ``error`` -- with a label naming the cause in words (the raw error stays
-in ``message``); and once the user's decline decided that a call will not run, no update of it says
-``running``."""
+in ``message``); once the user's decline decided that a call will not run, no update of it says
+``running``; and a card's ``tool_started`` only ever goes from false to true, while a crash journal
+still counts a running call no ask gates as one that may have run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 
+from run_supervisor import Gate, RunContext, Supervisor, SupervisorConfig
+from run_supervisor.actors.testing import EventLog, simulate_crash
 from run_supervisor.protocol import (
+    AskKind,
+    AskPayload,
+    AskRaised,
+    InterruptReason,
     Outcome,
     PartReport,
     PartState,
@@ -100,3 +109,150 @@ def test_the_checker_refuses_a_running_update_after_a_decline() -> None:
     late = msgspec.structs.replace(card, seq=checker.last_seq + 1, state=PartState.RUNNING)
     checker.event(late)
     assert any("says running after the user's decline" in v for v in checker.violations), ask_id
+
+
+def _started(shell: CoreShell, run: str) -> list[bool]:
+    return [u.tool_started for u in shell.of(RunPartUpdated, run_id=run)]
+
+
+def test_a_call_that_reports_running_then_asks_its_first_permission_never_says_started_then_not() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r", session="s")
+    shell.ask("r")  # opencode's order: the call is running, then it asks its first permission
+    shell.reply("r", approve=True)
+    shell.report(PartReport(run_id="r", tool="bash", state=PartState.COMPLETED))
+    shell.finish("r")
+
+    cards = shell.of(RunPartUpdated, run_id="r")
+    assert [(u.state, u.tool_started, u.label) for u in cards] == [
+        (PartState.PENDING, False, "bash call being generated"),
+        (PartState.PREPARED, False, "bash call prepared, not started"),
+        (PartState.RUNNING, False, "bash running"),
+        (PartState.RUNNING, False, "bash waiting for permission"),
+        (PartState.RUNNING, True, "bash running"),
+        (PartState.COMPLETED, True, "bash ran"),
+    ]
+
+
+def test_a_running_call_no_ask_gates_is_shown_started_when_it_ends() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r", session="s")
+    shell.tool("r", upto=PartState.RUNNING)
+    shell.cancel("r")
+    shell.finish("r")
+    assert _started(shell, "r") == [False, False, False, True]
+    (part,) = shell.finished("r").parts
+    assert (part.state, part.tool_started, part.label) == (
+        PartState.INTERRUPTED,
+        True,
+        "Stopped: bash was interrupted by the user's cancel while it ran",
+    )
+
+
+def test_a_running_call_that_asks_a_form_is_shown_started_and_a_later_permission_keeps_it_so() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r", session="s")
+    shell.ask("r", form=True)  # the question tool, at work: it asks
+    shell.answer_form("r")
+    shell.report(AskRaised(run_id="r", ask_id="r:perm", kind=AskKind.PERMISSION, payload=AskPayload()))
+    shell.reply("r", approve=False, message="not that")
+    assert _started(shell, "r") == [False, False, False, True, True, True, True]
+
+
+def test_a_cancel_settles_a_call_waiting_for_its_first_permission_at_once() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r", session="s")
+    shell.ask("r")
+    before = len(shell.of(RunPartUpdated, run_id="r"))
+
+    shell.cancel("r")  # its permission will never be granted now: the call will not run
+    decided = shell.of(RunPartUpdated, run_id="r")[before:]
+    shell.finish("r")
+
+    assert [(u.state, u.tool_started, u.label) for u in decided] == [
+        (
+            PartState.INTERRUPTED,
+            False,
+            "Did not run: interrupted by the user's cancel while bash waited for permission",
+        )
+    ]
+    assert len(shell.of(RunPartUpdated, run_id="r")) == before + 1  # the run's end redraws nothing
+    (part,) = shell.finished("r").parts
+    assert (part.reason, part.phase) == (InterruptReason.USER_CANCEL, Phase.RUNNING)
+
+
+def test_the_checker_refuses_a_tool_started_that_goes_back_to_false() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r", session="s")
+    shell.tool("r", upto=PartState.COMPLETED)
+    checker = InvariantChecker()
+    for event in shell.events:
+        checker.event(event)
+    card = shell.of(RunPartUpdated, run_id="r")[-1]
+    assert card.tool_started
+    back = msgspec.structs.replace(card, seq=checker.last_seq + 1, tool_started=False)
+    checker.event(back)
+    assert any("tool_started went from true back to false" in v for v in checker.violations)
+
+
+def test_the_checker_refuses_a_finished_part_that_unsays_its_cards_tool_started() -> None:
+    shell = CoreShell("/w/a")
+    shell.start("r", session="s")
+    shell.tool("r", upto=PartState.COMPLETED)
+    shell.finish("r")
+    checker = InvariantChecker()
+    events = list(shell.events)
+    finished = shell.finished("r")
+    (part,) = finished.parts
+    unsaid = msgspec.structs.replace(finished, parts=(msgspec.structs.replace(part, tool_started=False),))
+    for event in events:
+        checker.event(unsaid if event is finished else event)
+    assert any("its run.finished part does not" in v for v in checker.violations)
+
+
+def _crash_and_recover(tmp_path: Path, body_asks: bool) -> bool:
+    """Crash while a running bash call waits (for its first permission, or for nothing); whether the
+    recovered call may have run."""
+    journal = tmp_path / "journal.db"
+    config = SupervisorConfig(shutdown_at_exit=False)
+    gate = Gate("never")
+
+    def body(ctx: RunContext) -> None:
+        call = ctx.tool("bash")
+        call.prepared()
+        call.running()
+        if body_asks:
+            call.ask_permission(timeout=60)
+        ctx.wait(gate)
+
+    sup = Supervisor.start(config, journal=journal, directories=["/w/a"])
+    try:
+        log = EventLog(sup)
+        sup.start_run(body, session="s1", directory="/w/a", run_id="r1")
+        card = log.wait_for("run.part.updated", run_id="r1", state="running")
+        if body_asks:
+            card = log.wait_for("run.part.updated", run_id="r1", waiting_for="permission")
+        assert isinstance(card, RunPartUpdated) and card.tool_started is False  # not shown started yet
+        log.close()
+    finally:
+        simulate_crash(sup)
+    after = Supervisor.start(config, journal=journal)
+    try:
+        (recovered,) = after.recovered()
+        (part,) = recovered.parts
+        assert part.state is PartState.INTERRUPTED
+        return part.tool_started
+    finally:
+        after.shutdown(grace_ms=500, reason="test_teardown")
+
+
+def test_a_running_call_its_card_does_not_yet_show_started_is_recovered_as_one_that_may_have_run(
+    tmp_path: Path,
+) -> None:
+    assert _crash_and_recover(tmp_path, body_asks=False) is True
+
+
+def test_a_running_call_waiting_for_its_first_permission_at_the_crash_is_recovered_as_one_that_did_not_run(
+    tmp_path: Path,
+) -> None:
+    assert _crash_and_recover(tmp_path, body_asks=True) is False
