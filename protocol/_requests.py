@@ -189,7 +189,9 @@ class ReplyPermission(_Request, frozen=True, tag="reply_permission"):
     convenience, by ``run_id`` when that run has exactly one open permission ask. Exactly one of
     the two is given."""
 
-    approve: bool
+    approve: bool = msgspec.field(name="approved")
+    """Approve (True) or reject (False). On the wire it is ``approved``, as the events say
+    (``ask.replied``, ``external.answer``); the hosts still take the old ``approve`` (deprecated)."""
     ask_id: str | None = None
     run_id: str | None = None
     always: bool = False

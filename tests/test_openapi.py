@@ -273,6 +273,20 @@ def test_a_session_over_every_route_sends_and_gets_only_what_the_document_says()
                 path={"session": "s1"},
                 valid=False,
             )
+            sessions = "/sessions/{session}"
+            busy = await c.call("DELETE", sessions, path={"session": "s1"})  # r1 is active: 409
+            assert busy.status_code == 409 and busy.json()["code"] == "session_busy"
+            params = {"confirm": "true", "grace_ms": "100"}
+            assert (
+                await c.call("DELETE", sessions, path={"session": "s-none"}, params=params)
+            ).status_code == 200
+            assert (
+                await c.call("DELETE", sessions, path={"session": "s1"}, params={"confirm": "yes"})
+            ).status_code == 422
+            stop = "/sessions/{session}/cancel"
+            idle = await c.call("POST", stop, {"origin": "ui"}, path={"session": "s-idle"})
+            assert idle.json()["interrupted_runs"] == []
+            await c.call("POST", stop, {"grace": 1}, path={"session": "s-idle"}, valid=False)
             await c.call("GET", "/statistics")
             any_start = {
                 "type": "start_run",

@@ -159,6 +159,9 @@ class AskReport(_Report, frozen=True, tag="ask"):
     questions: tuple[str | Question, ...] = ()
     """Form questions: text, or objects with the fields of ``Question``."""
     data: dict[str, Any] | None = None
+    key: str | None = None
+    """Permission: what an "always" grant of this ask covers (``payload.key``, e.g. ``bash:git
+    status``): a reply ``always: true`` approves the session's open and later asks with this key."""
 
 
 class RetryUpdate(_Report, frozen=True, tag="retry"):
@@ -706,6 +709,10 @@ class ExternalRuns:
         known = run.ask_keys.get(key)
         if known is not None and (report.call_id is not None or known in run.asks):
             return _ok(ask_id=known, call_id=report.call_id)  # asked already: the same ask
+        if report.form and report.key is not None:
+            return _rejected(
+                RejectCode.INVALID_REQUEST, "a form has no key: only a permission is granted always"
+            )
         if report.call_id is not None and report.call_id not in run.parts:
             return _rejected(
                 RejectCode.INVALID_REQUEST,
@@ -729,6 +736,7 @@ class ExternalRuns:
                 command=report.command,
                 options=report.options,
                 data=report.data,
+                key=report.key,
             )
         echo = await self._echo(run)
         if self._was_refused(run, echo):

@@ -39,7 +39,7 @@ from run_supervisor.actors.hosts._external import MAX_LEASE_MS, MIN_LEASE_MS, Re
 from run_supervisor.actors.hosts._hub import EventHub, Listener, WireItem
 from run_supervisor.actors.hosts._remote_caches import http_routes as cache_routes
 from run_supervisor.actors.hosts._timeline import live_page
-from run_supervisor.actors.hosts._wire import HostError, WireHost, http_status
+from run_supervisor.actors.hosts._wire import HostError, WireHost, approved_spelling, http_status
 from run_supervisor.protocol import (
     CloseAction,
     CloseOutcome,
@@ -122,7 +122,7 @@ class HttpSettings:
         return {f"http://{host}" for host in self.allowed_hosts} | set(self.cors_origins)
 
 
-CORS_METHODS = "GET, POST, PUT"
+CORS_METHODS = "GET, POST, PUT, DELETE"
 CORS_HEADERS = (
     "authorization, content-type, last-event-id, x-opencode-directory, x-opencode-client-action-id, "
     "x-opencode-client-action-kind"
@@ -543,17 +543,18 @@ def _from_path(fields: dict[str, Any], route: str, *names: str) -> None:
         )
 
 
-def _approved(fields: dict[str, Any]) -> dict[str, Any]:
-    """A permission reply on its routes says ``approved``, as the events do (``external.answer``,
-    ``ask.replied``); ``approve`` (the protocol request's name, which ``POST /requests`` and stdio carry
-    as it is) is its deprecated spelling there. Both at once: refused."""
-    if "approved" in fields:
-        if "approve" in fields:
-            both = "give `approved` (or the old `approve`), not both"
-            raise HostError(RejectCode.INVALID_REQUEST.value, both)
-        fields = {**fields, "approve": fields["approved"]}
-        del fields["approved"]
-    return fields
+def _query_bool(value: str, name: str) -> bool:
+    if value not in ("true", "false"):
+        raise HostError(RejectCode.INVALID_REQUEST.value, f"{name} must be true or false, got {value!r}")
+    return value == "true"
+
+
+def _query_int(value: str, name: str) -> int:
+    if not value.isascii() or not value.isdigit():
+        raise HostError(
+            RejectCode.INVALID_REQUEST.value, f"{name} must be a whole number >= 0, got {value!r}"
+        )
+    return int(value)
 
 
 def _request(fields: dict[str, Any]) -> Request:
@@ -615,6 +616,8 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         lease = None
         if fields.get("type") == "start_run":  # an external run's lease; any other request refuses it
             lease = _lease(fields.pop("lease_ms", None), host.default_lease_ms)
+        if fields.get("type") == "reply_permission":
+            fields = approved_spelling(fields)
         outcome = await host.submit(_request(fields), lease_ms=lease)
         return _outcome(outcome)
 
@@ -643,7 +646,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
             fields = await _body(request)
             _from_path(fields, f"POST {request.url.path}", "run_id", "ask_id")
             if kind == "reply_permission":
-                fields = _approved(fields)
+                fields = approved_spelling(fields)
             outcome = await host.submit(
                 _request({**fields, "type": kind, "run_id": request.path_params["run_id"]})
             )
@@ -656,7 +659,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
             fields = await _body(request)
             _from_path(fields, f"POST {request.url.path}", "ask_id", "run_id")
             if kind == "reply_permission":
-                fields = _approved(fields)
+                fields = approved_spelling(fields)
             outcome = await host.submit(
                 _request({**fields, "type": kind, "ask_id": request.path_params["ask_id"]})
             )
@@ -730,6 +733,30 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         if snapshot is None:
             raise HostError("not_found", f"no session {session!r} is known")
         return _json(encode(snapshot))
+
+    async def cancel_session(request: HttpRequest) -> Response:
+        fields = await _body(request)
+        _from_path(fields, f"POST {request.url.path}", "session")
+        session = request.path_params["session"]
+        return _outcome(await host.submit(_request({**fields, "type": "cancel_session", "session": session})))
+
+    async def delete_session(request: HttpRequest) -> Response:
+        where = f"DELETE {request.url.path}"
+        if (await request.body()).strip():
+            raise HostError(
+                RejectCode.INVALID_REQUEST.value, f"{where} takes no body: its options are in the query"
+            )
+        query = dict(request.query_params)
+        _only(query, ("confirm", "origin", "grace_ms", "tag"), where)
+        fields: dict[str, Any] = {"type": "delete_session", "session": request.path_params["session"]}
+        if "confirm" in query:
+            fields["confirm"] = _query_bool(query["confirm"], "confirm")
+        if "grace_ms" in query:
+            fields["grace_ms"] = _query_int(query["grace_ms"], "grace_ms")
+        for name in ("origin", "tag"):
+            if name in query:
+                fields[name] = query[name]
+        return _outcome(await host.submit(_request(fields)))
 
     async def set_queue_policy(request: HttpRequest) -> Response:
         fields = await _body(request)
@@ -819,6 +846,8 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         Route("/asks/{ask_id}/form", handler(on_ask("answer_form")), methods=["POST"]),
         Route("/asks/{ask_id}/dismiss", handler(on_ask("dismiss_form")), methods=["POST"]),
         Route("/sessions/{session}", handler(get_session), methods=["GET"]),
+        Route("/sessions/{session}", handler(delete_session), methods=["DELETE"]),
+        Route("/sessions/{session}/cancel", handler(cancel_session), methods=["POST"]),
         Route("/sessions/{session}/queue_policy", handler(set_queue_policy), methods=["PUT", "POST"]),
         Route("/actions", handler(get_actions), methods=["GET"]),
         Route("/actions/{action_id}/confirm", handler(confirm_action), methods=["POST"]),

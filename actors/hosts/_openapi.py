@@ -41,6 +41,7 @@ from run_supervisor.protocol import (
     AnswerForm,
     AskSnapshot,
     CancelRun,
+    CancelSession,
     CloseMode,
     CloseOutcome,
     CloseRequest,
@@ -149,9 +150,9 @@ class Body:
     add: dict[str, Any] = field(default_factory=dict)
     optional: tuple[str, ...] = ()
     """Fields of the source the route fills in when absent."""
-    renamed: dict[str, str] = field(default_factory=dict)
-    """Fields the route spells otherwise (old -> new); the old spelling stays, deprecated, and exactly
-    one of the two is given."""
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Old spellings the route still takes (field -> old name), deprecated: exactly one of the two
+    is given."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,10 @@ _EVENTS_QUERY = (
     ("ticket", _STRING, "A single-use ticket from POST /events/ticket, instead of the Authorization header."),
 )
 _EVENTS_HEADERS = (("last-event-id", _STRING, "Resume after this event id."),)
+
+
+_APPROVE = {"approved": "approve"}
+"""A permission reply's decision: ``approved`` (as the events say); ``approve`` is its old spelling."""
 
 
 def _request_body(name: str, source: type[Any], drop: Iterable[str] = (), **kw: Any) -> Body:
@@ -307,9 +312,7 @@ OPERATIONS: list[Operation] = [
         "reply_permission_of_run",
         "Reply to the run's one open permission ask",
         ref("RequestOutcome"),
-        body=_request_body(
-            "ReplyPermissionBody", ReplyPermission, ("run_id", "ask_id"), renamed={"approve": "approved"}
-        ),
+        body=_request_body("ReplyPermissionBody", ReplyPermission, ("run_id", "ask_id"), aliases=_APPROVE),
         codes=_ASK_CODES,
     ),
     Operation(
@@ -389,6 +392,39 @@ OPERATIONS: list[Operation] = [
         "A session's status, active run and queue",
         ref("SessionSnapshot"),
         codes=("not_found", RejectCode.INVALID_REQUEST.value),
+    ),
+    Operation(
+        "POST",
+        "/sessions/{session}/cancel",
+        "cancel_session",
+        "Stop a session: its queued runs end unstarted, its active run is interrupted (one action id)",
+        ref("RequestOutcome"),
+        body=_request_body("CancelSessionBody", CancelSession, ("session",)),
+        codes=_SUBMIT,
+        description="Answered `ok` with the action's `action_id` and the runs it stopped "
+        "(`interrupted_runs`, queued ones first); an idle or unknown session: `ok`, nothing stopped.",
+    ),
+    Operation(
+        "DELETE",
+        "/sessions/{session}",
+        "delete_session",
+        "Forget a session (its queue policy and its always grants); with confirm=true stop it first",
+        ref("RequestOutcome"),
+        query=(
+            (
+                "confirm",
+                {"type": "boolean"},
+                "Stop its active and queued runs first (as a session cancel); without it a busy "
+                "session is refused `session_busy` (409).",
+            ),
+            ("origin", _STRING, "Who asked (the stopped runs carry it; default `user`)."),
+            ("grace_ms", {"type": "integer", "minimum": 0}, "The stopped body's grace before abandon."),
+            ("tag", _STRING, "The requester's correlation tag."),
+        ),
+        codes=(RejectCode.SESSION_BUSY.value, *_SUBMIT),
+        description="The options are query parameters (the route takes no body). An unknown session: "
+        "`ok`. A confirmed delete of a busy session is answered at once; the session is forgotten when "
+        "its active run has ended.",
     ),
     *(
         Operation(
@@ -658,16 +694,7 @@ def _derive(schemas: dict[str, Any], body: Body) -> None:
         base["properties"].pop(name, None)
     base["properties"].update(body.add)
     required = [n for n in base.get("required", []) if n not in body.drop and n not in body.optional]
-    for old, new in body.renamed.items():
-        base["properties"][new] = base["properties"][old]
-        base["properties"][old] = {
-            **base["properties"][old],
-            "deprecated": True,
-            "description": f"Say `{new}`.",
-        }
-        if old in required:
-            required.remove(old)
-            base["oneOf"] = [{"required": [new]}, {"required": [old]}]
+    _alias(base, body.aliases, required)
     base["required"] = required
     if not required:
         del base["required"]
@@ -675,15 +702,41 @@ def _derive(schemas: dict[str, Any], body: Body) -> None:
     schemas[body.name] = base
 
 
+def _alias(schema: dict[str, Any], aliases: dict[str, str], required: list[str]) -> None:
+    """Add each field's deprecated old spelling to an object schema (exactly one of the two given)."""
+    for name, old in aliases.items():
+        schema["properties"][old] = {
+            **schema["properties"][name],
+            "deprecated": True,
+            "description": f"Say `{name}`.",
+        }
+        if name in required:
+            required.remove(name)
+            schema["oneOf"] = [{"required": [name]}, {"required": [old]}]
+
+
 def _any_request(schemas: dict[str, Any]) -> None:
-    """``POST /requests``: any request; a ``start_run`` may carry ``lease_ms`` (an external run's)."""
+    """``POST /requests``: any request; a ``start_run`` may carry ``lease_ms`` (an external run's), and
+    a ``reply_permission`` may still say ``approve``."""
     start = copy.deepcopy(schemas["StartRun"])
     start["properties"]["lease_ms"] = _LEASE
     start["title"] = "StartRunRequest"
     schemas["StartRunRequest"] = start
+    reply = copy.deepcopy(schemas["ReplyPermission"])
+    required = list(reply.get("required", []))
+    _alias(reply, _APPROVE, required)
+    reply["required"] = required
+    reply["title"] = "ReplyPermissionRequest"
+    schemas["ReplyPermissionRequest"] = reply
+    variants = {"StartRun": "StartRunRequest", "ReplyPermission": "ReplyPermissionRequest"}
     union = copy.deepcopy(schemas["Request"])
-    union["anyOf"] = [ref("StartRunRequest") if r == ref("StartRun") else r for r in union["anyOf"]]
-    union["discriminator"]["mapping"]["start_run"] = _REF.format(name="StartRunRequest")
+    names = [r["$ref"].rsplit("/", 1)[-1] for r in union["anyOf"]]
+    union["anyOf"] = [ref(variants.get(name, name)) for name in names]
+    mapping = union["discriminator"]["mapping"]
+    for tag, target in list(mapping.items()):
+        name = target.rsplit("/", 1)[-1]
+        if name in variants:
+            mapping[tag] = _REF.format(name=variants[name])
     schemas["AnyRequest"] = union
 
 
@@ -708,7 +761,7 @@ def _responses(op: Operation) -> dict[str, Any]:
     codes.append("forbidden")  # Host or Origin not this server's
     if not op.public:
         codes.append("unauthorized")
-    if op.method in ("POST", "PUT"):
+    if op.method in ("POST", "PUT", "DELETE"):  # the guard reads (and bounds) a DELETE's body too
         codes += ["too_large", RejectCode.INVALID_REQUEST.value]
     if op.operation_id != "page":
         codes.append(RejectCode.INTERNAL_ERROR.value)  # contained: one JSON answer

@@ -41,7 +41,7 @@ from run_supervisor.actors._journal import JournalSync
 from run_supervisor.actors.hosts._external import decode_report
 from run_supervisor.actors.hosts._hub import WireItem
 from run_supervisor.actors.hosts._remote_caches import STDIO_OPS, RemoteCaches, state_of, stdio_op
-from run_supervisor.actors.hosts._wire import HostError, WireHost, http_status
+from run_supervisor.actors.hosts._wire import HostError, WireHost, approved_spelling, http_status
 from run_supervisor.protocol import (
     CloseAction,
     CloseOutcome,
@@ -195,6 +195,8 @@ async def _dispatch(host: WireHost, fields: dict[str, Any]) -> tuple[int, Any]:
     lease = fields.pop("lease_ms", None) if kind == "start_run" else None  # elsewhere: an unknown field
     if lease is not None and (not isinstance(lease, int) or isinstance(lease, bool)):
         raise HostError(_INVALID, f"lease_ms must be an integer, got {lease!r}")
+    if kind == "reply_permission":
+        fields = approved_spelling(fields)
     try:
         request = decode_request(msgspec.json.encode(fields))
     except ProtocolDecodeError as exc:

@@ -41,7 +41,7 @@ from run_supervisor.protocol import (
 if TYPE_CHECKING:
     from run_supervisor.actors.hosts._remote_caches import RemoteCaches
 
-__all__ = ["STATUS_BY_CODE", "HostError", "WireHost", "http_status"]
+__all__ = ["STATUS_BY_CODE", "HostError", "WireHost", "approved_spelling", "http_status"]
 
 T = TypeVar("T")
 
@@ -82,6 +82,19 @@ STATUS_BY_CODE: dict[str | None, int] = {
 
 def http_status(code: str | None) -> int:
     return STATUS_BY_CODE.get(code, 500)
+
+
+def approved_spelling(fields: dict[str, Any]) -> dict[str, Any]:
+    """A permission reply's fields with its decision spelt ``approved``, as the request and the events
+    (``ask.replied``, ``external.answer``) spell it: ``approve``, the old name, is taken as a deprecated
+    spelling on every entry (the reply routes, ``POST /requests``, stdio). Both at once: refused."""
+    if "approve" not in fields:
+        return fields
+    if "approved" in fields:
+        raise HostError(RejectCode.INVALID_REQUEST.value, "give `approved` (or the old `approve`), not both")
+    renamed = {**fields, "approved": fields["approve"]}
+    del renamed["approve"]
+    return renamed
 
 
 class HostError(Exception):

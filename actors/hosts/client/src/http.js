@@ -9,6 +9,7 @@ import { EventFeed, readStream, sleep } from "./events.js";
 /** @typedef {Schemas["StartRunBody"]} StartBody */
 /** @typedef {Schemas["StartedRun"]} Started */
 /** @typedef {{ mode?: "maintenance" | "user_confirmed_interrupt", kind?: string, id?: string, directory?: string }} CompatOptions */
+/** @typedef {NonNullable<import("../types/openapi.js").operations["delete_session"]["parameters"]["query"]>} SessionDelete */
 
 /** A refused request: `status` is the HTTP status, `code` and `error` the server's (the answer is kept). */
 export class WireError extends Error {
@@ -170,6 +171,28 @@ export class Client {
   session(session) { return this.call("GET", `sessions/${enc(session)}`); }
 
   /**
+   * Stop a whole session: its queued runs end unstarted, its active run is interrupted, all with one
+   * action id (the answer's `action_id`; `interrupted_runs` lists them). An idle session: nothing.
+   * @param {string} session
+   * @param {Schemas["CancelSessionBody"]} [body] `origin`, `reason`, `grace_ms` (then abandoned)
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  cancelSession(session, body = {}) { return this.call("POST", `sessions/${enc(session)}/cancel`, { body }); }
+
+  /**
+   * Forget a session (its queue policy, its always grants). A busy one is refused (a WireError,
+   * 409 `session_busy`) unless `confirm`: then it is stopped first, and forgotten once its run ends.
+   * @param {string} session
+   * @param {SessionDelete} [options]
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  deleteSession(session, options = {}) {
+    const query = new URLSearchParams();
+    for (const [name, value] of Object.entries(options)) if (value !== undefined && value !== null) query.set(name, String(value));
+    return this.call("DELETE", `sessions/${enc(session)}${query.size ? `?${query}` : ""}`);
+  }
+
+  /**
    * @param {string} session
    * @param {Schemas["QueuePolicy"]} queuePolicy
    * @returns {Promise<Schemas["RequestOutcome"]>}
@@ -186,6 +209,8 @@ export class Client {
   asks(runId) { return this.call("GET", runId === undefined ? "asks" : `asks?run_id=${enc(runId)}`); }
 
   /**
+   * `{ approved: true, always: true }` also grants the ask's `key` for the rest of its session: its
+   * open asks with that key are approved now, later ones as they are asked.
    * @param {string} askId
    * @param {Schemas["ReplyPermissionBody"]} body
    * @returns {Promise<Schemas["RequestOutcome"]>}

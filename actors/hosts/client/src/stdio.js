@@ -130,10 +130,7 @@ export class StdioClient {
    * @param {Schemas["ReplyPermissionBody"]} body
    * @returns {Promise<Schemas["RequestOutcome"]>}
    */
-  replyPermission(askId, body) {
-    const { approved, approve, ...rest } = body; // the protocol request says approve; the routes say approved
-    return this.send({ ...rest, type: "reply_permission", ask_id: askId, approve: approved ?? approve ?? false });
-  }
+  replyPermission(askId, body) { return this.send({ ...body, type: "reply_permission", ask_id: askId }); }
 
   /**
    * @param {string} askId
@@ -196,6 +193,20 @@ export class StdioClient {
   directories(directories, options = {}) {
     return this.send({ type: "directories", directories, load: options.load ?? true });
   }
+
+  /**
+   * @param {string} session
+   * @param {Schemas["CancelSessionBody"]} [body]
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  cancelSession(session, body = {}) { return this.send({ ...body, type: "cancel_session", session }); }
+
+  /**
+   * @param {string} session
+   * @param {import("./http.js").SessionDelete} [options]
+   * @returns {Promise<Schemas["RequestOutcome"]>}
+   */
+  deleteSession(session, options = {}) { return this.send({ ...options, type: "delete_session", session }); }
 
   /**
    * @param {string} session

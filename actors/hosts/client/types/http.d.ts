@@ -12,6 +12,7 @@ export function retriable(report: Report): boolean;
 /** @typedef {Schemas["StartRunBody"]} StartBody */
 /** @typedef {Schemas["StartedRun"]} Started */
 /** @typedef {{ mode?: "maintenance" | "user_confirmed_interrupt", kind?: string, id?: string, directory?: string }} CompatOptions */
+/** @typedef {NonNullable<import("../types/openapi.js").operations["delete_session"]["parameters"]["query"]>} SessionDelete */
 /** A refused request: `status` is the HTTP status, `code` and `error` the server's (the answer is kept). */
 export class WireError extends Error {
     /**
@@ -112,6 +113,22 @@ export class Client {
      */
     session(session: string): Promise<Schemas["SessionSnapshot"]>;
     /**
+     * Stop a whole session: its queued runs end unstarted, its active run is interrupted, all with one
+     * action id (the answer's `action_id`; `interrupted_runs` lists them). An idle session: nothing.
+     * @param {string} session
+     * @param {Schemas["CancelSessionBody"]} [body] `origin`, `reason`, `grace_ms` (then abandoned)
+     * @returns {Promise<Schemas["RequestOutcome"]>}
+     */
+    cancelSession(session: string, body?: Schemas["CancelSessionBody"]): Promise<Schemas["RequestOutcome"]>;
+    /**
+     * Forget a session (its queue policy, its always grants). A busy one is refused (a WireError,
+     * 409 `session_busy`) unless `confirm`: then it is stopped first, and forgotten once its run ends.
+     * @param {string} session
+     * @param {SessionDelete} [options]
+     * @returns {Promise<Schemas["RequestOutcome"]>}
+     */
+    deleteSession(session: string, options?: SessionDelete): Promise<Schemas["RequestOutcome"]>;
+    /**
      * @param {string} session
      * @param {Schemas["QueuePolicy"]} queuePolicy
      * @returns {Promise<Schemas["RequestOutcome"]>}
@@ -124,6 +141,8 @@ export class Client {
      */
     asks(runId?: string): Promise<Schemas["AskSnapshot"][]>;
     /**
+     * `{ approved: true, always: true }` also grants the ask's `key` for the rest of its session: its
+     * open asks with that key are approved now, later ones as they are asked.
      * @param {string} askId
      * @param {Schemas["ReplyPermissionBody"]} body
      * @returns {Promise<Schemas["RequestOutcome"]>}
@@ -238,6 +257,7 @@ export type CompatOptions = {
     id?: string;
     directory?: string;
 };
+export type SessionDelete = NonNullable<import("../types/openapi.js").operations["delete_session"]["parameters"]["query"]>;
 export type ClientOptions = {
     /**
      * the server's address (the ready line's `url`)

@@ -495,6 +495,30 @@ export interface paths {
         get: operations["get_session"];
         put?: never;
         post?: never;
+        /**
+         * Forget a session (its queue policy and its always grants); with confirm=true stop it first
+         * @description The options are query parameters (the route takes no body). An unknown session: `ok`. A confirmed delete of a busy session is answered at once; the session is forgotten when its active run has ended.
+         */
+        delete: operations["delete_session"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/sessions/{session}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stop a session: its queued runs end unstarted, its active run is interrupted (one action id)
+         * @description Answered `ok` with the action's `action_id` and the runs it stopped (`interrupted_runs`, queued ones first); an idle or unknown session: `ok`, nothing stopped.
+         */
+        post: operations["cancel_session"];
         delete?: never;
         options?: never;
         head?: never;
@@ -632,7 +656,7 @@ export interface components {
             /** @enum {unknown} */
             type: "external.answer";
         };
-        AnyRequest: components["schemas"]["StartRunRequest"] | components["schemas"]["CancelRun"] | components["schemas"]["CloseRequest"] | components["schemas"]["Shutdown"] | components["schemas"]["ReplyPermission"] | components["schemas"]["AnswerForm"] | components["schemas"]["DismissForm"] | components["schemas"]["SetQueuePolicy"] | components["schemas"]["ConfirmClose"] | components["schemas"]["CancelSession"] | components["schemas"]["DeleteSession"];
+        AnyRequest: components["schemas"]["StartRunRequest"] | components["schemas"]["CancelRun"] | components["schemas"]["CloseRequest"] | components["schemas"]["Shutdown"] | components["schemas"]["ReplyPermissionRequest"] | components["schemas"]["AnswerForm"] | components["schemas"]["DismissForm"] | components["schemas"]["SetQueuePolicy"] | components["schemas"]["ConfirmClose"] | components["schemas"]["CancelSession"] | components["schemas"]["DeleteSession"];
         /**
          * AskDismissed
          * @description A form was dismissed: with a ``message`` it is model-visible feedback and the run goes on;
@@ -714,6 +738,8 @@ export interface components {
             } | null;
             /** @default false */
             form?: boolean;
+            /** @default null */
+            key?: string | null;
             /** @default [] */
             options?: string[];
             /** @default [] */
@@ -837,6 +863,23 @@ export interface components {
             tag?: string | null;
             /** @enum {unknown} */
             type: "cancel_session";
+        };
+        /**
+         * CancelSessionBody
+         * @description Stop a whole session: its queued runs end unstarted and its active run is interrupted, all
+         *     with one reason, one origin and one action id (``cs-N``, in the answer's ``action_id``; a run
+         *     already being interrupted keeps its first reason). An idle or unknown session: ``ok``, nothing
+         *     to stop.
+         */
+        CancelSessionBody: {
+            /** @default null */
+            grace_ms?: number | null;
+            /** @default user */
+            origin?: string;
+            /** @default user_cancel */
+            reason?: components["schemas"]["InterruptReason"];
+            /** @default null */
+            tag?: string | null;
         };
         /**
          * CloseAction
@@ -1196,6 +1239,8 @@ export interface components {
         InstanceClosed: {
             directory: string;
             /** @default null */
+            epoch: number | null;
+            /** @default null */
             error: string | null;
             generation: number;
             seq: number;
@@ -1221,6 +1266,8 @@ export interface components {
             /** @default load */
             cause: components["schemas"]["LoadCause"];
             directory: string;
+            /** @default null */
+            epoch: number | null;
             /** @default null */
             fingerprint: string | null;
             generation: number;
@@ -1493,7 +1540,7 @@ export interface components {
         ReplyPermission: {
             /** @default false */
             always?: boolean;
-            approve: boolean;
+            approved: boolean;
             /** @default null */
             ask_id?: string | null;
             /** @default null */
@@ -1524,6 +1571,32 @@ export interface components {
             message?: string | null;
             /** @default null */
             tag?: string | null;
+        } & (unknown | unknown);
+        /**
+         * ReplyPermissionRequest
+         * @description Answer a permission ask. Address it by ``ask_id`` (from ``ask.requested``); or, as a
+         *     convenience, by ``run_id`` when that run has exactly one open permission ask. Exactly one of
+         *     the two is given.
+         */
+        ReplyPermissionRequest: {
+            /** @default false */
+            always?: boolean;
+            /**
+             * @deprecated
+             * @description Say `approved`.
+             */
+            approve?: boolean;
+            approved?: boolean;
+            /** @default null */
+            ask_id?: string | null;
+            /** @default null */
+            message?: string | null;
+            /** @default null */
+            run_id?: string | null;
+            /** @default null */
+            tag?: string | null;
+            /** @enum {unknown} */
+            type: "reply_permission";
         } & (unknown | unknown);
         /**
          * ReportOutcome
@@ -1566,6 +1639,18 @@ export interface components {
          */
         RequestResult: "ok" | "rejected";
         /**
+         * ResumeVerdict
+         * @description What the resume policy decided for a run recovered after a crash (``run.recovered``'s
+         *     ``resume``; null when the supervisor has no resume policy, and for a child run, whose parent's
+         *     continuation starts children of its own).
+         *
+         *     A session's crashed turn is continued at most ``resume_budget`` times in a row: a run resumed
+         *     after a crash counts one more than the run it resumes (``resume_count``), and the count survives
+         *     restarts in the journal. Decided by the core (``SupervisorCore.recover``).
+         * @enum {unknown}
+         */
+        ResumeVerdict: "exhausted" | "offered";
+        /**
          * RetryBudget
          * @description How much retrying a run may do before it is interrupted (reason ``timeout``, origin
          *     ``retry_budget``): a retry report past either bound exhausts it (``protocol.retry_budget_exhausted``).
@@ -1594,6 +1679,8 @@ export interface components {
             /** @default false */
             abandoned: boolean;
             action_id: string | null;
+            /** @default null */
+            epoch: number | null;
             /** @default null */
             error: string | null;
             /** @default null */
@@ -1645,6 +1732,10 @@ export interface components {
             parent_run_id: string | null;
             /** @default queue */
             queue_policy: components["schemas"]["QueuePolicy"];
+            /** @default 0 */
+            resume_count: number;
+            /** @default null */
+            resume_of: string | null;
             run_id: string;
             seq: number;
             session: string;
@@ -1658,6 +1749,8 @@ export interface components {
          */
         RunRecovered: {
             directory: string | null;
+            /** @default null */
+            epoch: number | null;
             generation: number | null;
             origin: string;
             outcome: components["schemas"]["Outcome"];
@@ -1665,6 +1758,10 @@ export interface components {
             parts: components["schemas"]["PartSnapshot"][];
             phase: components["schemas"]["Phase"] | null;
             reason: components["schemas"]["InterruptReason"];
+            /** @default null */
+            resume: components["schemas"]["ResumeVerdict"] | null;
+            /** @default 0 */
+            resume_count: number;
             run_id: string;
             seq: number;
             session: string;
@@ -1687,6 +1784,8 @@ export interface components {
             deadline_ms: number | null;
             directory: string;
             /** @default null */
+            epoch: number | null;
+            /** @default null */
             error: string | null;
             generation: number | null;
             /** @default null */
@@ -1701,6 +1800,8 @@ export interface components {
             phase: components["schemas"]["Phase"] | null;
             /** @default null */
             reason: components["schemas"]["InterruptReason"] | null;
+            /** @default 0 */
+            resume_count: number;
             /** @default null */
             retry_attempt: number | null;
             /** @default null */
@@ -1731,9 +1832,13 @@ export interface components {
             /** @default null */
             deadline_ms: number | null;
             directory: string;
+            /** @default null */
+            epoch: number | null;
             generation: number;
             /** @default null */
             parent_run_id: string | null;
+            /** @default 0 */
+            resume_count: number;
             /** @default null */
             resume_of: string | null;
             run_id: string;
@@ -3589,6 +3694,15 @@ export interface operations {
                     "application/json": components["schemas"]["Refusal"];
                 };
             };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
             /** @description Refused: `invalid_request` */
             422: {
                 headers: {
@@ -4522,6 +4636,198 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    delete_session: {
+        parameters: {
+            query?: {
+                /** @description Stop its active and queued runs first (as a session cancel); without it a busy session is refused `session_busy` (409). */
+                confirm?: boolean;
+                /** @description Who asked (the stopped runs carry it; default `user`). */
+                origin?: string;
+                /** @description The stopped body's grace before abandon. */
+                grace_ms?: number;
+                /** @description The requester's correlation tag. */
+                tag?: string;
+            };
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Forget a session (its queue policy and its always grants); with confirm=true stop it first */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `session_busy` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    cancel_session: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["CancelSessionBody"];
+            };
+        };
+        responses: {
+            /** @description Stop a session: its queued runs end unstarted, its active run is interrupted (one action id) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `supervisor_closed` */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `timeout` */
+            504: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RequestOutcome"] | components["schemas"]["Refusal"];
                 };
             };
         };

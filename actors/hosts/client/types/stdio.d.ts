@@ -119,6 +119,18 @@ export class StdioClient {
     }): Promise<Schemas["DirectoriesAnswer"]>;
     /**
      * @param {string} session
+     * @param {Schemas["CancelSessionBody"]} [body]
+     * @returns {Promise<Schemas["RequestOutcome"]>}
+     */
+    cancelSession(session: string, body?: Schemas["CancelSessionBody"]): Promise<Schemas["RequestOutcome"]>;
+    /**
+     * @param {string} session
+     * @param {import("./http.js").SessionDelete} [options]
+     * @returns {Promise<Schemas["RequestOutcome"]>}
+     */
+    deleteSession(session: string, options?: import("./http.js").SessionDelete): Promise<Schemas["RequestOutcome"]>;
+    /**
+     * @param {string} session
      * @param {Schemas["QueuePolicy"]} queuePolicy
      * @returns {Promise<Schemas["RequestOutcome"]>}
      */
