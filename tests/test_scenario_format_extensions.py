@@ -9,74 +9,30 @@ import json
 from pathlib import Path
 
 import pytest
+from scenario_support import MODEL, action, assert_refused, played, refused, run, story, swap
 
 from run_supervisor.actors._cli import main
-from run_supervisor.actors.scenarios import (
-    ScenarioFileError,
-    ScenarioReport,
-    parse_scenario,
-    play,
+from run_supervisor.actors.scenarios import parse_scenario
+
+INPUT = '{ kind = "tool_input", tool = "bash" }'
+EXEC = '{ kind = "tool_exec", tool = "bash" }'
+
+HELD_EXEC = '{ kind = "tool_exec", id = "exec", tool = "bash", at = "prepared", gate = "g1" }'
+HELD_RUN = story(
+    "a held run",
+    run("r1", MODEL, INPUT, HELD_EXEC, MODEL),
+    action(id="stop", when="r1.exec.started", do="cancel", run="r1"),
+    action(when="r1.finished", do="open_gate", gate="g1"),
 )
 
-HELD_RUN = """
-name = "a held run"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [
-  { kind = "model" },
-  { kind = "tool_input", tool = "bash" },
-  { kind = "tool_exec", id = "exec", tool = "bash", at = "prepared", gate = "g1" },
-  { kind = "model" },
-]
-
-[[actions]]
-id = "stop"
-when = "r1.exec.started"
-do = "cancel"
-run = "r1"
-
-[[actions]]
-when = "r1.finished"
-do = "open_gate"
-gate = "g1"
-"""
-
-ASKING_RUN = """
-name = "a run that asks"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [
-  { kind = "model" },
-  { kind = "tool_input", tool = "bash" },
-  { kind = "tool_exec", tool = "bash" },
-  { kind = "permission", id = "asking", ask = "push", title = "Run this command?", command = "git push" },
-]
-
-[[actions]]
-id = "stop"
-when = "r1.asking.started"
-do = "cancel"
-run = "r1"
-"""
-
-
-def played(text: str) -> ScenarioReport:
-    return play(parse_scenario(text, file="story.toml", fmt="toml"), timeout=10)
-
-
-def refused(text: str) -> ScenarioFileError:
-    with pytest.raises(ScenarioFileError) as caught:
-        parse_scenario(text, file="story.toml", fmt="toml")
-    assert caught.value.file == "story.toml"
-    return caught.value
+PUSH_ASK = (
+    '{ kind = "permission", id = "asking", ask = "push", title = "Run this command?", command = "git push" }'
+)
+ASKING_RUN = story(
+    "a run that asks",
+    run("r1", MODEL, INPUT, EXEC, PUSH_ASK),
+    action(id="stop", when="r1.asking.started", do="cancel", run="r1"),
+)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -119,11 +75,8 @@ def test_after_and_before_count_only_the_events_between_them() -> None:
 
 
 def test_an_event_window_whose_bound_never_came_fails() -> None:
-    text = HELD_RUN + (
-        '[[runs]]\nid = "r2"\nsession = "s2"\ndirectory = "/proj/a"\nstart = "manual"\n'
-        'steps = [{ kind = "model" }]\n'
-        '[[expect_events]]\ntype = "run.finished"\nafter = "r2.started"\ncount = 0\n'
-    )
+    text = HELD_RUN + run("r2", session="s2", start="manual")
+    text += '[[expect_events]]\ntype = "run.finished"\nafter = "r2.started"\ncount = 0\n'
     [line] = played(text).failures
     assert line == "expect_events[0]: run.finished after r2.started: r2.started never happened"
 
@@ -136,8 +89,8 @@ def test_a_session_s_statuses_are_its_exact_sequence() -> None:
 
 def test_an_answer_is_ordered_against_a_run_s_end() -> None:
     # The stop is answered before the run ends: the body waits at a gate the answer opens.
-    text = HELD_RUN.replace('when = "r1.finished"\ndo = "open_gate"', 'when = "stop.ok"\ndo = "open_gate"')
-    text = text.replace('at = "prepared", gate = "g1"', 'at = "prepared", gate = "g1", ignores_cancel = true')
+    text = swap(HELD_RUN, 'when = "r1.finished"\ndo = "open_gate"', 'when = "stop.ok"\ndo = "open_gate"')
+    text = swap(text, 'at = "prepared", gate = "g1"', 'at = "prepared", gate = "g1", ignores_cancel = true')
     holds = text + '[expect.stop]\nanswered_before = "r1.finished"\nanswered_after = "r1.exec.started"\n'
     assert played(holds).failures == []
     [line] = played(text + '[expect.stop]\nanswered_after = "r1.finished"\n').failures
@@ -146,9 +99,8 @@ def test_an_answer_is_ordered_against_a_run_s_end() -> None:
 
 def test_a_lifecycle_action_s_completion_may_be_ordered_before_an_event() -> None:
     text = HELD_RUN + (
-        '[[actions]]\nid = "close"\nwhen = "r1.finished"\ndo = "dispose"\ndirectory = "/proj/a"\n'
-        'mode = "maintenance"\n'
-        '[expect.close]\nresult = "completed"\ncompleted_after = "r1.finished"\n'
+        action(id="close", when="r1.finished", do="dispose", directory="/proj/a", mode="maintenance")
+        + '[expect.close]\nresult = "completed"\ncompleted_after = "r1.finished"\n'
     )
     assert played(text + 'completed_before = "close.completed"\n').failures != []
     assert played(text).failures == []
@@ -205,9 +157,7 @@ def test_an_ask_payload_that_differs_fails_and_says_what_was_expected() -> None:
     ],
 )
 def test_a_bad_event_expectation_is_refused_naming_its_key(extra: str, key: str, says: str) -> None:
-    error = refused(HELD_RUN + extra)
-    assert error.key == key
-    assert says in error.message
+    assert_refused(HELD_RUN + extra, key, says)
 
 
 @pytest.mark.parametrize(
@@ -229,9 +179,7 @@ def test_a_bad_event_expectation_is_refused_naming_its_key(extra: str, key: str,
 def test_an_expected_field_value_of_the_wrong_type_is_refused_naming_its_key(
     extra: str, key: str, says: str
 ) -> None:
-    error = refused(HELD_RUN + "[[expect_events]]\n" + extra + "\n")
-    assert error.key == key
-    assert says in error.message
+    assert_refused(HELD_RUN + "[[expect_events]]\n" + extra + "\n", key, says)
 
 
 def test_expect_events_is_a_list_of_tables() -> None:
@@ -253,35 +201,13 @@ def test_the_command_line_exits_2_naming_the_file_and_the_key(
 # ----------------------------------------------------------------------------------------------------
 # A graceful restart
 
-RESTARTING = """
-name = "a restart"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [{ kind = "model", id = "stream", gate = "never" }]
-
-[[runs]]
-id = "r2"
-session = "s1"
-directory = "/proj/a"
-start = "manual"
-steps = [{ kind = "model" }]
-
-[[actions]]
-id = "restart"
-when = "r1.stream.started"
-do = "restart"
-grace_ms = 300
-
-[[actions]]
-id = "next"
-when = "restart.completed"
-do = "start_run"
-run = "r2"
-"""
+RESTARTING = story(
+    "a restart",
+    run("r1", '{ kind = "model", id = "stream", gate = "never" }'),
+    run("r2", start="manual"),
+    action(id="restart", when="r1.stream.started", do="restart", grace_ms=300),
+    action(id="next", when="restart.completed", do="start_run", run="r2"),
+)
 
 
 def test_a_graceful_restart_interrupts_with_shutdown_and_the_next_supervisor_recovers_nothing() -> None:
@@ -301,8 +227,8 @@ def test_a_graceful_restart_interrupts_with_shutdown_and_the_next_supervisor_rec
 
 
 def test_a_restart_abandons_a_body_that_ignores_it_at_its_grace_and_still_restarts() -> None:
-    text = RESTARTING.replace('gate = "never" }', 'gate = "never", ignores_cancel = true }')
-    report = played(text.replace("grace_ms = 300", "grace_ms = 100"))
+    text = swap(RESTARTING, 'gate = "never" }', 'gate = "never", ignores_cancel = true }')
+    report = played(swap(text, "grace_ms = 300", "grace_ms = 100"))
     assert report.failures == []
     assert report.runs["r1"].abandoned is True
     assert report.actions["restart"].abandoned_runs == ["r1"]
@@ -310,7 +236,7 @@ def test_a_restart_abandons_a_body_that_ignores_it_at_its_grace_and_still_restar
 
 
 def test_a_restart_defaults_to_a_grace_of_1000_ms_and_the_origin_restart() -> None:
-    scenario = parse_scenario(RESTARTING.replace("grace_ms = 300\n", ""), file="s.toml", fmt="toml")
+    scenario = parse_scenario(swap(RESTARTING, "grace_ms = 300\n", ""), file="s.toml", fmt="toml")
     restart = scenario.actions[0]
     assert (restart.do, restart.grace_ms, restart.origin) == ("restart", 1000, "restart")
 
@@ -324,23 +250,13 @@ def test_a_restart_defaults_to_a_grace_of_1000_ms_and_the_origin_restart() -> No
     ],
 )
 def test_a_bad_restart_is_refused_naming_its_key(old: str, new: str, key: str, says: str) -> None:
-    error = refused(RESTARTING.replace(old, new))
-    assert error.key == key
-    assert says in error.message
+    assert_refused(swap(RESTARTING, old, new), key, says)
 
 
 # ----------------------------------------------------------------------------------------------------
 # Instance load faults
 
-LOADS = """
-name = "loads"
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [{ kind = "model" }]
-"""
+LOADS = story("loads", run("r1"), directories=())
 
 
 def test_a_run_whose_instance_failed_to_load_fails_with_the_load_s_error() -> None:
@@ -365,12 +281,10 @@ def test_a_preload_that_fails_is_the_runner_s_instance_load_failed_row() -> None
 
 def test_load_generations_limits_the_fault_to_those_generations() -> None:
     text = LOADS + (
-        '[[runs]]\nid = "r2"\nsession = "s1"\ndirectory = "/proj/a"\nstart = "manual"\n'
-        'steps = [{ kind = "model" }]\n'
-        '[[actions]]\nid = "fix"\nwhen = "r1.finished"\ndo = "reload"\ndirectory = "/proj/a"\n'
-        'mode = "maintenance"\n'
-        '[[actions]]\nwhen = "fix.completed"\ndo = "start_run"\nrun = "r2"\n'
-        '[instance_faults."/proj/a"]\nload_error = "broken"\nload_generations = [1]\n'
+        run("r2", start="manual")
+        + action(id="fix", when="r1.finished", do="reload", directory="/proj/a", mode="maintenance")
+        + action(when="fix.completed", do="start_run", run="r2")
+        + '[instance_faults."/proj/a"]\nload_error = "broken"\nload_generations = [1]\n'
     )
     report = played(text)
     assert report.failures == []
@@ -379,7 +293,7 @@ def test_load_generations_limits_the_fault_to_those_generations() -> None:
 
 
 def test_a_load_slower_than_load_budget_ms_counts_as_failed() -> None:
-    text = LOADS.replace('name = "loads"\n', 'name = "loads"\nload_budget_ms = 50\n')
+    text = swap(LOADS, 'name = "loads"\n', 'name = "loads"\nload_budget_ms = 50\n')
     report = played(text + '[instance_faults."/proj/a"]\nload_ms = 2000\n')
     assert report.failures == []
     r1 = report.runs["r1"]
@@ -389,9 +303,9 @@ def test_a_load_slower_than_load_budget_ms_counts_as_failed() -> None:
 
 def test_a_load_held_at_its_gate_holds_only_the_runs_that_read_it() -> None:
     text = LOADS + (
-        '[[runs]]\nid = "r2"\nsession = "s2"\ndirectory = "/proj/b"\nsteps = [{ kind = "model" }]\n'
-        '[[actions]]\nwhen = "r2.finished"\ndo = "open_gate"\ngate = "slow"\n'
-        '[instance_faults."/proj/a"]\nload_gate = "slow"\n'
+        run("r2", session="s2", directory="/proj/b")
+        + action(when="r2.finished", do="open_gate", gate="slow")
+        + '[instance_faults."/proj/a"]\nload_gate = "slow"\n'
         '[[expect_events]]\ntype = "run.finished"\nrun = "r2"\nbefore = "r1.finished"\n'
     )
     report = played(text)
@@ -426,38 +340,18 @@ def test_a_load_held_at_its_gate_holds_only_the_runs_that_read_it() -> None:
     ],
 )
 def test_a_bad_load_fault_is_refused_naming_its_key(top: str, faults: str, key: str, says: str) -> None:
-    error = refused(top + LOADS + '[instance_faults."/proj/a"]\n' + faults)
-    assert error.key == key
-    assert says in error.message
+    assert_refused(top + LOADS + '[instance_faults."/proj/a"]\n' + faults, key, says)
 
 
 # ----------------------------------------------------------------------------------------------------
 # resume_of
 
-RESUMES = """
-name = "resumes"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [{ kind = "model" }]
-
-[[runs]]
-id = "r2"
-session = "s1"
-directory = "/proj/a"
-start = "manual"
-resume_of = "r1"
-steps = [{ kind = "model" }]
-
-[[actions]]
-id = "go"
-when = "r1.finished"
-do = "start_run"
-run = "r2"
-"""
+RESUMES = story(
+    "resumes",
+    run("r1"),
+    run("r2", start="manual", resume_of="r1"),
+    action(id="go", when="r1.finished", do="start_run", run="r2"),
+)
 
 
 def test_a_run_that_resumes_another_is_started_with_resume_of_and_its_report_says_so() -> None:
@@ -469,7 +363,7 @@ def test_a_run_that_resumes_another_is_started_with_resume_of_and_its_report_say
 
 
 def test_a_resume_of_a_run_that_has_not_ended_is_rejected() -> None:
-    held = RESUMES.replace('steps = [{ kind = "model" }]', 'steps = [{ kind = "model", gate = "g" }]', 1)
+    held = swap(RESUMES, 'steps = [{ kind = "model" }]', 'steps = [{ kind = "model", gate = "g" }]', 1)
     held += '[[actions]]\nwhen = "go.rejected"\ndo = "open_gate"\ngate = "g"\n'
     report = played(held.replace('when = "r1.finished"', 'when = "r1.started"'))
     assert report.failures == []
@@ -492,30 +386,18 @@ def test_a_wrong_resume_of_expectation_fails() -> None:
     ],
 )
 def test_a_bad_resume_of_is_refused_naming_its_key(old: str, new: str, key: str) -> None:
-    assert refused(RESUMES.replace(old, new)).key == key
+    assert refused(swap(RESUMES, old, new)).key == key
 
 
 # ----------------------------------------------------------------------------------------------------
 # Retry details
 
-RETRIES = """
-name = "retries"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [{ kind = "model", id = "call", gate = "backoff", retry = [
-  "overloaded",
-  { message = "still overloaded", attempt = 5, next_at_ms = 1893456005000 },
-] }]
-
-[[actions]]
-when = "s1.retry"
-do = "open_gate"
-gate = "backoff"
-"""
+RETRY_ENTRIES = '"overloaded", { message = "still overloaded", attempt = 5, next_at_ms = 1893456005000 }'
+RETRIES = story(
+    "retries",
+    run("r1", '{ kind = "model", id = "call", gate = "backoff", retry = [' + RETRY_ENTRIES + "] }"),
+    action(when="s1.retry", do="open_gate", gate="backoff"),
+)
 
 
 def test_retry_entries_carry_their_attempt_message_and_next_at_ms_to_the_session_status() -> None:
@@ -546,44 +428,19 @@ def test_retry_entries_carry_their_attempt_message_and_next_at_ms_to_the_session
     ],
 )
 def test_a_bad_retry_entry_is_refused_naming_its_key(entry: str, key: str, says: str) -> None:
-    text = RETRIES.replace(
-        '"overloaded",\n  { message = "still overloaded", attempt = 5, next_at_ms = 1893456005000 },', entry
-    )
-    error = refused(text)
-    assert error.key == key
-    assert says in error.message
+    assert_refused(swap(RETRIES, RETRY_ENTRIES, entry), key, says)
 
 
 # ----------------------------------------------------------------------------------------------------
 # Several callers joined to one run's result
 
-JOINED = """
-name = "joined"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [{ kind = "model", id = "call", gate = "g" }]
-
-[[actions]]
-id = "one"
-when = "r1.call.started"
-do = "wait_run"
-run = "r1"
-
-[[actions]]
-id = "two"
-when = "r1.call.started"
-do = "wait_run"
-run = "r1"
-
-[[actions]]
-when = "r1.call.started"
-do = "open_gate"
-gate = "g"
-"""
+JOINED = story(
+    "joined",
+    run("r1", '{ kind = "model", id = "call", gate = "g" }'),
+    action(id="one", when="r1.call.started", do="wait_run", run="r1"),
+    action(id="two", when="r1.call.started", do="wait_run", run="r1"),
+    action(when="r1.call.started", do="open_gate", gate="g"),
+)
 
 
 def test_every_caller_joined_to_a_run_is_answered_once_after_its_end_with_its_result() -> None:
@@ -599,11 +456,8 @@ def test_every_caller_joined_to_a_run_is_answered_once_after_its_end_with_its_re
 
 
 def test_a_caller_joining_a_run_the_supervisor_does_not_know_is_rejected() -> None:
-    text = JOINED + (
-        '[[runs]]\nid = "r2"\nsession = "s2"\ndirectory = "/proj/a"\nstart = "manual"\n'
-        'steps = [{ kind = "model" }]\n'
-        '[[actions]]\nid = "three"\nwhen = "one.ok"\ndo = "wait_run"\nrun = "r2"\n'
-    )
+    text = JOINED + run("r2", session="s2", start="manual")
+    text += action(id="three", when="one.ok", do="wait_run", run="r2")
     report = played(text)
     assert report.failures == []
     assert (report.actions["three"].result, report.actions["three"].code) == ("rejected", "unknown_run")
@@ -629,44 +483,23 @@ def test_a_joined_caller_s_expected_outcome_is_checked() -> None:
     ],
 )
 def test_a_bad_wait_run_is_refused_naming_its_key(extra: str, key: str, says: str) -> None:
-    error = refused(JOINED + extra)
-    assert error.key == key
-    assert says in error.message
+    assert_refused(JOINED + extra, key, says)
 
 
 # ----------------------------------------------------------------------------------------------------
 # Abandon on a grace, retry budgets
 
-STUCK = """
-name = "stuck"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [
-  { kind = "model", id = "stuck", gate = "stuck", ignores_cancel = true },
-  { kind = "model", id = "after" },
-]
-
-[[runs]]
-id = "r2"
-session = "s1"
-directory = "/proj/a"
-steps = [{ kind = "model" }]
-
-[[actions]]
-id = "stop"
-when = "r1.stuck.started"
-do = "cancel"
-run = "r1"
-
-[[actions]]
-when = "r2.finished"
-do = "open_gate"
-gate = "stuck"
-"""
+STUCK = story(
+    "stuck",
+    run(
+        "r1",
+        '{ kind = "model", id = "stuck", gate = "stuck", ignores_cancel = true }',
+        '{ kind = "model", id = "after" }',
+    ),
+    run("r2"),
+    action(id="stop", when="r1.stuck.started", do="cancel", run="r1"),
+    action(when="r2.finished", do="open_gate", gate="stuck"),
+)
 
 
 @pytest.mark.parametrize(
@@ -674,12 +507,12 @@ gate = "stuck"
     [
         (
             "the cancel's grace_ms",
-            STUCK.replace('run = "r1"\n\n[[actions]]', 'run = "r1"\ngrace_ms = 50\n\n[[actions]]'),
+            swap(STUCK, 'run = "r1"\n\n[[actions]]', 'run = "r1"\ngrace_ms = 50\n\n[[actions]]'),
         ),
         (
             "the run's interrupt_grace_ms",
-            STUCK.replace(
-                'id = "r1"\nsession = "s1"\n', 'id = "r1"\nsession = "s1"\ninterrupt_grace_ms = 50\n'
+            swap(
+                STUCK, 'id = "r1"\nsession = "s1"\n', 'id = "r1"\nsession = "s1"\ninterrupt_grace_ms = 50\n'
             ),
         ),
         ("the file's interrupt_grace_ms", "interrupt_grace_ms = 50\n" + STUCK),
@@ -698,28 +531,19 @@ def test_past_its_grace_a_body_that_ignores_its_stop_is_abandoned_and_its_sessio
 
 def test_without_a_grace_a_body_that_ignores_its_stop_is_waited_for() -> None:
     # The contract's reading: the interrupt takes effect when the step's work ends (here: its gate).
-    text = STUCK.replace('when = "r2.finished"', 'when = "stop.ok"')
+    text = swap(STUCK, 'when = "r2.finished"', 'when = "stop.ok"')
     report = played(text)
     assert report.failures == []
     assert report.runs["r1"].abandoned is False
 
 
-BUDGET = """
-name = "budget"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [{ kind = "model", gate = "never", retry = ["529", "529", "529"] }]
-"""
+BUDGET = story("budget", run("r1", '{ kind = "model", gate = "never", retry = ["529", "529", "529"] }'))
 
 
 @pytest.mark.parametrize(
     ("where", "text"),
     [
-        ("a run's retry_budget", BUDGET.replace("steps = [", "retry_budget = { attempts = 2 }\nsteps = [")),
+        ("a run's retry_budget", swap(BUDGET, "steps = [", "retry_budget = { attempts = 2 }\nsteps = [")),
         ("the file's retry_attempts", "retry_attempts = 2\n" + BUDGET),
     ],
 )
@@ -733,7 +557,8 @@ def test_a_retry_past_the_budget_interrupts_the_run_naming_the_retry(where: str,
 
 
 def test_a_backoff_budget_counts_each_retry_s_backoff_ms() -> None:
-    text = BUDGET.replace(
+    text = swap(
+        BUDGET,
         'retry = ["529", "529", "529"]',
         'retry = [{ message = "529", backoff_ms = 600 }, { message = "529", backoff_ms = 600 }]',
     )
@@ -783,13 +608,12 @@ def test_a_backoff_budget_counts_each_retry_s_backoff_ms() -> None:
     ],
 )
 def test_a_bad_grace_or_budget_is_refused_naming_its_key(old: str, new: str, key: str, says: str) -> None:
-    error = refused(BUDGET.replace(old, new))
-    assert error.key == key
-    assert says in error.message
+    assert_refused(swap(BUDGET, old, new), key, says)
 
 
 def test_a_confirmed_close_and_a_confirm_take_a_grace_for_the_interrupts_they_cause() -> None:
-    text = STUCK.replace(
+    text = swap(
+        STUCK,
         '[[actions]]\nid = "stop"\nwhen = "r1.stuck.started"\ndo = "cancel"\nrun = "r1"\n',
         '[[actions]]\nid = "stop"\nwhen = "r1.stuck.started"\ndo = "dispose"\ndirectory = "/proj/a"\n'
         'mode = "user_confirmed_interrupt"\ngrace_ms = 50\n',
@@ -805,34 +629,16 @@ def test_a_confirmed_close_and_a_confirm_take_a_grace_for_the_interrupts_they_ca
 # ----------------------------------------------------------------------------------------------------
 # Sessions: cancel and delete
 
-SESSION = """
-name = "a session"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [{ kind = "model", id = "call", gate = "never" }]
-
-[[runs]]
-id = "r2"
-session = "s1"
-directory = "/proj/a"
-steps = [{ kind = "model" }]
-"""
+SESSION = story("a session", run("r1", '{ kind = "model", id = "call", gate = "never" }'), run("r2"))
 
 
 def test_a_session_cancel_stops_its_active_and_queued_runs_naming_one_action() -> None:
-    text = (
-        SESSION
-        + '[[actions]]\nid = "stop"\nwhen = "r1.call.started"\ndo = "cancel_session"\nsession = "s1"\n'
-    )
+    text = SESSION + action(id="stop", when="r1.call.started", do="cancel_session", session="s1")
     report = played(text)
     assert report.failures == []
-    for run in ("r1", "r2"):
-        got = report.runs[run]
-        assert (got.outcome, got.reason, got.action) == ("interrupted", "user_cancel", "stop"), run
+    for run_id in ("r1", "r2"):
+        got = report.runs[run_id]
+        assert (got.outcome, got.reason, got.action) == ("interrupted", "user_cancel", "stop"), run_id
     assert report.runs["r2"].generation is None
     assert report.actions["stop"].interrupted_runs == ["r1", "r2"]
     ends = [row["action"] for row in report.events if row["type"] == "run.finished"]
@@ -840,11 +646,8 @@ def test_a_session_cancel_stops_its_active_and_queued_runs_naming_one_action() -
 
 
 def test_a_busy_session_s_delete_is_refused_unless_confirmed() -> None:
-    text = SESSION + (
-        '[[actions]]\nid = "forget"\nwhen = "r1.call.started"\ndo = "delete_session"\nsession = "s1"\n'
-        '[[actions]]\nid = "sure"\nwhen = "forget.rejected"\ndo = "delete_session"\nsession = "s1"\n'
-        "confirm = true\n"
-    )
+    text = SESSION + action(id="forget", when="r1.call.started", do="delete_session", session="s1")
+    text += action(id="sure", when="forget.rejected", do="delete_session", session="s1", confirm=True)
     report = played(text)
     assert report.failures == []
     assert (report.actions["forget"].result, report.actions["forget"].code) == ("rejected", "session_busy")
@@ -863,41 +666,27 @@ def test_a_busy_session_s_delete_is_refused_unless_confirmed() -> None:
     ],
 )
 def test_a_bad_session_action_is_refused_naming_its_key(extra: str, key: str, says: str) -> None:
-    error = refused(SESSION + '[[actions]]\nwhen = "begin"\n' + extra)
-    assert error.key == key
-    assert says in error.message
+    assert_refused(SESSION + '[[actions]]\nwhen = "begin"\n' + extra, key, says)
 
 
 # ----------------------------------------------------------------------------------------------------
 # "Always" grants
 
-GRANTS = """
-name = "grants"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [
-  { kind = "model" },
-  { kind = "tool_input", tool = "bash" },
-  { kind = "tool_exec", tool = "bash" },
-  { kind = "permission", ask = "one", command = "ls", key = "bash:ls", wait = false },
-  { kind = "tool_input", tool = "bash" },
-  { kind = "tool_exec", tool = "bash" },
-  { kind = "permission", id = "asking", ask = "two", command = "ls", key = "bash:ls", wait = false },
-]
-
-[[actions]]
-id = "always"
-when = "r1.asking.started"
-do = "reply_permission"
-run = "r1"
-ask = "one"
-decision = "approve"
-always = true
-"""
+ASK_ONE = '{ kind = "permission", ask = "one", command = "ls", key = "bash:ls", wait = false }'
+ASK_TWO = '{ kind = "permission", id = "asking", ask = "two", command = "ls", key = "bash:ls", wait = false }'
+GRANTS = story(
+    "grants",
+    run("r1", MODEL, INPUT, EXEC, ASK_ONE, INPUT, EXEC, ASK_TWO),
+    action(
+        id="always",
+        when="r1.asking.started",
+        do="reply_permission",
+        run="r1",
+        ask="one",
+        decision="approve",
+        always=True,
+    ),
+)
 
 
 def test_an_always_approval_grants_the_ask_s_key_to_the_session_s_other_matching_ask() -> None:
@@ -917,10 +706,9 @@ def test_an_always_approval_grants_the_ask_s_key_to_the_session_s_other_matching
 
 
 def test_an_always_approval_of_an_ask_without_a_key_is_rejected() -> None:
-    text = GRANTS.replace(', key = "bash:ls", wait = false }', ", wait = false }", 1)
-    text += '[[actions]]\nwhen = "always.rejected"\ndo = "reply_permission"\nrun = "r1"\nask = "one"\n'
-    text += 'decision = "approve"\n[[actions]]\nwhen = "always.rejected"\ndo = "reply_permission"\n'
-    text += 'run = "r1"\nask = "two"\ndecision = "approve"\n'
+    text = swap(GRANTS, ', key = "bash:ls", wait = false }', ", wait = false }", 1)
+    for ask in ("one", "two"):
+        text += action(when="always.rejected", do="reply_permission", run="r1", ask=ask, decision="approve")
     report = played(text)
     assert report.failures == []
     assert report.actions["always"].result == "rejected"
@@ -946,6 +734,4 @@ def test_an_always_approval_of_an_ask_without_a_key_is_rejected() -> None:
     ],
 )
 def test_a_bad_grant_is_refused_naming_its_key(old: str, new: str, key: str, says: str) -> None:
-    error = refused(GRANTS.replace(old, new, 1))
-    assert error.key == key
-    assert says in error.message
+    assert_refused(swap(GRANTS, old, new, 1), key, says)
