@@ -21,7 +21,7 @@ import functools
 import inspect
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar
 
@@ -33,7 +33,6 @@ from run_supervisor.actors._context import (
     FormReply,
     Gate,
     PermissionReply,
-    QuestionLike,
     RunContext,
     ToolCall,
     _LoadFailed,
@@ -45,7 +44,7 @@ from run_supervisor.actors._errors import RunInterrupted, SupervisorError, Super
 from run_supervisor.actors._instance_actor import GetCacheInto
 from run_supervisor.actors._run_actor import RunActor, RunSlot, _describe
 from run_supervisor.actors._threads import ThreadBook
-from run_supervisor.protocol import DeliverAnswer, InterruptReason, StepKind, WithdrawAsk, WithdrawReason
+from run_supervisor.protocol import DeliverAnswer, InterruptReason, StepKind, WithdrawReason
 
 __all__ = [
     "AsyncAsk",
@@ -190,39 +189,33 @@ class AsyncAsk(Generic[R]):
         """A decision (or the withdrawal) has reached the body."""
         return self.sync.done
 
-    async def _wait(self, timeout: float | None) -> DeliverAnswer | None:
-        await self._token.wait_until_async(lambda: self.sync._taken() is not None, timeout)
-        return self.sync._taken()
-
-    async def _settle(self, reason: WithdrawReason) -> DeliverAnswer:
-        ask, ctx = self.sync, self.sync._ctx
-        if ask._taken() is None:
-            ctx._tell(WithdrawAsk(run_id=ctx.run_id, ask_id=self.ask_id, reason=reason))
-        answer = await self._wait(ctx._ask_timeout)
-        if answer is None:
-            raise SupervisorTimeout(
-                f"the supervisor did not settle ask {self.ask_id!r} within {ctx._ask_timeout} s"
-            )
-        return answer
-
     async def wait(self, timeout: float | None = None) -> R:
         """Wait for the decision (see ``Ask.wait``): ``RunInterrupted`` if the run is interrupted,
         ``SupervisorTimeout`` if no reply came in time (the ask is then withdrawn)."""
-        answer = await self._wait(timeout)
-        if answer is None:
-            answer = await self._settle(WithdrawReason.TIMEOUT)
-        if answer.withdrawn:
-            raise SupervisorTimeout(
-                f"no answer to {self.kind.value} ask {self.ask_id!r} in {timeout} s; it was withdrawn"
-            )
-        return self.sync._convert(answer)
+        if not await self._arrived(timeout):
+            await self._settle(WithdrawReason.TIMEOUT)
+        return self.sync._decision(timeout)
 
     async def withdraw(self) -> bool:
         """Stop waiting for it: True if it was withdrawn, False if a reply came first."""
         return (await self._settle(WithdrawReason.BODY)).withdrawn
 
+    # ``Ask``'s decision (withdrawing, reading what was settled) with awaitable waits around it.
 
-class AsyncToolCall(_ToolReports[AsyncAsk[PermissionReply], AsyncAsk[FormReply]]):
+    async def _settle(self, reason: WithdrawReason) -> DeliverAnswer:
+        self.sync._withdraw_unless_answered(reason)
+        await self._arrived(self.sync._ctx._ask_timeout)
+        return self.sync._settled()
+
+    async def _arrived(self, timeout: float | None) -> bool:
+        return await self._token.wait_until_async(lambda: self.sync._taken() is not None, timeout)
+
+
+class AsyncToolCall(
+    _ToolReports[
+        AsyncAsk[PermissionReply], AsyncAsk[FormReply], Awaitable[PermissionReply], Awaitable[FormReply]
+    ]
+):
     """A tool part of an async body (``ToolCall`` with awaitable asks): its reports and
     ``open_*`` are ``ToolCall``'s own (one implementation); only the waits here are coroutines."""
 
@@ -242,32 +235,16 @@ class AsyncToolCall(_ToolReports[AsyncAsk[PermissionReply], AsyncAsk[FormReply]]
     def _form(self, ask: Ask[FormReply]) -> AsyncAsk[FormReply]:
         return AsyncAsk(ask, self._token)
 
-    async def ask_permission(
-        self,
-        timeout: float | None = None,
-        *,
-        title: str | None = None,
-        command: str | None = None,
-        options: Iterable[str] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> PermissionReply:
-        """Ask before the tool does its work (see ``RunContext.ask_permission``)."""
-        ask = self.open_permission(title=title, command=command, options=options, data=data)
-        return await ask.wait(timeout)
 
-    async def ask_form(
-        self,
-        timeout: float | None = None,
-        *,
-        title: str | None = None,
-        questions: Iterable[QuestionLike] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> FormReply:
-        """``AsyncRunContext.ask_form`` for this call."""
-        return await self.open_form(title=title, questions=questions, data=data).wait(timeout)
-
-
-class AsyncRunContext(_RunReports[AsyncAsk[PermissionReply], AsyncAsk[FormReply], AsyncToolCall]):
+class AsyncRunContext(
+    _RunReports[
+        AsyncAsk[PermissionReply],
+        AsyncAsk[FormReply],
+        AsyncToolCall,
+        Awaitable[PermissionReply],
+        Awaitable[FormReply],
+    ]
+):
     """Given to an ``async def`` run body: ``RunContext`` in async form. Reports (steps, tool parts,
     ``open_*``, retries) are ``RunContext``'s own non-blocking calls; waits are awaitable and wake
     on an interrupt."""
@@ -320,39 +297,6 @@ class AsyncRunContext(_RunReports[AsyncAsk[PermissionReply], AsyncAsk[FormReply]
         kind = StepKind(kind)
         tool, call_id = (call.tool, call.call_id) if call is not None else (None, None)
         return _Step(self.sync, kind, step_id or self.next_step_id(kind), tool, call_id)
-
-    # --- asking the user and waiting (awaitable) ---------------------------------------------------
-
-    async def ask_permission(
-        self,
-        timeout: float | None = None,
-        *,
-        tool: str | None = None,
-        call_id: str | None = None,
-        title: str | None = None,
-        command: str | None = None,
-        options: Iterable[str] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> PermissionReply:
-        """Ask the user to allow a tool call and wait (see ``RunContext.ask_permission``)."""
-        ask = self.open_permission(
-            tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
-        )
-        return await ask.wait(timeout)
-
-    async def ask_form(
-        self,
-        timeout: float | None = None,
-        *,
-        tool: str | None = None,
-        call_id: str | None = None,
-        title: str | None = None,
-        questions: Iterable[QuestionLike] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> FormReply:
-        """Raise a question form and wait (see ``RunContext.ask_form``)."""
-        ask = self.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data)
-        return await ask.wait(timeout)
 
     # --- the instance ----------------------------------------------------------------------------
 

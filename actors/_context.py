@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import pykka
 
@@ -65,9 +65,11 @@ __all__ = [
 ]
 
 R = TypeVar("R")
-P = TypeVar("P")  # how a body holds an open permission ask (Ask, or AsyncAsk in an async body)
-F = TypeVar("F")  # how a body holds an open form ask
+P = TypeVar("P", bound="_Decides")  # how a body holds an open permission ask (Ask, or AsyncAsk)
+F = TypeVar("F", bound="_Decides")  # how a body holds an open form ask
 C = TypeVar("C")  # how a body holds a tool part (ToolCall, or AsyncToolCall)
+WP = TypeVar("WP")  # what waiting for a permission gives it (PermissionReply, or an awaitable of one)
+WF = TypeVar("WF")  # what waiting for a form gives it
 
 
 class CancelToken:
@@ -238,35 +240,41 @@ class Ask(Generic[R]):
         """A decision (or the withdrawal) has reached the body."""
         return self._taken() is not None
 
-    def _wait(self, timeout: float | None) -> DeliverAnswer | None:
-        token = self._ctx.token
-        token.wait_until(lambda: self._taken() is not None, timeout)
-        return self._taken()
+    # --- the decision, without its waits (``AsyncAsk`` waits in its own way around these) --------
 
-    def _settle(self, reason: WithdrawReason) -> DeliverAnswer:
-        """Ask the supervisor to withdraw it; wait for what it decided (withdrawn, or a reply
-        that came first). Bounded by the context's ask timeout."""
+    def _withdraw_unless_answered(self, reason: WithdrawReason) -> None:
+        """Ask the supervisor to withdraw it, unless its answer is here already; never waits."""
         if self._taken() is None:
             self._ctx._tell(WithdrawAsk(run_id=self._ctx.run_id, ask_id=self.ask_id, reason=reason))
-        answer = self._wait(self._ctx._ask_timeout)
+
+    def _settled(self) -> DeliverAnswer:
+        """What reached the body: the answer, or what the supervisor decided once asked to withdraw
+        it (withdrawn, or a reply that came first); ``SupervisorTimeout`` if nothing did in time."""
+        answer = self._taken()
         if answer is None:
             raise SupervisorTimeout(
                 f"the supervisor did not settle ask {self.ask_id!r} within {self._ctx._ask_timeout} s"
             )
         return answer
 
-    def wait(self, timeout: float | None = None) -> R:
-        """Wait for the decision. ``RunInterrupted`` if the run is interrupted (a rejection or a
-        dismissal without a message interrupts it); ``SupervisorTimeout`` if no reply came within
-        ``timeout`` seconds (the ask is then withdrawn)."""
-        answer = self._wait(timeout)
-        if answer is None:
-            answer = self._settle(WithdrawReason.TIMEOUT)
+    def _decision(self, timeout: float | None) -> R:
+        """The reply, as the body gets it; ``SupervisorTimeout`` if the ask was withdrawn."""
+        answer = self._settled()
         if answer.withdrawn:
             raise SupervisorTimeout(
                 f"no answer to {self.kind.value} ask {self.ask_id!r} in {timeout} s; it was withdrawn"
             )
         return self._convert(answer)
+
+    # --- the waits: blocking, woken by the answer or an interrupt ---------------------------------
+
+    def wait(self, timeout: float | None = None) -> R:
+        """Wait for the decision. ``RunInterrupted`` if the run is interrupted (a rejection or a
+        dismissal without a message interrupts it); ``SupervisorTimeout`` if no reply came within
+        ``timeout`` seconds (the ask is then withdrawn)."""
+        if not self._arrived(timeout):
+            self._settle(WithdrawReason.TIMEOUT)
+        return self._decision(timeout)
 
     def withdraw(self) -> bool:
         """Stop waiting for it: True if it was withdrawn, False if a reply came first (``wait()``
@@ -277,6 +285,15 @@ class Ask(Generic[R]):
 def _permission_reply(answer: DeliverAnswer) -> PermissionReply:
     return PermissionReply(answer.approved, answer.message)
 
+    def _arrived(self, timeout: float | None) -> bool:
+        return self._ctx.token.wait_until(lambda: self._taken() is not None, timeout)
+
+    def _settle(self, reason: WithdrawReason) -> DeliverAnswer:
+        """Ask the supervisor to withdraw it; wait (up to the ask timeout) for what it decided."""
+        self._withdraw_unless_answered(reason)
+        self._arrived(self._ctx._ask_timeout)
+        return self._settled()
+
 
 def _form_reply(answer: DeliverAnswer) -> FormReply:
     return FormReply(answer=answer.answer, dismissed=answer.dismissed, message=answer.message)
@@ -286,9 +303,16 @@ QuestionLike = Question | Mapping[str, Any] | str
 """A form question: a ``Question``, a mapping of its fields, or just its text."""
 
 
-class _ToolReports(Generic[P, F]):
-    """The non-blocking calls of a tool part, shared by ``ToolCall`` and ``AsyncToolCall``: its
-    reports, and opening an ask tied to it (handed to the body as ``P`` or ``F``)."""
+class _Decides(Protocol):
+    """An open ask as a body holds it: ``Ask`` (its ``wait`` blocks) or ``AsyncAsk`` (awaited)."""
+
+    def wait(self, timeout: float | None = None) -> Any: ...
+
+
+class _ToolReports(Generic[P, F, WP, WF]):
+    """The calls of a tool part, shared by ``ToolCall`` and ``AsyncToolCall``: its reports, opening
+    an ask tied to it (handed to the body as ``P`` or ``F``) and asking, which waits as the ask
+    does (blocking, or awaited: ``WP``, ``WF``)."""
 
     tool: str
     call_id: str
@@ -352,8 +376,36 @@ class _ToolReports(Generic[P, F]):
         )
         return self._form(ask)
 
+    def ask_permission(
+        self,
+        timeout: float | None = None,
+        *,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> WP:
+        """``RunContext.ask_permission`` for this call: ask before the tool does its work (in an
+        async body, await it)."""
+        waited: WP = self.open_permission(title=title, command=command, options=options, data=data).wait(
+            timeout
+        )
+        return waited
 
-class ToolCall(_ToolReports[Ask[PermissionReply], Ask[FormReply]]):
+    def ask_form(
+        self,
+        timeout: float | None = None,
+        *,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> WF:
+        """``RunContext.ask_form`` for this call (in an async body, await it)."""
+        waited: WF = self.open_form(title=title, questions=questions, data=data).wait(timeout)
+        return waited
+
+
+class ToolCall(_ToolReports[Ask[PermissionReply], Ask[FormReply], PermissionReply, FormReply]):
     """One tool part of a run: generating its input, prepared, running, then completed or failed.
 
     Its asks (``ask_permission``, ``ask_form``...) are tied to this call: the UI draws them on its
@@ -382,31 +434,8 @@ class ToolCall(_ToolReports[Ask[PermissionReply], Ask[FormReply]]):
     def _form(self, ask: Ask[FormReply]) -> Ask[FormReply]:
         return ask
 
-    def ask_permission(
-        self,
-        timeout: float | None = None,
-        *,
-        title: str | None = None,
-        command: str | None = None,
-        options: Iterable[str] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> PermissionReply:
-        """``RunContext.ask_permission`` for this call: ask before the tool does its work."""
-        return self.open_permission(title=title, command=command, options=options, data=data).wait(timeout)
 
-    def ask_form(
-        self,
-        timeout: float | None = None,
-        *,
-        title: str | None = None,
-        questions: Iterable[QuestionLike] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> FormReply:
-        """``RunContext.ask_form`` for this call."""
-        return self.open_form(title=title, questions=questions, data=data).wait(timeout)
-
-
-class _RunReports(Generic[P, F, C]):
+class _RunReports(Generic[P, F, C, WP, WF]):
     """The non-blocking calls of a run body's context, shared by ``RunContext`` and
     ``AsyncRunContext``: checks, steps, tool parts (handed to the body as ``C``), opening an ask
     (as ``P`` or ``F``) and retries. None of them waits; each tells the supervisor by ``tell``."""
@@ -537,6 +566,46 @@ class _RunReports(Generic[P, F, C]):
         payload = _payload("open_form", title=title, questions=questions, data=data)
         return self._form(self._reporter._open(AskKind.FORM, _form_reply, payload, tool, call_id))
 
+    def ask_permission(
+        self,
+        timeout: float | None = None,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        command: str | None = None,
+        options: Iterable[str] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> WP:
+        """Ask the user to allow a tool call and wait (in an async body, await it). Returns on
+        approval or on a rejection with feedback (``PermissionReply(False, message)``: show the
+        model the message); a rejection without feedback interrupts the run
+        (``permission_rejected``: ``RunInterrupted``). After ``timeout`` seconds without a reply
+        the ask is withdrawn (``SupervisorTimeout``)."""
+        ask = self.open_permission(
+            tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
+        )
+        waited: WP = ask.wait(timeout)
+        return waited
+
+    def ask_form(
+        self,
+        timeout: float | None = None,
+        *,
+        tool: str | None = None,
+        call_id: str | None = None,
+        title: str | None = None,
+        questions: Iterable[QuestionLike] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> WF:
+        """Raise a question form and wait (in an async body, await it). Returns the answer, or a
+        dismissal with a message (``FormReply(None, dismissed=True, message=...)``: feedback for
+        the model); a dismissal without a message interrupts the run (``form_dismissed``). Times
+        out like ``ask_permission``."""
+        ask = self.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data)
+        waited: WF = ask.wait(timeout)
+        return waited
+
     # --- retries -------------------------------------------------------------------------------
 
     def retrying(self, attempt: int, message: str, next_at: datetime | float | None = None) -> None:
@@ -569,7 +638,7 @@ def _payload(verb: str, **fields: Any) -> AskPayload:
         raise InvalidRequest(str(exc)) from None
 
 
-class RunContext(_RunReports[Ask[PermissionReply], Ask[FormReply], ToolCall]):
+class RunContext(_RunReports[Ask[PermissionReply], Ask[FormReply], ToolCall, PermissionReply, FormReply]):
     """Given to a run body. Report progress, wait interruptibly, ask the user, read the instance."""
 
     def __init__(
@@ -659,43 +728,6 @@ class RunContext(_RunReports[Ask[PermissionReply], Ask[FormReply], ToolCall]):
             )
         )
         return ask
-
-    def ask_permission(
-        self,
-        timeout: float | None = None,
-        *,
-        tool: str | None = None,
-        call_id: str | None = None,
-        title: str | None = None,
-        command: str | None = None,
-        options: Iterable[str] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> PermissionReply:
-        """Ask the user to allow a tool call and wait. Returns on approval or on a rejection with
-        feedback (``PermissionReply(False, message)``: show the model the message); a rejection
-        without feedback interrupts the run (``permission_rejected``: ``RunInterrupted``). After
-        ``timeout`` seconds without a reply the ask is withdrawn (``SupervisorTimeout``)."""
-        return self.open_permission(
-            tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
-        ).wait(timeout)
-
-    def ask_form(
-        self,
-        timeout: float | None = None,
-        *,
-        tool: str | None = None,
-        call_id: str | None = None,
-        title: str | None = None,
-        questions: Iterable[QuestionLike] = (),
-        data: Mapping[str, Any] | None = None,
-    ) -> FormReply:
-        """Raise a question form and wait. Returns the answer, or a dismissal with a message
-        (``FormReply(None, dismissed=True, message=...)``: feedback for the model); a dismissal
-        without a message interrupts the run (``form_dismissed``). Times out like
-        ``ask_permission``."""
-        return self.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data).wait(
-            timeout
-        )
 
     # --- the instance ----------------------------------------------------------------------------
 
