@@ -1,8 +1,10 @@
-"""The top package's public names are written once, as the imports type checkers read, and resolved on
-first use at run time: the same names, the same objects, and no pykka before a facade name is used."""
+"""The packages' public names are written once, as the imports type checkers read, and resolved on first
+use at run time (actors/_names.py): the same names, the same objects, and no pykka before a facade name is
+used."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -54,23 +56,37 @@ def test_the_package_starts_no_pykka_until_a_name_of_the_shell_is_used() -> None
     assert done.returncode == 0, done.stderr
 
 
-def test_without_its_source_the_package_imports_its_names_at_once_and_exports_the_same() -> None:
+@pytest.mark.parametrize("package", ["run_supervisor", "run_supervisor.actors"])
+def test_without_its_source_a_package_imports_its_names_at_once_and_exports_the_same(package: str) -> None:
     """A frozen app may ship bytecode only: the names cannot be read, so the imports run."""
-    code = """
+    folder = package.rsplit(".", 1)[-1]
+    code = f"""
 import pathlib, sys
 real = pathlib.Path.read_text
 def read_text(self, *args, **kwargs):
-    if self.name == "__init__.py" and self.parent.name == "run_supervisor":
+    if self.name == "__init__.py" and self.parent.name == {folder!r}:
         raise OSError("no source")
     return real(self, *args, **kwargs)
 pathlib.Path.read_text = read_text
-import run_supervisor
+import {package} as package
 assert "pykka" in sys.modules
-print(" ".join(run_supervisor.__all__))
+print(" ".join(package.__all__))
 """
     done = _python(code)
     assert done.returncode == 0, done.stderr
-    assert sorted(done.stdout.split()) == sorted(run_supervisor.__all__)
+    assert sorted(done.stdout.split()) == sorted(importlib.import_module(package).__all__)
+
+
+def test_the_actors_package_starts_no_pykka_until_one_of_its_names_is_used() -> None:
+    code = (
+        "import sys, run_supervisor.actors as actors; "
+        "assert 'pykka' not in sys.modules, 'import'; "
+        "assert set(actors.__all__) <= set(dir(actors)); "
+        "actors.Gate; "
+        "assert 'pykka' in sys.modules, 'a name'"
+    )
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.timeout(180)
