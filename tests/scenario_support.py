@@ -10,8 +10,10 @@ import pytest
 
 from run_supervisor.actors.scenarios import ScenarioFileError, ScenarioReport, parse_scenario, play
 
+# Steps, as TOML inline tables.
 MODEL = '{ kind = "model" }'
-"""A model step, as a TOML inline table."""
+INPUT = '{ kind = "tool_input", tool = "bash" }'
+EXEC = '{ kind = "tool_exec", tool = "bash" }'
 
 
 def _keys(keys: dict[str, Any]) -> str:

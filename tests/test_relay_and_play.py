@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from layers import pick
+from scenario_support import INPUT, MODEL, action, run, story
 
 from run_supervisor import Supervisor, SupervisorConfig
 from run_supervisor.actors.hosts._stdio import serve_stdio
@@ -85,53 +87,22 @@ def test_after_a_failed_relay_start_the_wire_hosts_answer_requests_instead_of_50
 
 # --- the scenario player across a crash ---------------------------------------------------------
 
-_CRASH_AFTER_A_CANCEL = """
-name = "a crash fired on a run's end, with the session's idle event and the cancel's answer right behind"
-directories = ["/proj/a"]
-
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [
-  { kind = "model" },
-  { kind = "tool_input", tool = "bash" },
-  { kind = "tool_exec", id = "exec", tool = "bash", gate = "never" },
-]
-
-[[runs]]
-id = "r2"
-session = "s1"
-directory = "/proj/a"
-start = "manual"
-steps = [{ kind = "model" }]
-
-[[actions]]
-id = "stop"
-when = "r1.exec.started"
-do = "cancel"
-run = "r1"
-origin = "user"
-
-[[actions]]
-id = "kill"
-when = "r1.finished"
-do = "crash"
-
-[[actions]]
-id = "follow-up"
-when = "kill.ok"
-do = "start_run"
-run = "r2"
-
-[expect]
+_CRASH_AFTER_A_CANCEL = story(
+    "a crash fired on a run's end, with the session's idle event and the cancel's answer right behind",
+    run("r1", MODEL, INPUT, '{ kind = "tool_exec", id = "exec", tool = "bash", gate = "never" }'),
+    run("r2", start="manual"),
+    action(id="stop", when="r1.exec.started", do="cancel", run="r1", origin="user"),
+    action(id="kill", when="r1.finished", do="crash"),
+    action(id="follow-up", when="kill.ok", do="start_run", run="r2"),
+    """[expect]
 r1 = { outcome = "interrupted", reason = "user_cancel", origin = "user" }
 r2 = { outcome = "completed" }
 s1 = { status = "idle" }
 stop = { result = "ok" }
 kill = { result = "ok" }
 follow-up = { result = "ok" }
-"""
+""",
+)
 
 
 @pytest.fixture
@@ -141,11 +112,12 @@ def crash_scenario(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.deep
 def test_a_crash_fired_on_an_event_others_follow_at_once_keeps_the_invariants_and_the_cancels_answer(
     crash_scenario: Path,
 ) -> None:
     scenario = load_scenario(crash_scenario)
-    for attempt in range(12):
+    for attempt in range(pick(smoke=3, deep=12)):
         report = play(scenario)
         assert report.passed, (attempt, report.failures)
         # The dead supervisor's last events stay before the crash, its run.finished among them, and the
@@ -155,10 +127,11 @@ def test_a_crash_fired_on_an_event_others_follow_at_once_keeps_the_invariants_an
         assert kinds.index(("run.finished", "r1")) < kinds.index(("run.started", "r2"))
 
 
+@pytest.mark.deep
 def test_the_scenario_command_plays_a_crash_fired_on_an_event_others_follow_and_exits_0(
     crash_scenario: Path,
 ) -> None:
-    for _ in range(3):
+    for _ in range(pick(smoke=1, deep=3)):
         done = subprocess.run(
             [sys.executable, "-m", "run_supervisor.actors._cli", "scenario", str(crash_scenario), "--json"],
             capture_output=True,
