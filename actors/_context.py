@@ -52,7 +52,7 @@ from run_supervisor.protocol import (
     WithdrawAsk,
     WithdrawReason,
 )
-from run_supervisor.protocol._payloads import make_payload
+from run_supervisor.protocol._payloads import FormAnswer, make_payload
 
 __all__ = [
     "Ask",
@@ -202,7 +202,9 @@ class FormReply:
     """The user's answer to a form that did not end the run: an answer, or a dismissal with a
     message (model-visible feedback; a dismissal without one interrupts the run instead)."""
 
-    answer: str | None
+    answer: FormAnswer | None
+    """As the user gave it: one entry per question (a tuple; a tuple of picks for a ``multiple``
+    question), or one string for the whole form."""
     dismissed: bool = False
     message: str | None = None
 

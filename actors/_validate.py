@@ -52,6 +52,7 @@ from run_supervisor.protocol import (
     ShutdownReason,
     StartRun,
 )
+from run_supervisor.protocol._payloads import FormAnswer
 from run_supervisor.protocol._rules import (
     CLOSE_REQUEST_ACTIONS,
     CLOSE_REQUEST_MODES,
@@ -375,7 +376,7 @@ def _check_fields(req: Request) -> None:
         optional_text("message", req.message)
     elif isinstance(req, AnswerForm):
         _ask_address(req.ask_id, req.run_id)
-        text("answer", req.answer)
+        form_answer("answer", req.answer)
     elif isinstance(req, ConfirmClose):
         identifier("action_id", req.action_id)
         optional_text("origin", req.origin)
@@ -515,7 +516,25 @@ def delete_session(
 
 def answer_form(ask_id: object = None, *, run_id: object = None, answer: object) -> AnswerForm:
     ask, run = _ask_address(ask_id, run_id)
-    return AnswerForm(ask_id=ask, run_id=run, answer=text("answer", answer))
+    return AnswerForm(ask_id=ask, run_id=run, answer=form_answer("answer", answer))
+
+
+def form_answer(name: str, value: object) -> FormAnswer:
+    """A form's answer: one string, or one entry per question (a string, or a list of strings for a
+    ``multiple`` question), given as a list or a tuple; returned as tuples."""
+    if isinstance(value, str):
+        return text(name, value)
+    if not isinstance(value, list | tuple):
+        raise InvalidRequest(f"{name} must be a str or a list (one entry per question), not {_kind(value)}")
+    entries: list[str | tuple[str, ...]] = []
+    for index, entry in enumerate(value):
+        if isinstance(entry, str):
+            entries.append(text(f"{name}[{index}]", entry))
+        elif isinstance(entry, list | tuple):
+            entries.append(tuple(text(f"{name}[{index}][{n}]", pick) for n, pick in enumerate(entry)))
+        else:
+            raise InvalidRequest(f"{name}[{index}] must be a str or a list of str, not {_kind(entry)}")
+    return tuple(entries)
 
 
 def dismiss_form(ask_id: object = None, *, run_id: object = None, message: object = None) -> DismissForm:

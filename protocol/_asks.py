@@ -51,7 +51,7 @@ from run_supervisor.protocol._events import (
     RunPartUpdated,
 )
 from run_supervisor.protocol._parts import PartSnapshot, part_snapshot
-from run_supervisor.protocol._payloads import AskPayload, AskSnapshot
+from run_supervisor.protocol._payloads import AskPayload, AskSnapshot, FormAnswer, form_answer_problem
 from run_supervisor.protocol._records import Journal, _Part, _Run
 from run_supervisor.protocol._requests import (
     AnswerForm,
@@ -363,6 +363,10 @@ class AsksMixin:
         ask = self._addressed_ask(req.ask_id, req.run_id, AskKind.FORM, "answer_form", reply_to)
         if ask is None:
             return
+        problem = form_answer_problem(ask.payload.questions, req.answer)  # one entry per question
+        if problem is not None:
+            self._reject(reply_to, RejectCode.INVALID_REQUEST, f"answer_form: {problem}")
+            return
         run, part = self._replied(ask, approved=True, message=None, answer=req.answer, tag=req.tag)
         self._out.append(DeliverAnswer(run_id=run.id, ask_id=ask.ask_id, approved=True, answer=req.answer))
         if part is not None:
@@ -375,7 +379,7 @@ class AsksMixin:
         *,
         approved: bool,
         message: str | None,
-        answer: str | None,
+        answer: FormAnswer | None,
         tag: str | None,
         always: bool = False,
         granted: str | None = None,

@@ -8,6 +8,7 @@ import msgspec
 
 from run_supervisor.protocol._enums import InterruptReason
 from run_supervisor.protocol._events import Event
+from run_supervisor.protocol._payloads import FormAnswer
 from run_supervisor.protocol._requests import CloseOutcome, RequestOutcome
 
 __all__ = [
@@ -59,7 +60,7 @@ class DeliverAnswer(msgspec.Struct, frozen=True, kw_only=True):
     ask_id: str
     approved: bool = False
     message: str | None = None
-    answer: str | None = None
+    answer: FormAnswer | None = None
     dismissed: bool = False
     """A form dismissed with a message (without one, the run is interrupted instead)."""
     withdrawn: bool = False

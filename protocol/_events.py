@@ -28,7 +28,7 @@ from run_supervisor.protocol._enums import (
     WithdrawReason,
 )
 from run_supervisor.protocol._parts import PartSnapshot
-from run_supervisor.protocol._payloads import AskPayload
+from run_supervisor.protocol._payloads import AskPayload, FormAnswer
 
 __all__ = [
     "ActionResult",
@@ -261,8 +261,8 @@ class AskReplied(_Event, frozen=True, tag="ask.replied"):
     """Permission: the decision; a form answer counts as approved."""
     message: str | None
     """Permission rejected: the user's feedback (model-visible), or null."""
-    answer: str | None
-    """Form: the answer."""
+    answer: FormAnswer | None
+    """Form: the answer, as given (one entry per question, or one string: ``AnswerForm.answer``)."""
     tag: str | None = None
     always: bool = False
     """Permission: approved "always" (its ``payload.key`` is granted in its session from now on)."""

@@ -12,7 +12,12 @@ import msgspec
 
 from run_supervisor.protocol._enums import AskKind, AskState, WithdrawReason
 
-__all__ = ["AskPayload", "AskSnapshot", "Question", "make_payload"]
+__all__ = ["AskPayload", "AskSnapshot", "FormAnswer", "Question", "form_answer_problem", "make_payload"]
+
+FormAnswer = str | tuple[str | tuple[str, ...], ...]
+"""A form's answer: one entry per question, in order (a list of the picks for a ``multiple``
+question, a string for any other); or one string for the whole form (a form of one question, or an
+answer given as one text, as before answers were per question)."""
 
 
 class Question(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,3 +122,23 @@ def make_payload(
             raise ValueError(f"{verb}: data is not JSON-serialisable: {exc}") from None
         payload = msgspec.structs.replace(payload, data=plain)
     return payload
+
+
+def form_answer_problem(
+    questions: tuple[Question, ...], answer: FormAnswer, name: str = "answer"
+) -> str | None:
+    """Why ``answer`` does not answer a form of these ``questions`` (None: it does), naming the field
+    and the index: one entry per question, a list only for a ``multiple`` question. A plain string
+    answers any form (as one text)."""
+    if isinstance(answer, str):
+        return None
+    if len(answer) != len(questions):
+        asked = f"{len(questions)} question{'' if len(questions) == 1 else 's'}"
+        return f"{name} has {len(answer)} entries but the form asks {asked}: give one entry per question"
+    for index, (entry, question) in enumerate(zip(answer, questions, strict=True)):
+        if not isinstance(entry, str) and not question.multiple:
+            return (
+                f"{name}[{index}] is a list, but question {index} ({question.question!r}) is not multiple "
+                "choice: give one string"
+            )
+    return None

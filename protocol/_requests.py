@@ -30,7 +30,7 @@ from run_supervisor.protocol._enums import (
     WithdrawReason,
 )
 from run_supervisor.protocol._parts import PartSnapshot
-from run_supervisor.protocol._payloads import AskPayload, AskSnapshot
+from run_supervisor.protocol._payloads import AskPayload, AskSnapshot, FormAnswer
 
 __all__ = [
     "AnswerForm",
@@ -207,7 +207,11 @@ class AnswerForm(_Request, frozen=True, tag="answer_form"):
     """Answer a form; addressed like ``ReplyPermission`` (``ask_id``, or ``run_id`` with exactly one
     open form)."""
 
-    answer: str
+    answer: FormAnswer
+    """One entry per question, in order (``["main", ["lint", "tests"]]``: a list of the picks for a
+    ``multiple`` question); or one string for the whole form. A list that does not fit the form's
+    questions is rejected ``invalid_request``, naming the entry: its count, or a list given for a
+    question that is not ``multiple``."""
     ask_id: str | None = None
     run_id: str | None = None
 

@@ -79,6 +79,7 @@ from run_supervisor.protocol import (
     StepKind,
 )
 from run_supervisor.protocol._core import ReportEcho, SupervisorCore
+from run_supervisor.protocol._payloads import FormAnswer
 from run_supervisor.protocol._rules import PART_REPORTS
 
 __all__ = [
@@ -225,7 +226,9 @@ class AnswerNotice(_Notice, frozen=True, tag="external.answer"):
     """A form dismissed (with a message); false for everything else."""
     approved: bool
     message: str | None
-    answer: str | None
+    answer: FormAnswer | None
+    """A form's answer as the user gave it: one entry per question (a list of the picks for a
+    ``multiple`` question), or one string."""
 
 
 class RefusedNotice(_Notice, frozen=True, tag="external.refused"):

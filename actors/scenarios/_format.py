@@ -71,6 +71,7 @@ from run_supervisor.protocol import (
     ShutdownReason,
     StepKind,
 )
+from run_supervisor.protocol._payloads import FormAnswer
 
 __all__ = [
     "CLOSES",
@@ -261,7 +262,9 @@ class ActionSpec:
     it, the reply names the run (the contract's way: its one open ask of that kind)."""
     decision: Decision | None = None
     message: str | None = None
-    answer: str | None = None
+    answer: FormAnswer | None = None
+    """``answer_form``: one text, or (an extension) one entry per question, a list of picks for a
+    ``multiple`` one (``answer = ["main", ["lint", "tests"]]``)."""
     gate: str | None = None
     grace_ms: int | None = None
     """``shutdown`` and ``test_teardown``: default 1000."""
@@ -1701,7 +1704,8 @@ def _check_action(
     if "answer" in given and _answer(action.answer) is None:
         raise _InvalidError(
             _key("actions", index, "answer"),
-            f"must be a string (or another single value), not {_describe(action.answer)}",
+            f"must be a string (or another single value), or a list of one per question, not "
+            f"{_describe(action.answer)}",
         )
     if action.gate is not None and action.gate not in gates:
         raise _InvalidError(_key("actions", index, "gate"), f"no step names the gate {action.gate!r}")
@@ -1742,8 +1746,26 @@ def _check_ask_reference(index: int, action: _ActionModel, do: ActionDo, names: 
         )
 
 
-def _answer(value: object) -> str | None:
-    """A form answer as text; ``None`` when the value is not a single value."""
+def _answer(value: object) -> FormAnswer | None:
+    """A form answer as text, or (an extension) a list of one entry per question, each a single value
+    or a list of them (a ``multiple`` question's picks); ``None`` when the value is neither."""
+    if isinstance(value, list):
+        entries: list[str | tuple[str, ...]] = []
+        for entry in value:
+            one = _single_answer(entry)
+            picks = [_single_answer(pick) for pick in entry] if isinstance(entry, list) else []
+            if one is not None:
+                entries.append(one)
+            elif isinstance(entry, list) and all(pick is not None for pick in picks):
+                entries.append(tuple(pick for pick in picks if pick is not None))
+            else:
+                return None
+        return tuple(entries)
+    return _single_answer(value)
+
+
+def _single_answer(value: object) -> str | None:
+    """One answer as text; ``None`` when the value is not a single value."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):

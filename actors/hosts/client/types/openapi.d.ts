@@ -616,7 +616,7 @@ export interface components {
          *     open form).
          */
         AnswerForm: {
-            answer: string;
+            answer: string | (string | string[])[];
             /** @default null */
             ask_id?: string | null;
             /** @default null */
@@ -632,7 +632,7 @@ export interface components {
          *     open form).
          */
         AnswerFormBody: {
-            answer: string;
+            answer: string | (string | string[])[];
             /** @default null */
             tag?: string | null;
         };
@@ -644,7 +644,7 @@ export interface components {
          *     instead (``external.interrupt``).
          */
         AnswerNotice: {
-            answer: string | null;
+            answer: string | (string | string[])[] | null;
             approved: boolean;
             ask_id: string;
             dismissed: boolean;
@@ -707,7 +707,7 @@ export interface components {
         AskReplied: {
             /** @default false */
             always: boolean;
-            answer: string | null;
+            answer: string | (string | string[])[] | null;
             approved: boolean;
             ask_id: string;
             /** @default null */
@@ -1103,7 +1103,7 @@ export interface components {
             /** @enum {unknown} */
             type: "end";
         };
-        Event: components["schemas"]["InstanceStarted"] | components["schemas"]["InstanceClosed"] | components["schemas"]["RunQueued"] | components["schemas"]["RunStarted"] | components["schemas"]["StepStarted"] | components["schemas"]["StepFinished"] | components["schemas"]["RunPartUpdated"] | components["schemas"]["RunFinished"] | components["schemas"]["RunRecovered"] | components["schemas"]["SessionStatusChanged"] | components["schemas"]["LifecycleRequested"] | components["schemas"]["LifecycleDeferred"] | components["schemas"]["LifecycleCompleted"] | components["schemas"]["ActionResult"] | components["schemas"]["AskRequested"] | components["schemas"]["AskReplied"] | components["schemas"]["AskDismissed"] | components["schemas"]["AskWithdrawn"] | components["schemas"]["RunStalled"] | components["schemas"]["RunUnstalled"] | components["schemas"]["LifecycleConfirmed"];
+        Event: components["schemas"]["InstanceStarted"] | components["schemas"]["InstanceReady"] | components["schemas"]["InstanceClosed"] | components["schemas"]["RunQueued"] | components["schemas"]["RunStarted"] | components["schemas"]["StepStarted"] | components["schemas"]["StepFinished"] | components["schemas"]["RunPartUpdated"] | components["schemas"]["RunFinished"] | components["schemas"]["RunRecovered"] | components["schemas"]["SessionStatusChanged"] | components["schemas"]["LifecycleRequested"] | components["schemas"]["LifecycleDeferred"] | components["schemas"]["LifecycleCompleted"] | components["schemas"]["ActionResult"] | components["schemas"]["AskRequested"] | components["schemas"]["AskReplied"] | components["schemas"]["AskDismissed"] | components["schemas"]["AskWithdrawn"] | components["schemas"]["RunStalled"] | components["schemas"]["RunUnstalled"] | components["schemas"]["LifecycleConfirmed"];
         ExternalReport: components["schemas"]["StepUpdate"] | components["schemas"]["PartUpdate"] | components["schemas"]["AskReport"] | components["schemas"]["RetryUpdate"] | components["schemas"]["HeartbeatReport"] | components["schemas"]["EndReport"];
         /**
          * GlobalDisposed
@@ -1260,6 +1260,20 @@ export interface components {
         InstanceDisposedProperties: {
             directory: string;
             generation: number;
+        };
+        /**
+         * InstanceReady
+         * @description The load hook of this generation returned: its caches are usable (a run reading them no
+         *     longer waits for the load). Sent once, after its ``instance.started`` and before its
+         *     ``instance.closed``; never for a load that raised or overran its budget (the runs that read it
+         *     fail with that error), nor for a generation that closed before its load was reported.
+         */
+        InstanceReady: {
+            directory: string;
+            generation: number;
+            seq: number;
+            /** @enum {unknown} */
+            type: "instance.ready";
         };
         /** InstanceStarted */
         InstanceStarted: {
@@ -2109,7 +2123,7 @@ export interface components {
             /** @enum {unknown} */
             type: "step";
         };
-        StreamEvent: components["schemas"]["InstanceStarted"] | components["schemas"]["InstanceClosed"] | components["schemas"]["RunQueued"] | components["schemas"]["RunStarted"] | components["schemas"]["StepStarted"] | components["schemas"]["StepFinished"] | components["schemas"]["RunPartUpdated"] | components["schemas"]["RunFinished"] | components["schemas"]["RunRecovered"] | components["schemas"]["SessionStatusChanged"] | components["schemas"]["LifecycleRequested"] | components["schemas"]["LifecycleDeferred"] | components["schemas"]["LifecycleCompleted"] | components["schemas"]["ActionResult"] | components["schemas"]["AskRequested"] | components["schemas"]["AskReplied"] | components["schemas"]["AskDismissed"] | components["schemas"]["AskWithdrawn"] | components["schemas"]["RunStalled"] | components["schemas"]["RunUnstalled"] | components["schemas"]["LifecycleConfirmed"] | components["schemas"]["InterruptNotice"] | components["schemas"]["AnswerNotice"] | components["schemas"]["RefusedNotice"] | components["schemas"]["LoadRequested"] | components["schemas"]["DisposeRequested"] | components["schemas"]["StreamReset"];
+        StreamEvent: components["schemas"]["InstanceStarted"] | components["schemas"]["InstanceReady"] | components["schemas"]["InstanceClosed"] | components["schemas"]["RunQueued"] | components["schemas"]["RunStarted"] | components["schemas"]["StepStarted"] | components["schemas"]["StepFinished"] | components["schemas"]["RunPartUpdated"] | components["schemas"]["RunFinished"] | components["schemas"]["RunRecovered"] | components["schemas"]["SessionStatusChanged"] | components["schemas"]["LifecycleRequested"] | components["schemas"]["LifecycleDeferred"] | components["schemas"]["LifecycleCompleted"] | components["schemas"]["ActionResult"] | components["schemas"]["AskRequested"] | components["schemas"]["AskReplied"] | components["schemas"]["AskDismissed"] | components["schemas"]["AskWithdrawn"] | components["schemas"]["RunStalled"] | components["schemas"]["RunUnstalled"] | components["schemas"]["LifecycleConfirmed"] | components["schemas"]["InterruptNotice"] | components["schemas"]["AnswerNotice"] | components["schemas"]["RefusedNotice"] | components["schemas"]["LoadRequested"] | components["schemas"]["DisposeRequested"] | components["schemas"]["StreamReset"];
         /**
          * StreamReset
          * @description Sent (without an SSE id) when a resume asks for more than the replay buffer holds; the whole
