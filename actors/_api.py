@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgspec
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from run_supervisor.actors import _calls as calls
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._async_body import RunBody
+from run_supervisor.actors._calls import Call, taking
 from run_supervisor.actors._errors import (
     InvalidRequest,
     JournalFailed,
@@ -42,8 +44,6 @@ from run_supervisor.actors._timers import Timers
 from run_supervisor.actors._validate import (
     MAX_MS,
     MAX_TIMEOUT_S,
-    CloseActionName,
-    CloseModeName,
     QueuePolicyName,
     ReloadPolicyName,
     ShutdownReasonName,
@@ -52,8 +52,6 @@ from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     ActionSnapshot,
     AskSnapshot,
-    CloseAction,
-    CloseMode,
     CloseOutcome,
     CoreStatistics,
     Event,
@@ -382,6 +380,11 @@ class Supervisor:
 
     # --- requests ----------------------------------------------------------------------------
 
+    def _answer(self, call: Call[T]) -> T:
+        """Carry out a call written in actors/_calls.py: send it through the link, block for the
+        answer (within ``timeout``, default ``request_timeout_s``: ``SupervisorTimeout``)."""
+        return self._link.answer(call)
+
     def submit(
         self, request: Request, *, body: RunBody | None = None
     ) -> Future[CloseOutcome | RequestOutcome]:
@@ -478,66 +481,15 @@ class Supervisor:
                 raise
             return RunHandle(self, request.run_id, finished)
 
-    def cancel(
-        self, run_id: str, *, origin: str = "user", grace_ms: int | None = None, timeout: float | None = None
-    ) -> None:
-        """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued. ``grace_ms``:
-        how long its body (and its children's) may go on before the run is abandoned (reported
-        ``interrupted``, ``abandoned``, its session moving on); None: the run's
-        ``interrupt_grace_ms``, else the config's."""
-        limit = check.timeout("timeout", timeout)
-        self._link.request(check.cancel(run_id, origin=origin, grace_ms=grace_ms), limit)
+    cancel = taking(calls.cancel)(_answer)
 
-    def cancel_session(
-        self,
-        session: str,
-        *,
-        origin: str = "user",
-        grace_ms: int | None = None,
-        timeout: float | None = None,
-    ) -> tuple[str, ...]:
-        """Stop a whole session: its queued runs end unstarted and its active run is interrupted
-        (``user_cancel``), all naming one action id; ``grace_ms`` as for ``cancel``. Returns the runs
-        it stopped (queued ones first); an idle or unknown session: ``()``."""
-        limit = check.timeout("timeout", timeout)
-        request = check.cancel_session(session, origin=origin, grace_ms=grace_ms)
-        stopped: tuple[str, ...] = self._link.request(request, limit).interrupted_runs
-        return stopped
+    cancel_session = taking(calls.cancel_session)(_answer)
 
-    def delete_session(
-        self,
-        session: str,
-        *,
-        confirm: bool = False,
-        origin: str = "user",
-        grace_ms: int | None = None,
-        timeout: float | None = None,
-    ) -> tuple[str, ...]:
-        """Forget a session (its queue policy, its "always" grants). ``SessionBusy`` while it has an
-        active or queued run, unless ``confirm``: then it is stopped first, as ``cancel_session``
-        (its open asks withdrawn), and forgotten once its active run has ended. Returns the runs it
-        stopped."""
-        limit = check.timeout("timeout", timeout)
-        request = check.delete_session(session, confirm=confirm, origin=origin, grace_ms=grace_ms)
-        stopped: tuple[str, ...] = self._link.request(request, limit).interrupted_runs
-        return stopped
+    delete_session = taking(calls.delete_session)(_answer)
 
     # --- queue policies --------------------------------------------------------------------------
 
-    def set_queue_policy(
-        self,
-        session: str,
-        queue_policy: QueuePolicyName | QueuePolicy,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        """Set the session's default queue policy: what its starts that name none do while it is
-        busy (see ``start_run``). Later starts only; queued runs keep theirs. The session need not
-        have run yet; the default holds until set back to the config's ``queue_policy`` (it is not
-        journaled: set it again after a restart, or use the config's default for every session).
-        ``session(...)`` shows it (``SessionSnapshot.queue_policy``)."""
-        limit = check.timeout("timeout", timeout)
-        self._link.request(check.set_queue_policy(session, queue_policy), limit)
+    set_queue_policy = taking(calls.set_queue_policy)(_answer)
 
     def await_idle(self, session: str, *, timeout: float | None = None) -> SessionSnapshot | None:
         """Wait until the session has no active and no queued run; return its snapshot then (None
@@ -555,123 +507,22 @@ class Supervisor:
             idle.cancel()
             raise self._link.still_busy(name, limit) from None
 
-    def close(
-        self,
-        do: CloseActionName | CloseAction,
-        *,
-        mode: CloseModeName | CloseMode,
-        origin: str,
-        directory: str | PathLike[str] | None = None,
-        tag: str | None = None,
-        fingerprint: str | None = None,
-        reload_policy: ReloadPolicyName | ReloadPolicy | None = None,
-        timeout: float | None = None,
-    ) -> CloseOutcome:
-        """Request a lifecycle close (dispose, dispose_all, reload, invalidate_config) and get its
-        structured result: ``completed``, ``deferred`` or ``interrupted``. Rejections raise.
-
-        ``reload_policy`` (a reload only; ``InvalidRequest`` for another close): when the next
-        generation loads, overriding ``SupervisorConfig.reload_policy`` for this reload. ``lazy``:
-        when the first run needs it or when the old generation has closed, whichever comes first
-        (an idle directory's old generation closes at once: the next one is loaded before the
-        answer); ``eager``: at once, next to the old generation still serving its runs.
-
-        ``fingerprint`` (the no-op gate): a digest of what the close would change to, e.g. the new
-        config's for ``invalidate_config``. If every live instance it covers was loaded with that
-        same fingerprint (``load(..., fingerprint=...)`` or an earlier close), the close is answered
-        ``noop`` at once and touches nothing; otherwise it goes ahead and later loads in its
-        directories record the new fingerprint."""
-        limit = check.timeout("timeout", timeout)
-        request = check.close(
-            do,
-            mode=mode,
-            origin=origin,
-            directory=directory,
-            tag=tag,
-            fingerprint=fingerprint,
-            reload_policy=reload_policy,
-        )
-        outcome = self._link.request(request, limit)
-        assert isinstance(outcome, CloseOutcome)
-        return outcome
+    close = taking(calls.close)(_answer)
 
     # --- stalls: turn a deferred close into a confirmed one ----------------------------------
 
-    def confirm_close(
-        self,
-        action_id: str,
-        *,
-        origin: str | None = None,
-        tag: str | None = None,
-        timeout: float | None = None,
-    ) -> CloseOutcome:
-        """Turn a pending maintenance close into a confirmed one: the runs it waits for (e.g. one
-        flagged stalled, see ``pending_actions()``' ``stalled_runs``) are interrupted now with
-        ``lifecycle_interrupt``, their ``action_id`` this action's and their ``origin`` the given one
-        (by default the action's own), and the close completes as their bodies stop
-        (``lifecycle.completed``). Answered with the action's outcome: its result as announced
-        (typically ``deferred``) and ``interrupted_runs``, the runs this confirm interrupted.
-
-        Raises ``UnknownAction`` (no such action), ``ActionAlreadyCompleted`` (nothing waits any more)
-        or ``NotConfirmable`` (not a maintenance close). A second confirm of the same action changes
-        nothing (its runs are interrupting already)."""
-        limit = check.timeout("timeout", timeout)
-        outcome = self._link.request(check.confirm_close(action_id, origin=origin, tag=tag), limit)
-        assert isinstance(outcome, CloseOutcome)
-        return outcome
+    confirm_close = taking(calls.confirm_close)(_answer)
 
     # --- asks: what waits for the user -----------------------------------------------------
     # Address a reply by its ask id (from ``ask.requested`` or ``pending_asks()``): that is exact
     # and never races. ``run_id=`` instead is a convenience for a run with exactly one open ask
     # of that kind (``NothingPending`` if none, ``InvalidRequest`` if several).
 
-    def reply_permission(
-        self,
-        ask_id: str | None = None,
-        *,
-        approve: bool,
-        message: str | None = None,
-        run_id: str | None = None,
-        always: bool = False,
-        timeout: float | None = None,
-    ) -> None:
-        """Approve or reject a permission ask. A rejection with a ``message`` is model-visible
-        feedback and the run goes on; without one the run is interrupted (``permission_rejected``)
-        and its other open asks are withdrawn. ``always`` (with ``approve``) grants the ask's
-        ``payload.key`` in its session: its matching open asks are approved now, later ones as they
-        come, until ``delete_session``. Raises ``UnknownAsk``, ``AskWithdrawn`` (it timed out, or its
-        run was interrupted or ended), ``AskAlreadyAnswered``."""
-        limit = check.timeout("timeout", timeout)
-        request = check.reply_permission(
-            ask_id, run_id=run_id, approve=approve, message=message, always=always
-        )
-        self._link.request(request, limit)
+    reply_permission = taking(calls.reply_permission)(_answer)
 
-    def answer_form(
-        self,
-        ask_id: str | None = None,
-        *,
-        answer: str,
-        run_id: str | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Answer a form ask; raises like ``reply_permission``."""
-        limit = check.timeout("timeout", timeout)
-        self._link.request(check.answer_form(ask_id, run_id=run_id, answer=answer), limit)
+    answer_form = taking(calls.answer_form)(_answer)
 
-    def dismiss_form(
-        self,
-        ask_id: str | None = None,
-        *,
-        message: str | None = None,
-        run_id: str | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Dismiss a form ask. With a ``message`` it is model-visible feedback and the run goes on;
-        without one the run is interrupted (``form_dismissed``) and its other open asks are
-        withdrawn. Raises like ``reply_permission``."""
-        limit = check.timeout("timeout", timeout)
-        self._link.request(check.dismiss_form(ask_id, run_id=run_id, message=message), limit)
+    dismiss_form = taking(calls.dismiss_form)(_answer)
 
     def pending_asks(
         self, *, run_id: str | None = None, timeout: float | None = None

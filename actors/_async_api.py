@@ -19,9 +19,11 @@ from os import PathLike
 from types import FrameType, TracebackType
 from typing import Any, Protocol, TypeVar, cast
 
+from run_supervisor.actors import _calls as calls
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
 from run_supervisor.actors._async_body import RunBody
+from run_supervisor.actors._calls import Call, taking
 from run_supervisor.actors._errors import (
     InvalidRequest,
     JournalFailed,
@@ -37,22 +39,16 @@ from run_supervisor.actors._relay import complete
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.actors._validate import (
-    CloseActionName,
-    CloseModeName,
     QueuePolicyName,
-    ReloadPolicyName,
     ShutdownReasonName,
 )
 from run_supervisor.protocol import (
     ActionSnapshot,
     AskSnapshot,
-    CloseAction,
-    CloseMode,
     CloseOutcome,
     CoreStatistics,
     Event,
     QueuePolicy,
-    ReloadPolicy,
     Request,
     RequestOutcome,
     RetryBudget,
@@ -398,6 +394,11 @@ class AsyncSupervisor:
 
     # --- requests ----------------------------------------------------------------------------
 
+    async def _answer(self, call: Call[T]) -> T:
+        """Carry out a call written in actors/_calls.py: send it through the link, await the
+        answer (within ``timeout``, default ``request_timeout_s``: ``SupervisorTimeout``)."""
+        return await self._link.answer_async(call)
+
     async def submit(
         self, request: Request, *, body: RunBody | None = None, timeout: float | None = None
     ) -> CloseOutcome | RequestOutcome:
@@ -494,53 +495,13 @@ class AsyncSupervisor:
                 _cancel_again(inspect.currentframe())
             return handle
 
-    async def cancel(
-        self, run_id: str, *, origin: str = "user", grace_ms: int | None = None, timeout: float | None = None
-    ) -> None:
-        """Interrupt a run now (``user_cancel``), or end it unstarted if it is queued; see
-        ``Supervisor.cancel`` for ``grace_ms``."""
-        limit = check.timeout("timeout", timeout)
-        await self._link.request_async(check.cancel(run_id, origin=origin, grace_ms=grace_ms), limit)
+    cancel = taking(calls.cancel)(_answer)
 
-    async def cancel_session(
-        self,
-        session: str,
-        *,
-        origin: str = "user",
-        grace_ms: int | None = None,
-        timeout: float | None = None,
-    ) -> tuple[str, ...]:
-        """Stop a whole session; see ``Supervisor.cancel_session``."""
-        limit = check.timeout("timeout", timeout)
-        request = check.cancel_session(session, origin=origin, grace_ms=grace_ms)
-        stopped: tuple[str, ...] = (await self._link.request_async(request, limit)).interrupted_runs
-        return stopped
+    cancel_session = taking(calls.cancel_session)(_answer)
 
-    async def delete_session(
-        self,
-        session: str,
-        *,
-        confirm: bool = False,
-        origin: str = "user",
-        grace_ms: int | None = None,
-        timeout: float | None = None,
-    ) -> tuple[str, ...]:
-        """Forget a session; see ``Supervisor.delete_session``."""
-        limit = check.timeout("timeout", timeout)
-        request = check.delete_session(session, confirm=confirm, origin=origin, grace_ms=grace_ms)
-        stopped: tuple[str, ...] = (await self._link.request_async(request, limit)).interrupted_runs
-        return stopped
+    delete_session = taking(calls.delete_session)(_answer)
 
-    async def set_queue_policy(
-        self,
-        session: str,
-        queue_policy: QueuePolicyName | QueuePolicy,
-        *,
-        timeout: float | None = None,
-    ) -> None:
-        """Set the session's default queue policy (see ``Supervisor.set_queue_policy``)."""
-        limit = check.timeout("timeout", timeout)
-        await self._link.request_async(check.set_queue_policy(session, queue_policy), limit)
+    set_queue_policy = taking(calls.set_queue_policy)(_answer)
 
     async def await_idle(self, session: str, *, timeout: float | None = None) -> SessionSnapshot | None:
         """Wait, without blocking the loop, until the session has no active and no queued run; its
@@ -560,95 +521,15 @@ class AsyncSupervisor:
         except TimeoutError:
             raise link.still_busy(name, limit or 0.0) from None
 
-    async def close(
-        self,
-        do: CloseActionName | CloseAction,
-        *,
-        mode: CloseModeName | CloseMode,
-        origin: str,
-        directory: str | PathLike[str] | None = None,
-        tag: str | None = None,
-        fingerprint: str | None = None,
-        reload_policy: ReloadPolicyName | ReloadPolicy | None = None,
-        timeout: float | None = None,
-    ) -> CloseOutcome:
-        """Request a lifecycle close and get its structured result (``completed``, ``deferred``,
-        ``interrupted``, or ``noop`` when its ``fingerprint`` changes nothing); rejections raise.
-        ``reload_policy``: a reload's own (``lazy``/``eager``), else the config's. See
-        ``Supervisor.close``."""
-        limit = check.timeout("timeout", timeout)
-        request = check.close(
-            do,
-            mode=mode,
-            origin=origin,
-            directory=directory,
-            tag=tag,
-            fingerprint=fingerprint,
-            reload_policy=reload_policy,
-        )
-        outcome = await self._link.request_async(request, limit)
-        assert isinstance(outcome, CloseOutcome)
-        return outcome
+    close = taking(calls.close)(_answer)
 
-    async def confirm_close(
-        self,
-        action_id: str,
-        *,
-        origin: str | None = None,
-        tag: str | None = None,
-        timeout: float | None = None,
-    ) -> CloseOutcome:
-        """Turn a pending maintenance close into a confirmed one (its blocking runs are interrupted
-        with ``lifecycle_interrupt``); answered with the action's outcome. See
-        ``Supervisor.confirm_close``."""
-        limit = check.timeout("timeout", timeout)
-        request = check.confirm_close(action_id, origin=origin, tag=tag)
-        outcome = await self._link.request_async(request, limit)
-        assert isinstance(outcome, CloseOutcome)
-        return outcome
+    confirm_close = taking(calls.confirm_close)(_answer)
 
-    async def reply_permission(
-        self,
-        ask_id: str | None = None,
-        *,
-        approve: bool,
-        message: str | None = None,
-        run_id: str | None = None,
-        always: bool = False,
-        timeout: float | None = None,
-    ) -> None:
-        """Approve or reject a permission ask, addressed by ``ask_id`` (or ``run_id`` when that run
-        has exactly one open permission ask). See ``Supervisor.reply_permission``."""
-        limit = check.timeout("timeout", timeout)
-        request = check.reply_permission(
-            ask_id, run_id=run_id, approve=approve, message=message, always=always
-        )
-        await self._link.request_async(request, limit)
+    reply_permission = taking(calls.reply_permission)(_answer)
 
-    async def answer_form(
-        self,
-        ask_id: str | None = None,
-        *,
-        answer: str,
-        run_id: str | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Answer a form ask. See ``Supervisor.answer_form``."""
-        limit = check.timeout("timeout", timeout)
-        await self._link.request_async(check.answer_form(ask_id, run_id=run_id, answer=answer), limit)
+    answer_form = taking(calls.answer_form)(_answer)
 
-    async def dismiss_form(
-        self,
-        ask_id: str | None = None,
-        *,
-        message: str | None = None,
-        run_id: str | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        """Dismiss a form ask: with a ``message`` it is feedback and the run goes on; without one
-        the run ends ``interrupted`` / ``form_dismissed``. See ``Supervisor.dismiss_form``."""
-        limit = check.timeout("timeout", timeout)
-        await self._link.request_async(check.dismiss_form(ask_id, run_id=run_id, message=message), limit)
+    dismiss_form = taking(calls.dismiss_form)(_answer)
 
     async def pending_asks(
         self, *, run_id: str | None = None, timeout: float | None = None

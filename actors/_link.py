@@ -24,6 +24,7 @@ import pykka
 
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._async_body import AsyncBodies, RunBody, is_async_body
+from run_supervisor.actors._calls import Call
 from run_supervisor.actors._errors import (
     JournalFailed,
     LoadFailed,
@@ -347,6 +348,15 @@ class Link:
         outcome = await self.wait(call, timeout)
         self.raise_for_rejection(outcome)
         return outcome
+
+    def answer(self, call: Call[T]) -> T:
+        """Carry out a facade call (actors/_calls.py): send its request, block for the answer within
+        its bound; a rejection raises, an accepted answer is read as the call says."""
+        return call.read(self.request(call.request, call.timeout))
+
+    async def answer_async(self, call: Call[T]) -> T:
+        """``answer`` for a coroutine: the same request, awaited."""
+        return call.read(await self.request_async(call.request, call.timeout))
 
     def query_future(self, read: Callable[[SupervisorCore], T]) -> Future[T]:
         """A host-facing future of ``read(core)``, read on the supervisor's thread."""
