@@ -283,10 +283,6 @@ class Ask(Generic[R]):
         returns that reply)."""
         return self._settle(WithdrawReason.BODY).withdrawn
 
-
-def _permission_reply(answer: DeliverAnswer) -> PermissionReply:
-    return PermissionReply(answer.approved, answer.message)
-
     def _arrived(self, timeout: float | None) -> bool:
         return self._ctx.token.wait_until(lambda: self._taken() is not None, timeout)
 
@@ -295,6 +291,10 @@ def _permission_reply(answer: DeliverAnswer) -> PermissionReply:
         self._withdraw_unless_answered(reason)
         self._arrived(self._ctx._ask_timeout)
         return self._settled()
+
+
+def _permission_reply(answer: DeliverAnswer) -> PermissionReply:
+    return PermissionReply(answer.approved, answer.message)
 
 
 def _form_reply(answer: DeliverAnswer) -> FormReply:
