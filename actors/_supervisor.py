@@ -184,6 +184,20 @@ class _Answer:
         _fail(self.future, error)
 
 
+@dataclass(frozen=True, slots=True)
+class _Tell:
+    """A tell made after the batch's delivery (``SessionSupervisor._after``); to a stopped actor, dropped."""
+
+    ref: pykka.ActorRef[Any]
+    message: Any
+
+    def __call__(self) -> None:
+        try:
+            self.ref.tell(self.message)
+        except pykka.ActorDeadError:
+            pass
+
+
 def _snapshot_of(event: RunFinished, session: str, directory: str) -> RunSnapshot:
     return RunSnapshot(
         run_id=event.run_id,
@@ -256,6 +270,10 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._staged: list[tuple[Any, list[Command], float | None]] = []
         self._events: list[Event] = []
         self._calls: list[Callable[[], object]] = []
+        # Tells that answer nobody (an instance with no dispose hook told to stop): made once the
+        # batch's events and answers are delivered, so the threads they wake never run ahead of the
+        # callers and subscribers the batch wakes.
+        self._after: list[Callable[[], object]] = []
 
     def on_start(self) -> None:
         self._threads.add(threading.current_thread())
@@ -319,6 +337,10 @@ class SessionSupervisor(pykka.ThreadingActor):
         if events or calls:
             self._events, self._calls = [], []
             self._publisher.deliver(events, calls)
+        while self._after:
+            after, self._after = self._after, []
+            for tell in after:
+                tell()
 
     def _receive(self, message: Any) -> None:
         if isinstance(message, _REPORTS):
@@ -487,9 +509,11 @@ class SessionSupervisor(pykka.ThreadingActor):
                 self.actor_ref.tell(DisposeDone(directory=command.directory, generation=command.generation))
             return
         if command.report and self._no_hooks and loaded is not None and loaded.done():
-            # No dispose hook, and the (empty) load has returned: closed now. The actor is told to
-            # stop without reporting, and the core learns it in this same batch (no two hops).
-            ref.tell(Dispose(msgspec.structs.replace(command, report=False), self._deadline))
+            # No dispose hook, and the (empty) load has returned: closed now. The core learns it in
+            # this same batch (no two hops); the actor is told to stop without reporting once the
+            # batch is delivered (its two threads then wake behind whoever waits for the close).
+            quiet = Dispose(msgspec.structs.replace(command, report=False), self._deadline)
+            self._after.append(_Tell(ref, quiet))
             done = DisposeDone(directory=command.directory, generation=command.generation)
             self._staged.append((done, self.core.report(done), None))
             return
