@@ -141,6 +141,8 @@ DIRECTORIES = 100
 """Directories the live runs are spread over."""
 GRACE_MS = 200
 """The shutdown grace deadline in the overrun figures."""
+SHORT_RUNS_DIRECTORY = "/bench/t"
+"""The directory of the throughput figures' short runs."""
 
 
 def _config() -> SupervisorConfig:
@@ -702,6 +704,35 @@ def _noop() -> None:
     pass
 
 
+Work = tuple[Callable[[int], None], Callable[[], None]]
+"""One side of a throughput figure: what each of the SESSIONS threads does in a round, and what the
+round waits for once they are done (the baselines: nothing; a supervisor: its run threads)."""
+
+
+def _short_runs(supervisor: Supervisor, runs: int) -> Work:
+    """``runs`` short runs one after another in each session, each waited for; then the run threads."""
+
+    def work(i: int) -> None:
+        for _ in range(runs):
+            supervisor.start_run(_short_body, session=f"s{i}", directory=SHORT_RUNS_DIRECTORY).wait(TIMEOUT_S)
+
+    return work, functools.partial(_join_run_threads, supervisor)
+
+
+def _in_turn(fig: Figures, rounds: int, kinds: dict[str, Work], total: int) -> None:
+    """Each kind once to warm up, then ``rounds`` rounds of every kind in turn (the order reversed
+    every other round, so neither side always goes first); each round adds ``total`` over its
+    seconds (per second) under its kind's key."""
+    for work, then in kinds.values():
+        _parallel(work, SESSIONS, then)
+    for r in range(rounds):
+        order = list(kinds.items())
+        if r % 2:
+            order.reverse()
+        for key, (work, then) in order:
+            fig.add(key, total / _parallel(work, SESSIONS, then))
+
+
 def throughput(fig: Figures, reps: Reps) -> None:
     """Short runs, start to end, in SESSIONS sessions at once, against what a host would do
     without the library, round by round in turn: a plain thread per run (start, join); a
@@ -724,28 +755,14 @@ def throughput(fig: Figures, reps: Reps) -> None:
             table.start(run_id)
             pool.submit(table.end, run_id).result(timeout=TIMEOUT_S)
 
-    supervisor = Supervisor.start(_config(), directories=["/bench/t"])
-
-    def supervised_runs(i: int) -> None:
-        for _ in range(reps.runs_per_session):
-            run = supervisor.start_run(_short_body, session=f"s{i}", directory="/bench/t")
-            run.wait(timeout=TIMEOUT_S)
-
-    kinds: dict[str, tuple[Callable[[int], None], Callable[[], None]]] = {
+    supervisor = Supervisor.start(_config(), directories=[SHORT_RUNS_DIRECTORY])
+    kinds: dict[str, Work] = {
         "thread_runs_per_s": (thread_per_run, _noop),
         "pool_runs_per_s": (pooled, _noop),
-        "runs_per_s": (supervised_runs, lambda: _join_run_threads(supervisor)),
+        "runs_per_s": _short_runs(supervisor, reps.runs_per_session),
     }
-    total = SESSIONS * reps.runs_per_session
     try:
-        for work, then in kinds.values():  # warm up
-            _parallel(work, SESSIONS, then)
-        for r in range(reps.runs_rounds):
-            order = list(kinds.items())
-            if r % 2:
-                order.reverse()  # alternate who goes first
-            for key, (work, then) in order:
-                fig.add(key, total / _parallel(work, SESSIONS, then))
+        _in_turn(fig, reps.runs_rounds, kinds, SESSIONS * reps.runs_per_session)
     finally:
         supervisor.shutdown(grace_ms=1000)
         pool.shutdown(wait=True)
@@ -910,33 +927,16 @@ def journal_throughput(fig: Figures, reps: Reps) -> None:
     alternating rounds. What a host pays for crash safety: every event committed (one transaction per
     batch) before a subscriber or an answer sees it."""
     with tempfile.TemporaryDirectory(prefix="bench-journal-") as folder:
-        plain = Supervisor.start(_config(), directories=["/bench/j"])
+        plain = Supervisor.start(_config(), directories=[SHORT_RUNS_DIRECTORY])
         journaled = Supervisor.start(
-            _config(), directories=["/bench/j"], journal=os.path.join(folder, "runs.journal")
+            _config(), directories=[SHORT_RUNS_DIRECTORY], journal=os.path.join(folder, "runs.journal")
         )
-
-        def rounds_of(supervisor: Supervisor) -> Callable[[int], None]:
-            def work(i: int) -> None:
-                for _ in range(reps.runs_per_session):
-                    run = supervisor.start_run(_short_body, session=f"s{i}", directory="/bench/j")
-                    run.wait(timeout=TIMEOUT_S)
-
-            return work
-
-        kinds = {"journal_on_runs_per_s": journaled, "journal_off_runs_per_s": plain}
-        total = SESSIONS * reps.runs_per_session
+        kinds = {
+            "journal_on_runs_per_s": _short_runs(journaled, reps.runs_per_session),
+            "journal_off_runs_per_s": _short_runs(plain, reps.runs_per_session),
+        }
         try:
-            for supervisor in kinds.values():  # warm up
-                _parallel(rounds_of(supervisor), SESSIONS, functools.partial(_join_run_threads, supervisor))
-            for r in range(reps.journal_rounds):
-                order = list(kinds.items())
-                if r % 2:
-                    order.reverse()
-                for key, supervisor in order:
-                    seconds = _parallel(
-                        rounds_of(supervisor), SESSIONS, functools.partial(_join_run_threads, supervisor)
-                    )
-                    fig.add(key, total / seconds)
+            _in_turn(fig, reps.journal_rounds, kinds, SESSIONS * reps.runs_per_session)
         finally:
             plain.shutdown(grace_ms=1000)
             journaled.shutdown(grace_ms=1000)
@@ -1035,36 +1035,19 @@ def pg_journal_throughput(fig: Figures, reps: Reps, database: str) -> None:
     renewing the lease at its epoch first (the fencing check) and reached over a unix socket."""
     with tempfile.TemporaryDirectory(prefix="bench-pg-") as folder:
         sqlite = Supervisor.start(
-            _config(), directories=["/bench/j"], journal=os.path.join(folder, "runs.journal")
+            _config(), directories=[SHORT_RUNS_DIRECTORY], journal=os.path.join(folder, "runs.journal")
         )
         pg = Supervisor.start(
             _config(),
-            directories=["/bench/j"],
+            directories=[SHORT_RUNS_DIRECTORY],
             journal=f"{database}&shard=bench-runs&lease_ttl=10&lease_wait=30",
         )
-
-        def rounds_of(supervisor: Supervisor) -> Callable[[int], None]:
-            def work(i: int) -> None:
-                for _ in range(reps.runs_per_session):
-                    run = supervisor.start_run(_short_body, session=f"s{i}", directory="/bench/j")
-                    run.wait(timeout=TIMEOUT_S)
-
-            return work
-
-        kinds = {"pg_journal_runs_per_s": pg, "sqlite_journal_runs_per_s": sqlite}
-        total = SESSIONS * reps.runs_per_session
+        kinds = {
+            "pg_journal_runs_per_s": _short_runs(pg, reps.runs_per_session),
+            "sqlite_journal_runs_per_s": _short_runs(sqlite, reps.runs_per_session),
+        }
         try:
-            for supervisor in kinds.values():  # warm up
-                _parallel(rounds_of(supervisor), SESSIONS, functools.partial(_join_run_threads, supervisor))
-            for r in range(reps.journal_rounds):
-                order = list(kinds.items())
-                if r % 2:
-                    order.reverse()
-                for key, supervisor in order:
-                    seconds = _parallel(
-                        rounds_of(supervisor), SESSIONS, functools.partial(_join_run_threads, supervisor)
-                    )
-                    fig.add(key, total / seconds)
+            _in_turn(fig, reps.journal_rounds, kinds, SESSIONS * reps.runs_per_session)
         finally:
             sqlite.shutdown(grace_ms=1000)
             pg.shutdown(grace_ms=1000)
@@ -1581,52 +1564,92 @@ class Results:
     """The 1-minute load average before and after."""
 
 
-def measure(reps: Reps, *, pin: bool) -> Results:
-    """Everything, in order, each section cleaned up before the next."""
+SECTIONS = (
+    "rtt",
+    "busy",
+    "cancel",
+    "deferred",
+    "decisions",
+    "throughput",
+    "async",
+    "heartbeat",
+    "http",
+    "cold",
+    "journal",
+    "recovery",
+    "pg",
+    "live",
+    "overrun",
+)
+"""The benchmark's sections, in the order they run (``--only`` takes a comma-separated list of them)."""
+
+
+def measure(reps: Reps, *, pin: bool, only: frozenset[str] | None = None) -> Results:
+    """Everything (or the sections in ``only``), in order, each section cleaned up before the next."""
     load_before = os.getloadavg()[0]
     fig = Figures()
     where = "one CPU" if pin else "unpinned"
-    with section(f"round trips, {where}"), maybe_pinned(pin):
-        round_trips(fig, reps.rtt_rounds, reps.rtt_per_round)
-    with section("queries on a busy supervisor"):
-        busy_queries(fig, reps.busy_rounds, reps.rtt_per_round)
-    with section(f"cancel latency, {where}"), maybe_pinned(pin):
-        cancel_latency(fig, reps)
-    with section(f"deferred close latency, {where}"), maybe_pinned(pin):
-        deferred_close_latency(fig, reps)
+
+    def wanted(name: str) -> bool:
+        return only is None or name in only
+
+    if wanted("rtt"):
+        with section(f"round trips, {where}"), maybe_pinned(pin):
+            round_trips(fig, reps.rtt_rounds, reps.rtt_per_round)
+    if wanted("busy"):
+        with section("queries on a busy supervisor"):
+            busy_queries(fig, reps.busy_rounds, reps.rtt_per_round)
+    if wanted("cancel"):
+        with section(f"cancel latency, {where}"), maybe_pinned(pin):
+            cancel_latency(fig, reps)
+    if wanted("deferred"):
+        with section(f"deferred close latency, {where}"), maybe_pinned(pin):
+            deferred_close_latency(fig, reps)
     shapes = [(10, DIRECTORIES), (LIVE, DIRECTORIES)]
     if reps.growth:
         shapes += [(100, DIRECTORIES)]
         shapes += [(LIVE, d) for d in GROWTH_DIRECTORIES if d != DIRECTORIES]
-    with section("close decisions (pure core)"):
-        decisions = close_decisions(shapes, reps.close_decisions)
-    for (runs, directories), chunks in decisions.items():
-        if directories == DIRECTORIES:
-            fig.extend(f"close_decision_{runs}_us", chunks)
-    fig.ratio("close_decision_growth", f"close_decision_{LIVE}_us", "close_decision_10_us")
-    with section("throughput"):
-        throughput(fig, reps)
-    with section(f"asyncio: {ASYNC_RUNS} async runs against a dict of Tasks"):
-        async_runs(fig, reps)
-    with section("stalls: ctx.heartbeat() against a bare store"):
-        heartbeat_cost(fig, reps)
-    with section("HTTP: a kept-alive request, serve against a bare Starlette + uvicorn app"):
-        http_keepalive(fig, reps)
-    with section("cold start: serve to its ready line, against a bare import of uvicorn and starlette"):
-        cold_start(fig, reps)
-    with section("run journal: short runs on and off"):
-        journal_throughput(fig, reps)
-    with section("run journal: recovery of 10,000 finished and 100 unfinished runs"):
-        journal_recovery(fig, reps)
-    pg_figures(fig, reps)
-    with section(f"{LIVE:,} live runs"):
-        many_live(fig, reps)
-    for deaf_bodies, shutdowns in reps.overrun:
-        with section(f"{deaf_bodies:,} uncooperative bodies"):
-            uncooperative_overrun(fig, deaf_bodies, shutdowns)
+    decisions: dict[tuple[int, int], list[float]] = {}
+    if wanted("decisions"):
+        with section("close decisions (pure core)"):
+            decisions = close_decisions(shapes, reps.close_decisions)
+        for (runs, directories), chunks in decisions.items():
+            if directories == DIRECTORIES:
+                fig.extend(f"close_decision_{runs}_us", chunks)
+        fig.ratio("close_decision_growth", f"close_decision_{LIVE}_us", "close_decision_10_us")
+    if wanted("throughput"):
+        with section("throughput"):
+            throughput(fig, reps)
+    if wanted("async"):
+        with section(f"asyncio: {ASYNC_RUNS} async runs against a dict of Tasks"):
+            async_runs(fig, reps)
+    if wanted("heartbeat"):
+        with section("stalls: ctx.heartbeat() against a bare store"):
+            heartbeat_cost(fig, reps)
+    if wanted("http"):
+        with section("HTTP: a kept-alive request, serve against a bare Starlette + uvicorn app"):
+            http_keepalive(fig, reps)
+    if wanted("cold"):
+        with section("cold start: serve to its ready line, against a bare import of uvicorn and starlette"):
+            cold_start(fig, reps)
+    if wanted("journal"):
+        with section("run journal: short runs on and off"):
+            journal_throughput(fig, reps)
+    if wanted("recovery"):
+        with section("run journal: recovery of 10,000 finished and 100 unfinished runs"):
+            journal_recovery(fig, reps)
+    if wanted("pg"):
+        pg_figures(fig, reps)
+    if wanted("live"):
+        with section(f"{LIVE:,} live runs"):
+            many_live(fig, reps)
+    if wanted("overrun"):
+        for deaf_bodies, shutdowns in reps.overrun:
+            with section(f"{deaf_bodies:,} uncooperative bodies"):
+                uncooperative_overrun(fig, deaf_bodies, shutdowns)
     growth: list[dict[str, float]] = []
     by_directories: dict[int, float] = {}
-    if reps.growth:
+    if reps.growth and only is None:
         with section("growth"):
             for n in GROWTH_RUNS:
                 if n == LIVE:
@@ -1644,7 +1667,7 @@ def measure(reps: Reps, *, pin: bool) -> Results:
                 growth.append({"runs": n, "close_decision_us": median(decisions[(n, DIRECTORIES)]), **row})
         by_directories = {d: median(decisions[(LIVE, d)]) for d in GROWTH_DIRECTORIES}
     missing = [key for key in KEYS if key not in fig]
-    if missing:
+    if missing and only is None:
         raise AssertionError(f"keys not measured: {missing}")
     return Results(fig, growth, by_directories, (load_before, os.getloadavg()[0]))
 
@@ -1749,7 +1772,7 @@ def render(results: Results, mode: str) -> str:
         "| key | median | p10-p90 | unit | target | | what |",
         "|---|---:|---:|---|---|---|---|",
     ]
-    for key in KEYS + tuple(k for k in PG_KEYS if k in fig):
+    for key in tuple(k for k in KEYS + PG_KEYS if k in fig):
         unit, what = WHAT[key]
         value = fig.median(key)
         low, high = fig.spread(key)
@@ -1807,7 +1830,7 @@ def render(results: Results, mode: str) -> str:
 def as_json(results: Results) -> dict[str, Any]:
     """The issue's keys (medians over the rounds), and under ``spread`` each key's [p10, p90]."""
     fig = results.fig
-    keys = KEYS + tuple(k for k in PG_KEYS if k in fig)
+    keys = tuple(k for k in KEYS + PG_KEYS if k in fig)
     out: dict[str, Any] = {key: round(fig.median(key), 4) for key in keys}
     out["spread"] = {key: [round(v, 4) for v in fig.spread(key)] for key in keys}
     return out
@@ -1819,7 +1842,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (about a minute)")
     parser.add_argument("--pin", action="store_true", help="take the latencies pinned to one CPU")
     parser.add_argument("--pg-only", action="store_true", help="only the PostgreSQL journal's figures")
+    parser.add_argument(
+        "--only",
+        metavar="SECTIONS",
+        help=f"only these sections, comma-separated ({', '.join(SECTIONS)}): their keys alone are reported",
+    )
     args = parser.parse_args(argv)
+    only = (
+        None
+        if args.only is None
+        else frozenset(name.strip() for name in args.only.split(",") if name.strip())
+    )
+    if only is not None and (not only or only - set(SECTIONS)):
+        parser.error(f"--only takes sections of {', '.join(SECTIONS)}; got {args.only!r}")
     if not sys.platform.startswith("linux"):
         print("bench.py reads /proc/self/status for memory: Linux only", file=sys.stderr)
         return 2
@@ -1836,7 +1871,7 @@ def main(argv: list[str] | None = None) -> int:
         out["spread"] = {key: [round(v, 4) for v in fig.spread(key)] for key in keys}
         print(json.dumps(out))
         return 0 if keys else 1
-    results = measure(reps, pin=args.pin)
+    results = measure(reps, pin=args.pin, only=only)
     _log(
         f"[bench] total: {time.monotonic() - started:.1f} s ({machine()}; load average "
         f"{results.load[0]:.2f} -> {results.load[1]:.2f})"
