@@ -72,6 +72,10 @@ if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the
     from run_supervisor.actors._instance_actor import InstanceHooks as InstanceHooks
     from run_supervisor.actors._instance_actor import NoInstanceHooks as NoInstanceHooks
     from run_supervisor.actors._logging import log_to_stdlib as log_to_stdlib
+    from run_supervisor.actors._resume import AsyncResumeCallback as AsyncResumeCallback
+    from run_supervisor.actors._resume import Continuation as Continuation
+    from run_supervisor.actors._resume import ResumeCallback as ResumeCallback
+    from run_supervisor.actors._resume import ResumeOffer as ResumeOffer
     from run_supervisor.actors._shards import Coordinator as Coordinator
     from run_supervisor.actors._shards import GlobalClose as GlobalClose
     from run_supervisor.actors._shards import LeaseLost as LeaseLost

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from run_supervisor.actors import _calls as calls
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._async_body import RunBody
-from run_supervisor.actors._calls import Call, taking
+from run_supervisor.actors._calls import Call, saw_run_id, taking
 from run_supervisor.actors._errors import (
     InvalidRequest,
     JournalFailed,
@@ -34,8 +34,16 @@ from run_supervisor.actors._errors import (
 )
 from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
 from run_supervisor.actors._journal import Journal, JournaledPublisher, JournalSync, start_journal
-from run_supervisor.actors._link import Link, attach, rejected, renamed, saw_run_id, start_run_request
+from run_supervisor.actors._link import Link, attach, rejected
 from run_supervisor.actors._relay import complete
+from run_supervisor.actors._resume import (
+    OfferedOnLoop,
+    ResumeCallback,
+    ResumeOffer,
+    keep,
+    kept,
+    offer_resumes,
+)
 from run_supervisor.actors._run_actor import RunSlot
 from run_supervisor.actors._subscription import Publisher, Subscription
 from run_supervisor.actors._supervisor import Preload, Query, SessionSupervisor
@@ -46,7 +54,6 @@ from run_supervisor.actors._validate import (
     MAX_TIMEOUT_S,
     QueuePolicyName,
     ReloadPolicyName,
-    ShutdownReasonName,
 )
 from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
@@ -64,7 +71,6 @@ from run_supervisor.protocol import (
     RunRecovered,
     RunSnapshot,
     SessionSnapshot,
-    ShutdownReason,
     StartRun,
     SupervisorCore,
 )
@@ -101,6 +107,7 @@ class SupervisorConfig(BaseModel):
             shutdown_at_exit: bool = ...,
             reload_policy: ReloadPolicy | ReloadPolicyName = ...,
             queue_policy: QueuePolicy | QueuePolicyName = ...,
+            resume_budget: int = ...,
         ) -> None: ...
 
     request_timeout_s: float = Field(
@@ -181,6 +188,16 @@ class SupervisorConfig(BaseModel):
         "of its own (``set_queue_policy``) and every start that names none: ``queue`` (the default), "
         "``coalesce`` or ``reject_if_busy``.",
     )
+    resume_budget: int = Field(
+        default=1,
+        ge=0,
+        le=10**6,
+        description="With a resume callback (start(resume=)): how many times in a row a session's turn "
+        "that a crash interrupted is continued after a restart. A run recovered at the start whose turn "
+        "was continued this many times already is not offered to the callback: its run.recovered says "
+        "resume=exhausted and the turn ends there (interrupted, crash). Counted in the journal, across "
+        "restarts. Without a callback it does nothing.",
+    )
 
     @field_validator("reload_policy", mode="before")
     @classmethod
@@ -246,7 +263,12 @@ class Supervisor:
     it as a context manager). Thread-safe: call it from any thread."""
 
     def __init__(
-        self, config: SupervisorConfig, hooks: InstanceHooks, journal: Journal | None = None
+        self,
+        config: SupervisorConfig,
+        hooks: InstanceHooks,
+        journal: Journal | None = None,
+        *,
+        resume_budget: int | None = None,
     ) -> None:
         if not isinstance(config, SupervisorConfig):
             raise InvalidRequest(f"config must be a SupervisorConfig, not {type(config).__name__}")
@@ -275,7 +297,9 @@ class Supervisor:
         if journal is None:
             self._publisher = Publisher()
         else:
-            recovered = start_journal(journal, core, retain_finished=config.retain_finished_runs)
+            recovered = start_journal(
+                journal, core, retain_finished=config.retain_finished_runs, resume_budget=resume_budget
+            )
             self._publisher = JournaledPublisher(journal, on_failure=link.on_journal_failure)
             self.threads.add(self._publisher.thread)
         # The run.recovered events are the stream's first (seq 1..k), decided before any request and
@@ -310,6 +334,8 @@ class Supervisor:
         directories: Iterable[str | PathLike[str]] = (),
         journal: str | PathLike[str] | None = None,
         journal_sync: JournalSync = "normal",
+        resume: ResumeCallback | None = None,
+        on_start: Callable[[Supervisor], object] | None = None,
     ) -> Supervisor:
         """Start a supervisor. ``directories`` are loaded (generation 1) before this returns: it waits
         for their load hooks (each bounded by ``load_budget_ms``). If one raised or overran, the
@@ -319,12 +345,25 @@ class Supervisor:
         ``journal`` names a run journal (an SQLite file, created if missing): runs, tool parts, open
         asks and lifecycle actions are recorded there, and runs a dead process left unfinished are
         recovered at this start (``recovered()``). ``journal_sync`` is ``"normal"`` (a commit survives
-        a process crash) or ``"full"`` (it survives a power loss too). See docs/api.md, "Crashes"."""
+        a process crash) or ``"full"`` (it survives a power loss too). See docs/api.md, "Crashes".
+
+        ``resume`` is the resume policy's callback: each run recovered at this start whose session's
+        budget allows it (``SupervisorConfig.resume_budget``) is offered to it once, after the
+        ``directories`` are loaded; it answers a ``Continuation`` (started with ``resume_of``, in the
+        run's session) or None. Each call is bounded by ``request_timeout_s``; one that raises or
+        overruns is reported, and the start goes on. ``resumes()`` says what became of each.
+
+        ``on_start`` is called with the new supervisor once it has recovered, before it loads
+        ``directories`` or offers resumes: a host that streams events subscribes there, so that it
+        sees every event after the recovery's (the loads', the continuations'). If it raises, the
+        supervisor is shut down again and the error is raised."""
         if isinstance(directories, str | bytes) or not isinstance(directories, Iterable):
             raise InvalidRequest("directories must be an iterable of directory names (not one str)")
         dirs = check.directory_names("directories", tuple(directories))
         if journal_sync not in ("normal", "full"):
             raise InvalidRequest(f"journal_sync must be 'normal' or 'full', not {journal_sync!r}")
+        check.callback("resume", resume, optional=True)
+        check.callback("on_start", on_start, optional=True)
         opened = None
         if journal is not None:
             if not isinstance(journal, str | PathLike) or isinstance(journal, bytes):
@@ -333,21 +372,32 @@ class Supervisor:
                 )
             opened = Journal.open(journal, synchronous=journal_sync)
         try:
+            settings = SupervisorConfig() if config is None else config
             supervisor = cls(
-                SupervisorConfig() if config is None else config,
+                settings,
                 NoInstanceHooks() if hooks is None else hooks,
                 opened,
+                resume_budget=None if resume is None else settings.resume_budget,
             )
         except BaseException:
             if opened is not None:  # a bad config or hooks: the journal is not kept locked for nothing
                 opened.abandon()
             raise
+        if on_start is not None:
+            try:
+                on_start(supervisor)
+            except BaseException:
+                supervisor.shutdown(grace_ms=0)
+                raise
         if dirs:
             try:
                 supervisor.load(*dirs)
             except SupervisorError:
                 supervisor.shutdown(grace_ms=0)
                 raise
+        if resume is not None and not isinstance(resume, OfferedOnLoop):
+            timeout = supervisor.config.request_timeout_s
+            keep(supervisor, offer_resumes(supervisor, resume, timeout=timeout))
         return supervisor
 
     def __enter__(self) -> Supervisor:
@@ -404,68 +454,13 @@ class Supervisor:
         self._link.relay.chain(self._link.call(request, body), outer, lambda done: done.result())
         return outer
 
-    def start_run(
-        self,
-        body: RunBody,
-        *,
-        session: str,
-        directory: str | PathLike[str],
-        run_id: str | None = None,
-        resume_of: str | None = None,
-        parent_run_id: str | None = None,
-        deadline_ms: int | None = None,
-        queue_policy: QueuePolicyName | QueuePolicy | None = None,
-        stall_after_ms: int | None = None,
-        interrupt_grace_ms: int | None = None,
-        retry_budget: RetryBudget | None = None,
-        timeout: float | None = None,
-    ) -> RunHandle:
-        """Start a run (or queue it behind the session's active run). The body runs on its own
-        thread with a ``RunContext``; it is pinned to the directory's current instance generation.
-        Without ``run_id`` one is made (``run-N``), never one a host already used.
-
-        ``parent_run_id`` makes it a child (a subagent, a background job) of that active run: in
-        the parent's directory, in a session of its own, pinned to the parent's generation; an
-        interrupt of the parent interrupts it with the same reason; the parent is reported finished
-        only after its children; its own failure does not end the parent.
-
-        ``deadline_ms`` gives the run a deadline, counted from when it becomes active (time spent
-        queued behind the session's active run does not count): past it the run is interrupted
-        with reason ``timeout`` and origin ``deadline`` (its children with it), as a cancel would.
-
-        ``queue_policy`` says what the start does while the session is busy: ``"queue"`` (behind
-        the active run), ``"coalesce"`` (queued, replacing the session's still-queued ``coalesce``
-        run, which ends ``coalesced``; dropped if the active run is interrupted before it starts)
-        or ``"reject_if_busy"`` (``SessionBusy``). None: the session's default
-        (``set_queue_policy``), else the config's ``queue_policy`` (``"queue"`` unless set).
-
-        ``stall_after_ms`` overrides the config's setting for this run: it is flagged stalled
-        (``run.stalled``) after this long without progress.
-
-        ``interrupt_grace_ms`` overrides the config's ``interrupt_grace_ms`` for this run: once it is
-        interrupted (not by a shutdown), its body may go on this long before the run is abandoned.
-
-        ``retry_budget`` (``RetryBudget(attempts=, backoff_ms=)``) replaces the config's
-        ``retry_attempts``/``retry_backoff_ms`` for this run: the retry past it interrupts the run
-        (reason ``timeout``, origin ``retry_budget``)."""
-        limit = check.timeout("timeout", timeout)
-        check.callback("body", body)
-        request = start_run_request(
-            session=session,
-            directory=directory,
-            run_id=run_id,
-            queue_policy=queue_policy,
-            resume_of=resume_of,
-            parent_run_id=parent_run_id,
-            deadline_ms=deadline_ms,
-            stall_after_ms=stall_after_ms,
-            interrupt_grace_ms=interrupt_grace_ms,
-            retry_budget=retry_budget,
-        )
+    def _start(self, call: calls.StartCall) -> RunHandle:
+        """Carry out a start (actors/_calls.py): send it, block for the answer."""
         while True:
             finished: Future[RunSnapshot] = Future()
             launched: list[Any] = []
-            outcome = self._link.get(self._link.call(request, body, finished, launched=launched), limit)
+            sent = self._link.call(call.request, call.body, finished, launched=launched)
+            outcome = self._link.get(sent, call.timeout)
             try:
                 self._link.raise_for_rejection(outcome)
             except SupervisorError as rejected:
@@ -474,12 +469,14 @@ class Supervisor:
                 for run in launched:
                     if isinstance(run, RunSlot):
                         run.wait_thread_end(self.config.stop_timeout_s)
-                if isinstance(rejected, RunAlreadyExists) and run_id is None:
+                if isinstance(rejected, RunAlreadyExists) and call.fresh:
                     # A host took this name meanwhile (a raw submit?): the next one.
-                    request = renamed(request)
+                    call = call.renamed()
                     continue
                 raise
-            return RunHandle(self, request.run_id, finished)
+            return RunHandle(self, call.request.run_id, finished)
+
+    start_run = taking(calls.start_run)(_start)
 
     cancel = taking(calls.cancel)(_answer)
 
@@ -562,24 +559,12 @@ class Supervisor:
 
     # --- shutdown ----------------------------------------------------------------------------
 
-    def shutdown(
-        self,
-        *,
-        grace_ms: int | None = None,
-        reason: ShutdownReasonName | ShutdownReason = "shutdown",
-        origin: str | None = None,
-        tag: str | None = None,
-    ) -> CloseOutcome:
-        """Interrupt everything with ``reason`` and stop every actor and thread we started (``origin``
-        and ``tag`` name who asked and why, in the lifecycle events). Returns
-        within ``grace_ms`` plus ``stop_timeout_s`` whatever host code does: bodies that ignore
-        cancellation are abandoned (``abandoned_runs``); load and dispose hooks, subscriber callbacks
-        and future callbacks still running are left behind and named in ``overran``. Idempotent: a
-        second call returns the first one's outcome."""
-        request = self._link.shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
-        limit = request.grace_ms / 1000.0 + self.config.request_timeout_s
+    def _shut_down(self, call: calls.ShutdownCall) -> CloseOutcome:
+        request, limit = call.for_config(self.config)
         self._link.request(request, limit)
         return self.wait_closed(timeout=limit)
+
+    shutdown = taking(calls.shutdown)(_shut_down)
 
     def wait_closed(self, timeout: float | None = None) -> CloseOutcome:
         """Wait until a shutdown (requested anywhere) has completed and our threads have ended (or
@@ -626,6 +611,13 @@ class Supervisor:
         request was taken and before any subscription could exist, so no subscription receives them:
         this is where a host reads them."""
         return self._recovered
+
+    def resumes(self) -> tuple[ResumeOffer, ...]:
+        """What became of each run recovered under the resume policy (``start(resume=)``), in the
+        journal's order: ``resumed`` (``continued_by`` names the continuation), ``declined``,
+        ``failed`` (``error`` says why) or ``exhausted`` (its session's resume budget was spent: not
+        offered). Empty without a resume callback, or when nothing was recovered."""
+        return kept(self)
 
     def recovery_events(self) -> tuple[Event, ...]:
         """Every event the recovery published, in ``seq`` order (1..k): for each run, a

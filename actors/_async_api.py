@@ -34,28 +34,29 @@ from run_supervisor.actors._errors import (
 )
 from run_supervisor.actors._instance_actor import InstanceHooks
 from run_supervisor.actors._journal import JournalSync
-from run_supervisor.actors._link import Link, link_of, renamed, start_run_request
+from run_supervisor.actors._link import Link, link_of
 from run_supervisor.actors._relay import complete
+from run_supervisor.actors._resume import (
+    AsyncResumeCallback,
+    OfferedOnLoop,
+    ResumeOffer,
+    keep,
+    kept,
+    offer_resumes_async,
+)
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors._threads import ThreadBook
-from run_supervisor.actors._validate import (
-    QueuePolicyName,
-    ShutdownReasonName,
-)
 from run_supervisor.protocol import (
     ActionSnapshot,
     AskSnapshot,
     CloseOutcome,
     CoreStatistics,
     Event,
-    QueuePolicy,
     Request,
     RequestOutcome,
-    RetryBudget,
     RunRecovered,
     RunSnapshot,
     SessionSnapshot,
-    ShutdownReason,
     SupervisorCore,
 )
 
@@ -245,7 +246,8 @@ def _cancel_again(frame: FrameType | None) -> None:
     once, so ``asyncio.timeout()`` still takes it for its own); not when the holding call is its
     task's whole coroutine: that task then ends with the call's result."""
     task = asyncio.current_task()
-    if task is None or getattr(task.get_coro(), "cr_frame", None) is frame:
+    whole = getattr(task.get_coro(), "cr_frame", None) if task is not None else None
+    if task is None or whole in (frame, getattr(frame, "f_back", None)):  # f_back: taking()'s method
         return
     task.uncancel()
     task.cancel()
@@ -312,6 +314,8 @@ class AsyncSupervisor:
         directories: Iterable[str | PathLike[str]] = (),
         journal: str | PathLike[str] | None = None,
         journal_sync: JournalSync = "normal",
+        resume: AsyncResumeCallback | None = None,
+        on_start: Callable[[AsyncSupervisor], object] | None = None,
     ) -> _Starting:
         """Start a supervisor, exactly as ``Supervisor.start`` (same arguments, same errors):
         ``directories`` are loaded (generation 1) before it is returned, and if a load fails the
@@ -323,11 +327,32 @@ class AsyncSupervisor:
         ``hooks`` may be ``AsyncInstanceHooks`` (``async def load`` and ``async def dispose``): they
         then run as coroutines on this (the awaiting) loop, with the same budgets as sync hooks (a
         load past ``load_budget_ms`` counts as failed and is left to finish; a dispose past
-        ``dispose_budget_ms`` is reported overran), so an asyncio host's caches need no bridge."""
+        ``dispose_budget_ms`` is reported overran), so an asyncio host's caches need no bridge.
+
+        ``resume`` is the resume policy's callback, as ``Supervisor.start``'s; it may be ``async def``
+        (run as a task on this loop) and its ``Continuation`` may carry an ``async def`` body. The
+        offers are made on this loop once the supervisor has started, before it is returned.
+        ``on_start`` (it may be ``async def``) is called on this loop with the new supervisor once it
+        has recovered, before it loads ``directories`` or offers resumes: subscribe there to see
+        every event after the recovery's."""
 
         async def open_() -> AsyncSupervisor:
+            check.callback("resume", resume, optional=True)
+            check.callback("on_start", on_start, optional=True)
             started: Future[Supervisor] = Future()
-            instance_hooks = _on_loop(hooks, asyncio.get_running_loop())
+            loop = asyncio.get_running_loop()
+            instance_hooks = _on_loop(hooks, loop)
+            made: list[AsyncSupervisor] = []
+
+            async def call_on_start(sync: Supervisor) -> None:
+                assert on_start is not None
+                made.append(cls(sync))
+                result = on_start(made[0])
+                if inspect.isawaitable(result):
+                    await result
+
+            def on_start_on_loop(sync: Supervisor) -> None:  # on the starting thread: the loop is free
+                asyncio.run_coroutine_threadsafe(call_on_start(sync), loop).result()
 
             def starting() -> None:
                 try:
@@ -337,6 +362,8 @@ class AsyncSupervisor:
                         directories=directories,
                         journal=journal,
                         journal_sync=journal_sync,
+                        resume=None if resume is None else OfferedOnLoop(resume),
+                        on_start=None if on_start is None else on_start_on_loop,
                     )
                 except BaseException as exc:
                     complete(started, error=exc)
@@ -345,7 +372,12 @@ class AsyncSupervisor:
 
             threading.Thread(target=starting, name="run-supervisor-starting", daemon=True).start()
             try:  # the sync start bounds itself (request timeout, load budget)
-                return cls(await asyncio.shield(asyncio.wrap_future(started)))
+                sync = await asyncio.shield(asyncio.wrap_future(started))
+                supervisor = made[0] if made else cls(sync)
+                if resume is not None:  # each offer is bounded by the request timeout
+                    timeout = supervisor.config.request_timeout_s
+                    keep(sync, await offer_resumes_async(supervisor, resume, timeout=timeout))
+                return supervisor
             except asyncio.CancelledError:  # the host gave up: shut down what it will not get
                 started.add_done_callback(_shut_down_unwanted)
                 raise
@@ -388,6 +420,10 @@ class AsyncSupervisor:
         ``Supervisor.recovered``); read at start, so this never waits."""
         return self.sync.recovered()
 
+    def resumes(self) -> tuple[ResumeOffer, ...]:
+        """What became of each run recovered under the resume policy (see ``Supervisor.resumes``)."""
+        return kept(self.sync)
+
     def recovery_events(self) -> tuple[Event, ...]:
         """Every event the recovery published (see ``Supervisor.recovery_events``)."""
         return self.sync.recovery_events()
@@ -408,71 +444,24 @@ class AsyncSupervisor:
         limit = check.timeout("timeout", timeout)
         return await self._link.wait(self.sync.submit(request, body=body), limit)
 
-    async def start_run(
-        self,
-        body: RunBody,
-        *,
-        session: str,
-        directory: str | PathLike[str],
-        run_id: str | None = None,
-        resume_of: str | None = None,
-        parent_run_id: str | None = None,
-        deadline_ms: int | None = None,
-        queue_policy: QueuePolicyName | QueuePolicy | None = None,
-        stall_after_ms: int | None = None,
-        interrupt_grace_ms: int | None = None,
-        retry_budget: RetryBudget | None = None,
-        timeout: float | None = None,
-    ) -> AsyncRunHandle:
-        """Start a run (or queue it behind the session's active run), pinned to the directory's
-        current instance generation. Without ``run_id`` one is made (``run-N``), never one a host
-        already used. An ``async def`` body runs as a task on this (the awaiting) loop, with an
-        ``AsyncRunContext``; any other body on its own thread. ``resume_of`` names the finished run
-        it continues (``UnknownRun`` if none is known). ``parent_run_id`` makes it a child
-        run of that active run; ``deadline_ms`` gives it a deadline (from when it becomes active:
-        then it is interrupted, ``timeout``, origin ``deadline``).
-        ``queue_policy`` says what it does while the session is busy
-        (``SessionBusy`` for ``"reject_if_busy"``); ``stall_after_ms`` is its own stall setting;
-        ``interrupt_grace_ms`` its own grace once interrupted; ``retry_budget`` its own retry budget.
-        See ``Supervisor.start_run``.
-
-        Cancelling the await is atomic: the caller still learns the handle. Once the start is sent
-        (at the call's first step) the call waits, whatever cancels it, for the supervisor's
-        answer (bounded by ``timeout``, default ``request_timeout_s``). A start it refused raises
-        ``CancelledError`` (nothing started); a start it took returns the handle, and the
-        cancellation is delivered again at the caller's next ``await`` (so ``asyncio.timeout()``
-        still raises its ``TimeoutError``, with the handle already in the caller's hands); when the
-        call is a task's whole coroutine (``asyncio.wait_for(sup.start_run(...), t)``), that task
-        ends with the handle as its result. Either way no start is left without its handle."""
-        limit = check.timeout("timeout", timeout)
-        check.callback("body", body)
-        request = start_run_request(
-            session=session,
-            directory=directory,
-            run_id=run_id,
-            queue_policy=queue_policy,
-            resume_of=resume_of,
-            parent_run_id=parent_run_id,
-            deadline_ms=deadline_ms,
-            stall_after_ms=stall_after_ms,
-            interrupt_grace_ms=interrupt_grace_ms,
-            retry_budget=retry_budget,
-        )
+    async def _start(self, call: calls.StartCall) -> AsyncRunHandle:
+        """Carry out a start (actors/_calls.py): send it, await the answer, atomically."""
         link = self._link
         loop = asyncio.get_running_loop()
+        limit = link.timeout(call.timeout)
         cancelled = False
         while True:
             finished: Future[RunSnapshot] = Future()
-            call = link.call(request, body, finished, loop)
-            answer = asyncio.wrap_future(call, loop=loop)
-            deadline = loop.time() + link.timeout(limit)
+            sent = link.call(call.request, call.body, finished, loop)
+            answer = asyncio.wrap_future(sent, loop=loop)
+            deadline = loop.time() + limit
             while not answer.done():  # a cancellation waits on for the answer: never half a start
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    call.cancel()
+                    sent.cancel()
                     if cancelled:
                         raise asyncio.CancelledError
-                    raise SupervisorTimeout(f"the supervisor did not answer within {link.timeout(limit)} s")
+                    raise SupervisorTimeout(f"the supervisor did not answer within {limit} s")
                 try:
                     await asyncio.wait({answer}, timeout=remaining)  # never cancels ``answer``
                 except asyncio.CancelledError:
@@ -480,8 +469,8 @@ class AsyncSupervisor:
             try:
                 link.raise_for_rejection(answer.result())
             except RunAlreadyExists:
-                if run_id is None and not cancelled:  # a host took this name meanwhile: the next one
-                    request = renamed(request)
+                if call.fresh and not cancelled:  # a host took this name meanwhile: the next one
+                    call = call.renamed()
                     continue
                 if cancelled:
                     raise asyncio.CancelledError from None
@@ -490,10 +479,12 @@ class AsyncSupervisor:
                 if cancelled:
                     raise asyncio.CancelledError from None
                 raise
-            handle = AsyncRunHandle(self, RunHandle(self.sync, request.run_id, finished))
+            handle = AsyncRunHandle(self, RunHandle(self.sync, call.request.run_id, finished))
             if cancelled:
                 _cancel_again(inspect.currentframe())
             return handle
+
+    start_run = taking(calls.start_run)(_start)
 
     cancel = taking(calls.cancel)(_answer)
 
@@ -567,22 +558,12 @@ class AsyncSupervisor:
 
     # --- shutdown ----------------------------------------------------------------------------
 
-    async def shutdown(
-        self,
-        *,
-        grace_ms: int | None = None,
-        reason: ShutdownReasonName | ShutdownReason = "shutdown",
-        origin: str | None = None,
-        tag: str | None = None,
-    ) -> CloseOutcome:
-        """Interrupt everything with ``reason`` and stop every actor and thread we started; return
-        once the shutdown has completed, with its final outcome (within ``grace_ms`` plus
-        ``stop_timeout_s``: see ``Supervisor.shutdown``). Idempotent: a second call returns the first
-        one's outcome."""
-        request = self._link.shutdown_request(grace_ms=grace_ms, reason=reason, origin=origin, tag=tag)
-        limit = request.grace_ms / 1000.0 + self.config.request_timeout_s  # as the sync shutdown's
+    async def _shut_down(self, call: calls.ShutdownCall) -> CloseOutcome:
+        request, limit = call.for_config(self.config)  # as the sync shutdown's
         await self._link.request_async(request, limit)
         return await self.wait_closed(limit)
+
+    shutdown = taking(calls.shutdown)(_shut_down)
 
     def abandoned_tasks(self) -> tuple[asyncio.Task[Any], ...]:
         """Once the supervisor has shut down: the tasks of the async bodies it abandoned that still

@@ -88,7 +88,9 @@ CREATE TABLE runs (
     reason TEXT,
     origin TEXT,
     action_id TEXT,
-    finished_order INTEGER
+    finished_order INTEGER,
+    epoch INTEGER,                    -- the supervisor's life its generation belongs to
+    resume_count INTEGER              -- continued after a crash this many times in a row
 );
 CREATE INDEX runs_unfinished ON runs (state) WHERE state != 'finished';
 CREATE INDEX runs_finished_order ON runs (finished_order) WHERE finished_order IS NOT NULL;
@@ -218,10 +220,10 @@ class Journal:
         """Everything the previous process left unfinished (nothing after a clean shutdown)."""
         plan = RecoveryPlan(clean=self._meta("clean") != "0")
         rows = self._db.execute(
-            "SELECT run_id, session, directory, generation, parent_run_id, state FROM runs"
-            " WHERE state != 'finished' ORDER BY rowid"
+            "SELECT run_id, session, directory, generation, parent_run_id, state, epoch, resume_count"
+            " FROM runs WHERE state != 'finished' ORDER BY rowid"
         ).fetchall()
-        for run_id, session, directory, generation, parent, state in rows:
+        for run_id, session, directory, generation, parent, state, epoch, resumes in rows:
             parts = self._settled_parts(run_id)
             open_phase = next(
                 (p.phase for p in parts if p.phase is not None and p.state is PartState.INTERRUPTED), None
@@ -238,6 +240,8 @@ class Journal:
                     parts=parts,
                     withdrawn_asks=withdrawn,
                     asks=asks,
+                    epoch=None if epoch is None or state == "queued" else int(epoch),
+                    resume_count=int(resumes or 0),
                 )
             )
         plan.pending_actions = [
@@ -479,7 +483,6 @@ def _open_error(target: Path, exc: sqlite3.Error) -> Exception:
     return JournalUnreadable(f"journal {str(target)!r} is not a readable journal: {_describe(exc)}")
 
 
-
 def _may_have_run(e: Mapping[str, Any]) -> int:
     """What a part's row records as ``tool_started``: whether its tool may have run. More than the
     card says: a card shows ``tool_started`` only once nothing can gate its call any more, while a
@@ -509,9 +512,7 @@ def _settle_part_rows(rows: Iterable[Sequence[Any]]) -> tuple[PartSnapshot, ...]
             )
         else:
             parts.append(
-                part_snapshot(
-                    tool=tool, state=PartState(state), tool_started=bool(started), call_id=call_id
-                )
+                part_snapshot(tool=tool, state=PartState(state), tool_started=bool(started), call_id=call_id)
             )
     return tuple(parts)
 
@@ -650,6 +651,7 @@ def _prepare(db: sqlite3.Connection, target: Path, synchronous: JournalSync) -> 
     if integrity != "ok":
         raise JournalUnreadable(f"journal {str(target)!r} is corrupt ({integrity}); left untouched")
     _add_ask_columns(db)
+    _add_run_columns(db)
     row = db.execute("SELECT value FROM meta WHERE key = 'boot'").fetchone()
     boot = int(row[0]) + 1 if row else 1
     return boot
@@ -669,6 +671,20 @@ def _add_ask_columns(db: sqlite3.Connection) -> None:
                 db.execute(f"ALTER TABLE asks ADD COLUMN {column} TEXT")
 
 
+_RUN_COLUMNS: Final = ("epoch", "resume_count")
+
+
+def _add_run_columns(db: sqlite3.Connection) -> None:
+    """A journal written before runs recorded their life and resume count gains the columns (NULL
+    in the old rows: no epoch known, never resumed). Additive, as ``_add_ask_columns``."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+    missing = [column for column in _RUN_COLUMNS if column not in have]
+    if missing:
+        with _Transaction(db):
+            for column in missing:
+                db.execute(f"ALTER TABLE runs ADD COLUMN {column} INTEGER")
+
+
 def _begin_boot(journal: Journal) -> None:
     with journal._transaction():
         journal._db.execute("UPDATE meta SET value = ? WHERE key = 'boot'", (str(journal.boot),))
@@ -680,19 +696,21 @@ def _begin_boot(journal: Journal) -> None:
 
 def _on_run_queued(j: Journal, e: Mapping[str, Any]) -> None:
     j._db.execute(
-        "INSERT OR REPLACE INTO runs (run_id, session, state, parent_run_id) VALUES (?, ?, 'queued', ?)",
-        (e["run_id"], e["session"], e.get("parent_run_id")),
+        "INSERT OR REPLACE INTO runs (run_id, session, state, parent_run_id, resume_of, resume_count)"
+        " VALUES (?, ?, 'queued', ?, ?, ?)",
+        (e["run_id"], e["session"], e.get("parent_run_id"), e.get("resume_of"), e.get("resume_count", 0)),
     )
 
 
 def _on_run_started(j: Journal, e: Mapping[str, Any]) -> None:
     j._db.execute(
-        "INSERT INTO runs (run_id, session, directory, generation, parent_run_id, resume_of, state)"
-        " VALUES (?, ?, ?, ?, ?, ?, 'active')"
+        "INSERT INTO runs (run_id, session, directory, generation, parent_run_id, resume_of, state, epoch,"
+        " resume_count) VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?)"
         " ON CONFLICT (run_id) DO UPDATE SET session = excluded.session, directory = excluded.directory,"
         " generation = excluded.generation, parent_run_id = excluded.parent_run_id,"
         " resume_of = excluded.resume_of, state = 'active', outcome = NULL, reason = NULL,"
-        " origin = NULL, action_id = NULL, finished_order = NULL",
+        " origin = NULL, action_id = NULL, finished_order = NULL, epoch = excluded.epoch,"
+        " resume_count = excluded.resume_count",
         (
             e["run_id"],
             e["session"],
@@ -700,6 +718,8 @@ def _on_run_started(j: Journal, e: Mapping[str, Any]) -> None:
             e["generation"],
             e.get("parent_run_id"),
             e.get("resume_of"),
+            e.get("epoch"),
+            e.get("resume_count", 0),
         ),
     )
     if j._parts.pop(e["run_id"], None) is not None:  # an id used again: the old run's parts go
@@ -981,10 +1001,13 @@ class JournaledPublisher(Publisher):
                 items.append(item)
 
 
-def start_journal(journal: Journal, core: SupervisorCore, *, retain_finished: int) -> list[Event]:
+def start_journal(
+    journal: Journal, core: SupervisorCore, *, retain_finished: int, resume_budget: int | None = None
+) -> list[Event]:
     """Recover what the previous process left unfinished and begin this process's boot: the journal
     is settled (one transaction) and the core takes the recovered runs on, before any request. Returns
-    the ``run.recovered`` events, in order, for the publisher.
+    the ``run.recovered`` events, in order, for the publisher. ``resume_budget`` is the resume
+    policy's (None: none): the core decides with it which runs are offered (``resume_verdict``).
 
     If the journal cannot be written (a full disk), it is let go and ``JournalFailed`` says why:
     the supervisor does not start."""
@@ -999,4 +1022,6 @@ def start_journal(journal: Journal, core: SupervisorCore, *, retain_finished: in
     except BaseException:
         journal.abandon()
         raise
-    return [command.event for command in core.recover(plan.runs) if isinstance(command, Emit)]
+    core.epoch = journal.boot  # this life: its generations and runs carry it
+    commands = core.recover(plan.runs, resume_budget=resume_budget)
+    return [command.event for command in commands if isinstance(command, Emit)]

@@ -103,6 +103,8 @@ CREATE TABLE IF NOT EXISTS rs_runs (
     finished_order BIGINT,
     PRIMARY KEY (shard, run_id)
 );
+ALTER TABLE rs_runs ADD COLUMN IF NOT EXISTS epoch BIGINT;  -- the life its generation belongs to
+ALTER TABLE rs_runs ADD COLUMN IF NOT EXISTS resume_count INTEGER;  -- continued after a crash, in a row
 CREATE INDEX IF NOT EXISTS rs_runs_unfinished ON rs_runs (shard, seq) WHERE state != 'finished';
 CREATE INDEX IF NOT EXISTS rs_runs_finished_order ON rs_runs (shard, finished_order)
     WHERE finished_order IS NOT NULL;
@@ -314,11 +316,11 @@ class PgJournal(Journal):
     def read_recovery(self) -> RecoveryPlan:
         plan = RecoveryPlan(clean=self._was_clean)
         rows = self._pg.execute(
-            "SELECT run_id, session, directory, generation, parent_run_id, state FROM rs_runs"
-            " WHERE shard = %s AND state != 'finished' ORDER BY seq",
+            "SELECT run_id, session, directory, generation, parent_run_id, state, epoch, resume_count"
+            " FROM rs_runs WHERE shard = %s AND state != 'finished' ORDER BY seq",
             (self.shard,),
         ).fetchall()
-        for run_id, session, directory, generation, parent, state in rows:
+        for run_id, session, directory, generation, parent, state, epoch, resumes in rows:
             parts = self._settled_parts(run_id)
             open_phase = next(
                 (p.phase for p in parts if p.phase is not None and p.state is PartState.INTERRUPTED), None
@@ -335,6 +337,8 @@ class PgJournal(Journal):
                     parts=parts,
                     withdrawn_asks=withdrawn,
                     asks=asks,
+                    epoch=None if epoch is None or state == "queued" else int(epoch),
+                    resume_count=int(resumes or 0),
                 )
             )
         plan.pending_actions = [
@@ -639,21 +643,29 @@ def _open_error(target: JournalTarget, exc: BaseException) -> Exception:
 def _on_run_queued(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
     cur.execute("DELETE FROM rs_runs WHERE shard = %s AND run_id = %s", (j.shard, e["run_id"]))
     cur.execute(
-        "INSERT INTO rs_runs (shard, run_id, session, state, parent_run_id)"
-        " VALUES (%s, %s, %s, 'queued', %s)",
-        (j.shard, e["run_id"], e["session"], e.get("parent_run_id")),
+        "INSERT INTO rs_runs (shard, run_id, session, state, parent_run_id, resume_of, resume_count)"
+        " VALUES (%s, %s, %s, 'queued', %s, %s, %s)",
+        (
+            j.shard,
+            e["run_id"],
+            e["session"],
+            e.get("parent_run_id"),
+            e.get("resume_of"),
+            e.get("resume_count", 0),
+        ),
     )
 
 
 def _on_run_started(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
     cur.execute(
-        "INSERT INTO rs_runs (shard, run_id, session, directory, generation, parent_run_id, resume_of, state)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, 'active')"
+        "INSERT INTO rs_runs (shard, run_id, session, directory, generation, parent_run_id, resume_of, state,"
+        " epoch, resume_count) VALUES (%s, %s, %s, %s, %s, %s, %s, 'active', %s, %s)"
         " ON CONFLICT (shard, run_id) DO UPDATE SET session = excluded.session,"
         " directory = excluded.directory,"
         " generation = excluded.generation, parent_run_id = excluded.parent_run_id,"
         " resume_of = excluded.resume_of, state = 'active', outcome = NULL, reason = NULL,"
-        " origin = NULL, action_id = NULL, finished_order = NULL",
+        " origin = NULL, action_id = NULL, finished_order = NULL, epoch = excluded.epoch,"
+        " resume_count = excluded.resume_count",
         (
             j.shard,
             e["run_id"],
@@ -662,6 +674,8 @@ def _on_run_started(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
             e["generation"],
             e.get("parent_run_id"),
             e.get("resume_of"),
+            e.get("epoch"),
+            e.get("resume_count", 0),
         ),
     )
     if j._parts.pop(e["run_id"], None) is not None:

@@ -8,6 +8,7 @@ from run_supervisor.protocol._commands import *  # noqa: F403
 from run_supervisor.protocol._core import CoreStatistics as CoreStatistics
 from run_supervisor.protocol._core import Report as Report
 from run_supervisor.protocol._core import SupervisorCore as SupervisorCore
+from run_supervisor.protocol._core import resume_verdict as resume_verdict
 from run_supervisor.protocol._enums import *  # noqa: F403
 from run_supervisor.protocol._events import *  # noqa: F403
 from run_supervisor.protocol._lifecycle import ActionSnapshot as ActionSnapshot

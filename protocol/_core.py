@@ -46,6 +46,7 @@ from run_supervisor.protocol._enums import (
     RejectCode,
     ReloadPolicy,
     RequestResult,
+    ResumeVerdict,
     RunState,
     SessionStatus,
     WithdrawReason,
@@ -117,7 +118,7 @@ from run_supervisor.protocol._rules import (
 )
 from run_supervisor.protocol._stalls import StallsMixin
 
-__all__ = ["ActionSnapshot", "CoreStatistics", "Report", "ReportEcho", "SupervisorCore"]
+__all__ = ["ActionSnapshot", "CoreStatistics", "Report", "ReportEcho", "SupervisorCore", "resume_verdict"]
 
 Report = (
     StepReport
@@ -214,8 +215,14 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         queue_policy: QueuePolicy = QueuePolicy.QUEUE,
         interrupt_grace_ms: int | None = None,
         retry_budget: RetryBudget | None = None,
+        epoch: int | None = None,
     ) -> None:
         self.dispose_budget_ms = dispose_budget_ms
+        self.epoch = epoch
+        """Which life of its journal this core is (the journal's boot, or its PostgreSQL lease
+        epoch; None without one): every generation it loads, and every run it starts, carries it
+        (``instance.*``, ``run.started``, ``run.finished``, ``RunSnapshot``), so generation 1 of one
+        life and generation 1 of the next are told apart."""
         problem = _budget_problem(retry_budget)
         if problem is not None:
             raise ValueError(problem)
@@ -294,14 +301,20 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         if self._shutdown is None and known.current is None:
             self._load(directory, LoadCause.LOAD)
 
-    def recover(self, runs: Iterable[RecoveredRun]) -> list[Command]:
+    def recover(self, runs: Iterable[RecoveredRun], *, resume_budget: int | None = None) -> list[Command]:
         """Take on the runs a dead process left unfinished (read from its journal); call it before
         any request. Each is known from now on as finished, ``interrupted`` with reason ``crash``
         (so ``resume_of`` may name it and its id is not reused while it is remembered), and is
-        announced by a ``run.recovered`` event."""
-        return self._atomically(self._recover, tuple(runs))
+        announced by a ``run.recovered`` event.
 
-    def _recover(self, runs: tuple[RecoveredRun, ...]) -> None:
+        ``resume_budget`` (None: no resume policy) decides, for each top-level run, whether the
+        host's resume callback is offered it (``resume_verdict``): its ``run.recovered`` says
+        ``offered`` or ``exhausted``."""
+        if resume_budget is not None and resume_budget < 0:
+            raise ValueError(f"resume_budget must be >= 0 or None, got {resume_budget}")
+        return self._atomically(self._recover, tuple(runs), resume_budget)
+
+    def _recover(self, runs: tuple[RecoveredRun, ...], resume_budget: int | None = None) -> None:
         for recovered in runs:
             if recovered.run_id in self._runs:
                 continue
@@ -315,6 +328,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 parent=recovered.parent_run_id,
                 state=RunState.INTERRUPTED,
                 generation=recovered.generation,
+                epoch=recovered.epoch if recovered.generation is not None else None,
+                resume_count=recovered.resume_count,
                 interrupt=interrupt,
                 parts=[
                     _Part(
@@ -392,6 +407,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                     parent_run_id=recovered.parent_run_id,
                     parts=recovered.parts,
                     withdrawn_asks=recovered.withdrawn_asks,
+                    epoch=run.epoch,
+                    resume_count=run.resume_count,
+                    resume=resume_verdict(recovered, resume_budget),
                 )
             )
 
@@ -501,6 +519,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             stalled=run.stalled,
             retry_attempt=run.last_retry[0] if run.last_retry is not None else None,
             retry_message=run.last_retry[1] if run.last_retry is not None else None,
+            epoch=run.epoch if run.generation is not None else None,
+            resume_count=run.resume_count,
         )
 
     def report_echo(self, run_id: str, call_id: str | None = None) -> ReportEcho | None:
@@ -630,11 +650,13 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 f"{policy.value} starts a run only in an idle session",
             )
             return
+        resumed = self._runs.get(req.resume_of) if req.resume_of is not None else None
         run = _Run(
             id=req.run_id,
             session=req.session,
             directory=req.directory,
             resume_of=req.resume_of,
+            resume_count=_resume_count(resumed),
             parent=req.parent_run_id,
             deadline_ms=req.deadline_ms,
             interrupt_grace_ms=req.interrupt_grace_ms,
@@ -671,6 +693,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                     session=run.session,
                     parent_run_id=run.parent,
                     queue_policy=policy,
+                    resume_of=run.resume_of,
+                    resume_count=run.resume_count,
                 )
             )
         self._reply(reply_to, _OK)
@@ -750,6 +774,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         self._touch(instance)
         self._touch(session)
         run.generation = instance.generation
+        run.epoch = instance.epoch
         self._journal.add(instance.runs, run.id)
         if session.active is None:
             self._move_session(session, SessionTrigger.START, None)  # announced busy
@@ -767,6 +792,8 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 resume_of=run.resume_of,
                 parent_run_id=run.parent,
                 deadline_ms=run.deadline_ms,
+                epoch=run.epoch,
+                resume_count=run.resume_count,
             )
         )
         self._out.append(
@@ -1134,6 +1161,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 parts=self._part_snapshots(run),
                 retry_attempt=run.last_retry[0] if run.last_retry is not None else None,
                 retry_message=run.last_retry[1] if run.last_retry is not None else None,
+                epoch=run.epoch if run.generation is not None else None,
             )
         )
         self._remember_finished(run.id)
@@ -1207,7 +1235,10 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         self._journal.drop(self._deferred_loads, name)  # whatever loads it, a deferred load is done
         directory.last_generation += 1
         instance = _Instance(
-            directory=name, generation=directory.last_generation, fingerprint=directory.fingerprint
+            directory=name,
+            generation=directory.last_generation,
+            fingerprint=directory.fingerprint,
+            epoch=self.epoch,
         )
         self._journal.fresh(instance)
         directory.current = instance
@@ -1220,6 +1251,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 generation=instance.generation,
                 fingerprint=instance.fingerprint,
                 cause=cause,
+                epoch=instance.epoch,
             )
         )
         self._out.append(LoadInstance(directory=name, generation=instance.generation))
@@ -1296,6 +1328,29 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
 
 
 _OK = RequestOutcome(result=RequestResult.OK)
+
+
+def resume_verdict(recovered: RecoveredRun, budget: int | None) -> ResumeVerdict | None:
+    """The resume policy's decision for a run recovered after a crash: None without a policy
+    (``budget`` None) and for a child run (its parent's continuation starts its own children);
+    ``offered`` while its turn has been continued fewer than ``budget`` times in a row
+    (``RecoveredRun.resume_count``), else ``exhausted``."""
+    if budget is None or recovered.parent_run_id is not None:
+        return None
+    return ResumeVerdict.OFFERED if recovered.resume_count < budget else ResumeVerdict.EXHAUSTED
+
+
+def _resume_count(resumed: _Run | None) -> int:
+    """A new run's ``resume_count``: one more than the run it resumes if that run ended ``crash``
+    (a continuation after a restart), else 0 (a fresh turn, or a host continuing a turn a user, a
+    close or a deadline stopped)."""
+    crashed = (
+        resumed is not None
+        and resumed.interrupt is not None
+        and resumed.state is RunState.INTERRUPTED
+        and resumed.interrupt.reason is InterruptReason.CRASH
+    )
+    return resumed.resume_count + 1 if crashed and resumed is not None else 0
 
 
 def _budget_problem(budget: RetryBudget | None) -> str | None:

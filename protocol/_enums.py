@@ -25,6 +25,8 @@ __all__ = [
     "RejectCode",
     "ReloadPolicy",
     "RequestResult",
+    "ResumeResult",
+    "ResumeVerdict",
     "RunState",
     "SessionStatus",
     "ShutdownReason",
@@ -322,3 +324,33 @@ class LoadCause(StrEnum):
     """An eager reload loaded it with its request (or a reload found nothing open to wait for)."""
     PREVIOUS_CLOSED = "previous_closed"
     """A lazy reload deferred it, and the directory's last old generation has just closed."""
+
+
+class ResumeVerdict(StrEnum):
+    """What the resume policy decided for a run recovered after a crash (``run.recovered``'s
+    ``resume``; null when the supervisor has no resume policy, and for a child run, whose parent's
+    continuation starts children of its own).
+
+    A session's crashed turn is continued at most ``resume_budget`` times in a row: a run resumed
+    after a crash counts one more than the run it resumes (``resume_count``), and the count survives
+    restarts in the journal. Decided by the core (``SupervisorCore.recover``)."""
+
+    OFFERED = "offered"
+    """Its resume count is below the budget: the host's resume callback is offered it, once."""
+    EXHAUSTED = "exhausted"
+    """Its session has spent its resume budget on this turn: it is not offered, and the turn ends
+    here (``interrupted``, reason ``crash``)."""
+
+
+class ResumeResult(StrEnum):
+    """What became of a run recovered under a resume policy (``Supervisor.resumes()``)."""
+
+    RESUMED = "resumed"
+    """The callback answered with a continuation, and it was started (``resume_of`` names the run)."""
+    DECLINED = "declined"
+    """The callback answered None: the turn ends here."""
+    FAILED = "failed"
+    """The callback raised, did not answer within its bound, answered something that is not a
+    continuation, or the continuation's start was refused: ``error`` says which. The turn ends here."""
+    EXHAUSTED = "exhausted"
+    """Not offered: its session's resume budget was spent (``ResumeVerdict.EXHAUSTED``)."""

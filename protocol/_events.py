@@ -23,6 +23,7 @@ from run_supervisor.protocol._enums import (
     Phase,
     QueuePolicy,
     ReloadPolicy,
+    ResumeVerdict,
     SessionStatus,
     StepKind,
     WithdrawReason,
@@ -68,6 +69,10 @@ class InstanceStarted(_Event, frozen=True, tag="instance.started"):
     cause: LoadCause = LoadCause.LOAD
     """Why it was loaded now: the host loaded it, a run needed it, a reload loaded it at once, or the
     last old generation closed after a lazy reload."""
+    epoch: int | None = None
+    """The life of the supervisor this generation belongs to (``Supervisor.epoch``: the journal's
+    boot, or its PostgreSQL lease epoch; null without a journal): generation 1 of one life and
+    generation 1 of the next are told apart by it."""
 
 
 class InstanceClosed(_Event, frozen=True, tag="instance.closed"):
@@ -75,6 +80,10 @@ class InstanceClosed(_Event, frozen=True, tag="instance.closed"):
     generation: int
     error: str | None = None
     """Set when the dispose hook raised or overran its budget; the instance counts as closed anyway."""
+    epoch: int | None = None
+    """The life of the supervisor this generation belongs to (``Supervisor.epoch``: the journal's
+    boot, or its PostgreSQL lease epoch; null without a journal): generation 1 of one life and
+    generation 1 of the next are told apart by it."""
 
 
 class RunQueued(_Event, frozen=True, tag="run.queued"):
@@ -85,6 +94,10 @@ class RunQueued(_Event, frozen=True, tag="run.queued"):
     queue_policy: QueuePolicy = QueuePolicy.QUEUE
     """The policy it was queued under (its start's, or its session's default): ``queue`` or
     ``coalesce`` (a ``reject_if_busy`` start is never queued)."""
+    resume_of: str | None = None
+    """The finished run it continues (``start_run(..., resume_of=...)``), if any."""
+    resume_count: int = 0
+    """How many times in a row its turn has been continued after a crash (see ``run.started``)."""
 
 
 class RunStarted(_Event, frozen=True, tag="run.started"):
@@ -99,6 +112,12 @@ class RunStarted(_Event, frozen=True, tag="run.started"):
     deadline_ms: int | None = None
     """Its deadline, counted from this event: past it the run is interrupted (``timeout``,
     origin ``deadline``). Null: none."""
+    epoch: int | None = None
+    """The life of the supervisor its ``generation`` belongs to (see ``instance.started``)."""
+    resume_count: int = 0
+    """How many times in a row this turn has been continued after a crash: one more than the run it
+    resumes if that run ended ``crash``, else 0. The resume policy offers a recovered run only while
+    this is below its budget (``ResumeVerdict``)."""
 
 
 class StepStarted(_Event, frozen=True, tag="run.step.started"):
@@ -169,6 +188,9 @@ class RunFinished(_Event, frozen=True, tag="run.finished"):
     budget..."""
     retry_message: str | None = None
     """...and that retry's message (the provider's error): a turn stopped while retrying keeps it."""
+    epoch: int | None = None
+    """The life of the supervisor its ``generation`` belongs to (see ``instance.started``; null
+    with ``generation``)."""
 
 
 class RunRecovered(_Event, frozen=True, tag="run.recovered"):
@@ -189,6 +211,15 @@ class RunRecovered(_Event, frozen=True, tag="run.recovered"):
     UI whether the tool may have run."""
     withdrawn_asks: tuple[str, ...]
     """Asks that were waiting for the user; they can no longer be answered."""
+    epoch: int | None = None
+    """The life its ``generation`` belonged to: the process that died (null when the journal did
+    not record it, or the run never started)."""
+    resume_count: int = 0
+    """How many times in a row its turn had been continued after a crash (``run.started``'s)."""
+    resume: ResumeVerdict | None = None
+    """What the resume policy decided: ``offered`` (the host's resume callback is offered it once)
+    or ``exhausted`` (its session's resume budget is spent: the turn ends here). Null: no resume
+    policy, or a child run."""
 
 
 class SessionStatusChanged(_Event, frozen=True, tag="session.status"):

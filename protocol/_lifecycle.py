@@ -563,6 +563,7 @@ class LifecycleMixin:
                 directory=instance.directory,
                 generation=instance.generation,
                 error=error,
+                epoch=instance.epoch,
             )
         )
         self._load_deferred(directory)  # before the actions move: a reload is answered after it

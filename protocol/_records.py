@@ -73,6 +73,8 @@ class _Run:
     error: str | None = None
     abandoned: bool = False
     resume_of: str | None = None
+    resume_count: int = 0  # continued after a crash this many times in a row (``run.started``'s)
+    epoch: int | None = None  # the life its generation belongs to (recovered: the dead process's)
     parent: str | None = None  # the run it is a child of
     children: list[str] = field(default_factory=list)  # in start order
     ended: tuple[RunTrigger, str | None] | None = None
@@ -118,6 +120,7 @@ class _Instance:
     runs: set[str] = field(default_factory=set)  # runs pinned here that have not finished
     closers: list[str] = field(default_factory=list)  # actions waiting for it to close
     fingerprint: str | None = None  # what it was loaded with (the no-op gate compares it)
+    epoch: int | None = None  # the supervisor's life it was loaded in (``SupervisorCore.epoch``)
 
     @property
     def key(self) -> tuple[str, int]:

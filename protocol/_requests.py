@@ -365,6 +365,12 @@ class RecoveredRun(msgspec.Struct, frozen=True, kw_only=True):
     """Every ask of the run the journal described, as it ended (those open at the crash
     ``withdrawn``, reason ``interrupted``): a late reply after the restart is told what became of its
     ask, as before the crash."""
+    epoch: int | None = None
+    """The life of the supervisor its ``generation`` belonged to, as the journal recorded it (None:
+    a journal from before epochs were recorded, or a run that never started)."""
+    resume_count: int = 0
+    """How many times in a row its turn had been continued after a crash (``run.started``'s
+    ``resume_count``, as the journal recorded it)."""
 
 
 class GraceExpired(msgspec.Struct, frozen=True):
@@ -472,6 +478,11 @@ class RunSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """The last retry its body reported (accepted), if any: the attempt it announced..."""
     retry_message: str | None = None
     """...and why (the provider's error): kept after the retry is over, and through its end."""
+    epoch: int | None = None
+    """The life of the supervisor its ``generation`` belongs to (``Supervisor.epoch``; None without
+    a journal, or with ``generation``)."""
+    resume_count: int = 0
+    """How many times in a row its turn has been continued after a crash (``run.started``'s)."""
 
 
 class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):

@@ -388,6 +388,12 @@ class Scenario:
     """An extension: the supervisor's ``retry_attempts`` (every run's retry budget in attempts)."""
     retry_backoff_ms: int | None = None
     """An extension: the supervisor's ``retry_backoff_ms`` (every run's budget of total backoff)."""
+    resumes: Mapping[str, str] | None = None
+    """An extension: the resume policy of every supervisor started after a crash or a restart
+    (``Supervisor.start(resume=)``): a run of this file it recovers -> the ``manual`` run of this
+    file that continues it (a recovered run not listed is declined). None: no resume policy."""
+    resume_budget: int | None = None
+    """An extension: the supervisor's ``resume_budget`` (None: its default, 1)."""
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -840,6 +846,8 @@ class _ScenarioModel(_Model):
     interrupt_grace_ms: _Ms | None = None
     retry_attempts: Annotated[StrictInt, Field(ge=0, le=10**6)] | None = None
     retry_backoff_ms: _Ms | None = None
+    resumes: dict[_Id, _Id] | None = None
+    resume_budget: Annotated[StrictInt, Field(ge=0, le=10**6)] | None = None
 
 
 class _RunExpectModel(_Model):
@@ -1290,6 +1298,7 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
     runs = tuple(_build_run(index, run) for index, run in enumerate(model.runs))
     action_ids = _check_namespace(model.runs, model.actions)
     _check_parents(runs)
+    _check_resumes(model.resumes, runs)
     sessions = tuple(dict.fromkeys(run.session for run in runs))
     load_gates = tuple(
         sorted({f.load_gate for f in model.instance_faults.values() if f.load_gate is not None})
@@ -1347,7 +1356,34 @@ def _build(document: dict[str, Any], file: str) -> Scenario:
         interrupt_grace_ms=model.interrupt_grace_ms,
         retry_attempts=model.retry_attempts,
         retry_backoff_ms=model.retry_backoff_ms,
+        resumes=None if model.resumes is None else MappingProxyType(dict(model.resumes)),
+        resume_budget=model.resume_budget,
     )
+
+
+def _check_resumes(resumes: Mapping[str, str] | None, runs: Sequence[RunSpec]) -> None:
+    """Each entry of ``resumes`` names a run of the file and the ``manual`` run of the file, in the
+    same session, that continues it (and, if it names one, resumes that run); no run continues two."""
+    by_id = {run.id: run for run in runs}
+    taken: dict[str, str] = {}
+    for recovered, continuation in (resumes or {}).items():
+        if recovered not in by_id:
+            raise _InvalidError(_key("resumes", recovered), f"{recovered!r} names no run of this file")
+        run = by_id.get(continuation)
+        key = _key("resumes", recovered)
+        if run is None or continuation == recovered:
+            raise _InvalidError(key, f"{continuation!r} names no other run of this file")
+        if run.start is not RunStart.MANUAL:
+            raise _InvalidError(
+                key, f'{continuation!r} must be a start = "manual" run (the policy starts it)'
+            )
+        if run.session != by_id[recovered].session:
+            raise _InvalidError(key, f"{continuation!r} runs in session {run.session!r}, not the turn's own")
+        if run.resume_of not in (None, recovered):
+            raise _InvalidError(key, f"{continuation!r} resumes {run.resume_of!r}, not {recovered!r}")
+        if continuation in taken:
+            raise _InvalidError(key, f"{continuation!r} already continues {taken[continuation]!r}")
+        taken[continuation] = recovered
 
 
 def _check_load_faults(model: _ScenarioModel) -> None:

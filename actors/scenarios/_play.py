@@ -36,6 +36,7 @@ import msgspec
 from msgspec import UNSET
 
 from run_supervisor.actors import (
+    Continuation,
     Gate,
     LoadFailed,
     RunContext,
@@ -144,6 +145,8 @@ def _config(scenario: Scenario) -> SupervisorConfig:
         retry_attempts=scenario.retry_attempts,
         retry_backoff_ms=scenario.retry_backoff_ms,
     )
+    if scenario.resume_budget is not None:
+        config = config.model_copy(update={"resume_budget": scenario.resume_budget})
     if scenario.load_budget_ms is None:
         return config
     return config.model_copy(update={"load_budget_ms": scenario.load_budget_ms})
@@ -579,13 +582,7 @@ class _Player:
                     self._fire(WhenKind.BEGIN.value)
         self.checker = InvariantChecker()
         self.sessions = dict.fromkeys(self.sessions, SessionStatus.IDLE)  # a new process: nothing busy
-        assert self.hooks is not None
-        self.supervisor = Supervisor.start(_config(self.scenario), hooks=self.hooks, journal=self.journal)
-        self.inbox = self.supervisor.subscribe()
-        self.ended = False
-        self.declare()
-        for recovered in self.supervisor.recovery_events():
-            self._on_event(recovered)
+        self._next_life()
 
     def _name_session_action(self, action_id: str, file_id: str) -> None:
         """A session cancel or delete names its runs' ends by the supervisor's id (``cs-N``), known to
@@ -651,15 +648,47 @@ class _Player:
         self.checker = InvariantChecker()
         self.lifecycle_ids = {}  # the new supervisor names its actions afresh
         self.sessions = dict.fromkeys(self.sessions, SessionStatus.IDLE)
-        self.supervisor = Supervisor.start(_config(self.scenario), hooks=self.hooks, journal=self.journal)
-        self.inbox = self.supervisor.subscribe()
+        self._next_life()
+        held, self.held = self.held, None
+        for name in held:
+            self._fire(name)
+
+    def _next_life(self) -> None:
+        """A new supervisor on the same run journal: it recovers what is unfinished, then (with the
+        file's ``resumes``) offers each recovered run to the runner's resume callback, which answers
+        the run the file names. The runner subscribes before the offers (``on_start``), so every
+        event after the recovery's is in the timeline; the recovery's enter it first."""
+        assert self.hooks is not None
+        inbox: list[Subscription] = []
+        self.supervisor = Supervisor.start(
+            _config(self.scenario),
+            hooks=self.hooks,
+            journal=self.journal,
+            resume=None if self.scenario.resumes is None else self._continuation,
+            on_start=lambda supervisor: inbox.append(supervisor.subscribe()),
+        )
+        (self.inbox,) = inbox
         self.ended = False
         self.declare()
         for recovered in self.supervisor.recovery_events():
             self._on_event(recovered)
-        held, self.held = self.held, None
-        for name in held:
-            self._fire(name)
+
+    def _continuation(self, recovered: RunRecovered) -> Continuation | None:
+        """The file's resume policy: the run that continues ``recovered`` (None: it is declined)."""
+        assert self.scenario.resumes is not None
+        follow = self.scenario.resumes.get(recovered.run_id)
+        if follow is None:
+            return None
+        spec = self.runs[follow].spec
+        return Continuation(
+            body=self._body(spec),
+            directory=spec.directory,
+            run_id=spec.id,
+            deadline_ms=spec.deadline_ms,
+            queue_policy=spec.queue_policy,
+            interrupt_grace_ms=spec.interrupt_grace_ms,
+            retry_budget=spec.retry_budget,
+        )
 
     def _read_to_end(self, limit: float) -> None:
         """Enter every event of the current subscription until its stream ends (bounded)."""

@@ -55,6 +55,8 @@ if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the
     from run_supervisor.protocol import ReloadPolicy as ReloadPolicy
     from run_supervisor.protocol import RequestOutcome as RequestOutcome
     from run_supervisor.protocol import RequestResult as RequestResult
+    from run_supervisor.protocol import ResumeResult as ResumeResult
+    from run_supervisor.protocol import ResumeVerdict as ResumeVerdict
     from run_supervisor.protocol import RunSnapshot as RunSnapshot
     from run_supervisor.protocol import RunState as RunState
     from run_supervisor.protocol import SessionSnapshot as SessionSnapshot
