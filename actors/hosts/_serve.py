@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import sqlite3
 import stat
 import sys
 from collections.abc import Callable, Iterable
@@ -196,7 +195,7 @@ def serve_command(args: argparse.Namespace) -> int:
         cors_origins=tuple(args.allow_origin),
     )
     settings.allow_port(args.host, port)
-    caches = RemoteCaches()  # a host may register to own the caches out of process
+    caches = RemoteCaches(default_lease_ms=args.lease_ms)  # a host may keep the caches out of process
     supervisor = _start_supervisor("serve", args, hooks=caches)
     if supervisor is None:
         sock.close()
@@ -344,7 +343,11 @@ def _start_supervisor(
         )
     except JournalError as exc:
         sys.stderr.write(f"run-supervisor {command}: {exc}\n")
-    except (OSError, sqlite3.Error) as exc:  # what the journal did not name itself
+    except Exception as exc:  # what the journal did not name itself: an OSError, or SQLite's own error
+        import sqlite3  # loaded already where a journal was given: a start without one never loads SQLite
+
+        if not isinstance(exc, OSError | sqlite3.Error):
+            raise
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         sys.stderr.write(
             f"run-supervisor {command}: journal {str(args.journal)!r}: cannot use it ({detail})\n"
