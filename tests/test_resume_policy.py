@@ -432,3 +432,79 @@ def test_a_resumes_entry_must_name_a_manual_run_of_the_turns_session(
     with pytest.raises(ScenarioFileError) as refused:
         parse_scenario(_story(top, session=session, start=start), file="resume.toml", fmt="toml")
     assert says in str(refused.value)
+
+
+def test_a_continuation_still_queued_at_a_crash_keeps_its_resume_count(
+    journal: Path | str, opened: list[Supervisor]
+) -> None:
+    crash_while_streaming(opened, journal)
+    blocking = threading.Event()
+
+    def busy_first(sup: Supervisor) -> None:  # before the offers: the continuation queues behind it
+        sup.start_run(streaming_then(blocking), session="s1", directory="/w/a", run_id="blocker")
+
+    second = start(
+        opened, journal, resume=lambda event: Continuation(body=finishing, run_id="r2"), on_start=busy_first
+    )
+    assert [(o.run_id, o.result, o.continued_by) for o in second.resumes()] == [
+        ("r1", ResumeResult.RESUMED, "r2")
+    ]
+    queued = second.run("r2")
+    assert queued is not None and queued.state == "queued" and queued.resume_count == 1
+    assert blocking.wait(WAIT_S)
+    simulate_crash(second)
+
+    third = start(opened, journal, resume=Offers(lambda event: None))
+    counts = {e.run_id: (e.generation, e.resume_count, e.resume) for e in third.recovered()}
+    assert counts == {"blocker": (1, 0, ResumeVerdict.OFFERED), "r2": (None, 1, ResumeVerdict.EXHAUSTED)}
+
+
+def test_on_start_sees_every_event_after_the_recovery_and_one_that_raises_fails_the_start(
+    journal: Path | str, opened: list[Supervisor]
+) -> None:
+    crash_while_streaming(opened, journal)
+    logs: list[EventLog] = []
+    after = start(
+        opened,
+        journal,
+        directories=["/w/a"],
+        resume=lambda event: Continuation(body=finishing, run_id="r2"),
+        on_start=lambda sup: logs.append(EventLog(sup)),
+    )
+    (log,) = logs
+    log.wait_for("run.finished", run_id="r2", timeout=WAIT_S)
+    kinds = [type(e).__name__ for e in log.events if isinstance(e, InstanceStarted | RunStarted)]
+    log.close()
+    assert kinds == ["InstanceStarted", "RunStarted"]  # the load's and the continuation's
+    assert after.recovery_events()[-1].seq < log.events[0].seq
+
+    def broken(sup: Supervisor) -> None:
+        raise RuntimeError("no hub")
+
+    with pytest.raises(RuntimeError, match="no hub"):
+        Supervisor.start(CONFIG, on_start=broken)
+
+
+def test_a_journal_from_before_epochs_were_recorded_gains_the_columns_and_names_no_epoch(
+    tmp_path: Path, opened: list[Supervisor]
+) -> None:
+    import sqlite3
+
+    journal = tmp_path / "old.journal"
+    crash_while_streaming(opened, journal)
+    with sqlite3.connect(journal) as db:  # as a journal written before the columns existed
+        db.execute("ALTER TABLE runs DROP COLUMN epoch")
+        db.execute("ALTER TABLE runs DROP COLUMN resume_count")
+
+    after = start(opened, journal, resume=Offers(lambda event: None))
+    (recovered,) = after.recovered()
+    assert (recovered.run_id, recovered.generation, recovered.epoch, recovered.resume_count) == (
+        "r1",
+        1,
+        None,
+        0,
+    )
+    assert recovered.resume is ResumeVerdict.OFFERED
+    with sqlite3.connect(journal) as db:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+    assert {"epoch", "resume_count"} <= columns
