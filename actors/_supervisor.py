@@ -50,6 +50,7 @@ from run_supervisor.protocol import (
     GraceExpired,
     Heartbeat,
     InterruptGraceExpired,
+    LoadDone,
     LoadInstance,
     NoProgress,
     PartReport,
@@ -87,6 +88,7 @@ _REPORTS = (
     WithdrawAsk,
     BodyEnded,
     DisposeDone,
+    LoadDone,
     GraceExpired,
     DeadlineExpired,
     RetryReport,
@@ -256,6 +258,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._finishing: dict[str, tuple[Future[Any], str, str]] = {}  # run -> (future, session, dir)
         self._loads: dict[str, Loading] = {}  # directory -> the load of its latest instance
         self._loaded: dict[tuple[str, int], Future[str | None]] = {}  # each instance's load
+        self._load_waits: dict[tuple[str, int], Future[str | None]] = {}  # loads not yet told the core
         self._publisher = publisher
         self._view = view
         self.timers = Timers(threads) if timers is None else timers
@@ -345,6 +348,8 @@ class SessionSupervisor(pykka.ThreadingActor):
     def _receive(self, message: Any) -> None:
         if isinstance(message, _REPORTS):
             self._staged.append((message, self.core.report(message), None))
+            if isinstance(message, LoadDone):
+                self._loaded_answer(message)
         elif isinstance(message, Submit):
             self._submit(message)
         elif isinstance(message, CheckStall):
@@ -426,7 +431,10 @@ class SessionSupervisor(pykka.ThreadingActor):
                 self._shutdown_complete(command)
 
     def _load(self, command: LoadInstance) -> None:
-        done: Future[str | None] = Future()
+        done: Future[str | None] = Future()  # answered once the core has heard the load end
+        hook: Future[str | None] = Future()  # the load hook's end, on its thread: told as LoadDone
+        self._load_waits[(command.directory, command.generation)] = done
+        hook.add_done_callback(self._tell_loaded(command, done))
         loading = Loading(
             directory=command.directory,
             generation=command.generation,
@@ -441,10 +449,33 @@ class SessionSupervisor(pykka.ThreadingActor):
             self._hooks,
             self.actor_ref,
             self._threads,
-            loaded=done,
+            loaded=hook,
             load_deadline=loading.deadline,
             load_budget_ms=self._load_budget_ms,
         )
+
+    def _tell_loaded(
+        self, command: LoadInstance, done: Future[str | None]
+    ) -> Callable[[Future[str | None]], None]:
+        """What tells the core a load ended (``LoadDone``: ``instance.ready`` if it returned), on
+        whichever thread ends it. Whoever waits for the load (``done``) learns it after the core's
+        events of it (``_loaded_answer``), or at once when this actor has stopped."""
+        me = self.actor_ref
+
+        def told(hook: Future[str | None]) -> None:
+            error = hook.result()
+            try:
+                me.tell(LoadDone(directory=command.directory, generation=command.generation, error=error))
+            except pykka.ActorDeadError:
+                _settle(done, error)
+
+        return told
+
+    def _loaded_answer(self, report: LoadDone) -> None:
+        """Whoever waits for this load is answered after the batch's events (``instance.ready``)."""
+        done = self._load_waits.pop((report.directory, report.generation), None)
+        if done is not None:
+            self._calls.append(_Answer(done, report.error))
 
     def _publish(self, event: Event) -> None:
         self._events.append(event)  # delivered with the batch (``_deliver``)
@@ -637,6 +668,9 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._instances.clear()
         self._loads.clear()
         self._loaded.clear()
+        for done in self._load_waits.values():  # their hooks' ends will not be heard now
+            _settle(done, "the supervisor stopped before the load hook returned")
+        self._load_waits.clear()
         self._deliver()  # the last events and answers, before every subscription closes
         self._settle_leftovers()
         self._publisher.close_all()  # after the last event; the host joins the callback threads

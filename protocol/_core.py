@@ -53,6 +53,7 @@ from run_supervisor.protocol._enums import (
 )
 from run_supervisor.protocol._events import (
     Event,
+    InstanceReady,
     InstanceStarted,
     RunFinished,
     RunPartUpdated,
@@ -81,6 +82,7 @@ from run_supervisor.protocol._requests import (
     GraceExpired,
     Heartbeat,
     InterruptGraceExpired,
+    LoadDone,
     NoProgress,
     PartReport,
     RecoveredRun,
@@ -127,6 +129,7 @@ Report = (
     | WithdrawAsk
     | BodyEnded
     | DisposeDone
+    | LoadDone
     | GraceExpired
     | DeadlineExpired
     | InterruptGraceExpired
@@ -1272,6 +1275,21 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             )
         )
 
+    def _load_done(self, report: LoadDone) -> None:
+        """A generation's load hook ended: once it returned, its caches are usable (``instance.ready``,
+        once); a failed load says nothing more (the runs that read it fail with its error)."""
+        directory = self._dirs.get(report.directory)
+        instance = directory.open.get(report.generation) if directory else None
+        if instance is None or instance.ready:
+            return  # closed already (at shutdown's deadline, or before its load was reported)
+        if report.error is not None:
+            return
+        self._touch(instance)
+        instance.ready = True
+        self._emit(
+            InstanceReady(seq=self._next_seq(), directory=report.directory, generation=report.generation)
+        )
+
     def _dispose_done(self, report: DisposeDone) -> None:
         directory = self._dirs.get(report.directory)
         instance = directory.open.get(report.generation) if directory else None
@@ -1411,6 +1429,7 @@ _REPORT_ROUTES: Mapping[type, _ReportRoute] = {
     RetryReport: _ReportRoute(SupervisorCore._retry, body=True, progress=True),
     Heartbeat: _ReportRoute(SupervisorCore._heartbeat, body=True, progress=True),
     DisposeDone: _ReportRoute(SupervisorCore._dispose_done, body=False, progress=False),
+    LoadDone: _ReportRoute(SupervisorCore._load_done, body=False, progress=False),
     DeadlineExpired: _ReportRoute(SupervisorCore._deadline_expired, body=False, progress=False),
     NoProgress: _ReportRoute(SupervisorCore._no_progress, body=False, progress=False),
     GraceExpired: _ReportRoute(SupervisorCore._grace_expired, body=False, progress=False),

@@ -39,6 +39,7 @@ __all__ = [
     "AskWithdrawn",
     "Event",
     "InstanceClosed",
+    "InstanceReady",
     "InstanceStarted",
     "LifecycleCompleted",
     "LifecycleConfirmed",
@@ -73,6 +74,16 @@ class InstanceStarted(_Event, frozen=True, tag="instance.started"):
     """The life of the supervisor this generation belongs to (``Supervisor.epoch``: the journal's
     boot, or its PostgreSQL lease epoch; null without a journal): generation 1 of one life and
     generation 1 of the next are told apart by it."""
+
+
+class InstanceReady(_Event, frozen=True, tag="instance.ready"):
+    """The load hook of this generation returned: its caches are usable (a run reading them no
+    longer waits for the load). Sent once, after its ``instance.started`` and before its
+    ``instance.closed``; never for a load that raised or overran its budget (the runs that read it
+    fail with that error), nor for a generation that closed before its load was reported."""
+
+    directory: str
+    generation: int
 
 
 class InstanceClosed(_Event, frozen=True, tag="instance.closed"):
@@ -356,6 +367,7 @@ class LifecycleConfirmed(_Event, frozen=True, tag="lifecycle.confirmed"):
 
 Event = (
     InstanceStarted
+    | InstanceReady
     | InstanceClosed
     | RunQueued
     | RunStarted

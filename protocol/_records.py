@@ -120,6 +120,7 @@ class _Instance:
     runs: set[str] = field(default_factory=set)  # runs pinned here that have not finished
     closers: list[str] = field(default_factory=list)  # actions waiting for it to close
     fingerprint: str | None = None  # what it was loaded with (the no-op gate compares it)
+    ready: bool = False  # its load hook returned (``instance.ready`` was sent)
     epoch: int | None = None  # the supervisor's life it was loaded in (``SupervisorCore.epoch``)
 
     @property

@@ -48,6 +48,7 @@ __all__ = [
     "GraceExpired",
     "Heartbeat",
     "InterruptGraceExpired",
+    "LoadDone",
     "NoProgress",
     "PartReport",
     "PartSnapshot",
@@ -342,6 +343,15 @@ class BodyEnded(msgspec.Struct, frozen=True):
 
 
 class DisposeDone(msgspec.Struct, frozen=True):
+    directory: str
+    generation: int
+    error: str | None = None
+
+
+class LoadDone(msgspec.Struct, frozen=True):
+    """The load hook of ``directory``'s ``generation`` ended: it returned (``error`` None: its caches
+    are usable, announced by ``instance.ready``), or it raised or overran its budget (``error``)."""
+
     directory: str
     generation: int
     error: str | None = None

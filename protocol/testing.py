@@ -135,6 +135,7 @@ from run_supervisor.protocol._events import (
     AskWithdrawn,
     Event,
     InstanceClosed,
+    InstanceReady,
     InstanceStarted,
     LifecycleCompleted,
     LifecycleConfirmed,
@@ -259,6 +260,7 @@ class _Instance:
     state: str = "live"  # live -> retired -> disposing -> closed
     runs: set[str] = field(default_factory=set)
     fingerprint: str | None = None
+    ready: bool = False  # its instance.ready came
 
 
 @dataclass(slots=True)
@@ -626,6 +628,19 @@ class InvariantChecker:
         self.fingerprints[event.directory] = event.fingerprint
         self.newest[event.directory] = event.generation
         self.instances[key] = _Instance(fingerprint=event.fingerprint)
+
+    def _instance_ready(self, event: InstanceReady) -> None:
+        """A generation's caches are usable: said once, after it started and before it closed."""
+        key = (event.directory, event.generation)
+        instance = self.instances.get(key)
+        if instance is None:
+            self.violation(f"{key} said ready but never started")
+            return
+        if instance.state == "closed":
+            self.violation(f"{key} said ready after it closed")
+        if instance.ready:
+            self.violation(f"{key} said ready twice")
+        instance.ready = True
 
     def _instance_closed(self, event: InstanceClosed) -> None:
         key = (event.directory, event.generation)
@@ -1542,6 +1557,7 @@ class InvariantChecker:
 
 _HANDLERS: dict[type, Callable[[InvariantChecker, Any], None]] = {
     InstanceStarted: InvariantChecker._instance_started,
+    InstanceReady: InvariantChecker._instance_ready,
     InstanceClosed: InvariantChecker._instance_closed,
     RunQueued: InvariantChecker._run_queued,
     RunStarted: InvariantChecker._run_started,

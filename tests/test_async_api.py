@@ -375,14 +375,14 @@ def test_a_bounded_event_stream_drops_its_oldest_events_and_counts_them() -> Non
             everything, bounded = sup.events(), sup.events(maxsize=2)
             for _ in range(3):
                 await (await sup.start_run(lambda ctx: None, session="s", directory="/w/a")).wait(5)
-            await sup.load("/w/z")  # answered after its instance.started: the last event for now
+            await sup.load("/w/z")  # answered after its instance.ready: the last event for now
             kept = [await bounded.get(timeout=1), await bounded.get(timeout=1)]
             with pytest.raises(SupervisorTimeout):
                 await bounded.get(timeout=0.01)
             return everything.drain(), kept, bounded.dropped
 
     everything, kept, dropped = run_async(host)
-    assert kept == everything[-2:] and wire_type(kept[-1]) == "instance.started"
+    assert kept == everything[-2:] and wire_type(kept[-1]) == "instance.ready"
     assert dropped == len(everything) - 2 > 0
 
 
