@@ -47,6 +47,114 @@ from run_supervisor.protocol import (
 __all__ = ["View"]
 
 
+_EMIT, _PLAIN, _DIRECTORY, _UNPIN, _RELEASE, _STALL = range(6)
+_Plan = tuple[int, bool, bool, bool, bool]
+"""What a publication reads of an item of one type: its kind (above), and whether it names a run
+(``run_id``), a new child's parent (``parent_run_id`` of a ``run.queued``/``run.started``), a session
+and an action (``action_id``, but not a run.finished's: that action is unchanged by the run's end)."""
+_PLANS: dict[type, _Plan | None] = {}
+
+
+def _plan(cls: type) -> _Plan | None:
+    """The plan of a message, command or event type, made once from its fields; None for a type that is
+    not a msgspec struct (read attribute by attribute). Reading only fields the type has spares the
+    failed ``getattr`` of every name it lacks, on every item of every batch."""
+    if cls in _PLANS:
+        return _PLANS[cls]
+    plan: _Plan | None = None
+    if issubclass(cls, msgspec.Struct):
+        fields = set(cls.__struct_fields__)
+        if issubclass(cls, Emit):
+            kind = _EMIT
+        elif issubclass(cls, RunStarted | InstanceClosed):
+            kind = _DIRECTORY
+        elif issubclass(cls, RunFinished):
+            kind = _UNPIN
+        elif issubclass(cls, ReleaseRun | RunRecovered):
+            kind = _RELEASE
+        elif issubclass(cls, RunStalled | RunUnstalled):
+            kind = _STALL
+        else:
+            kind = _PLAIN
+        plan = (
+            kind,
+            "run_id" in fields,
+            "parent_run_id" in fields and issubclass(cls, RunQueued | RunStarted),
+            "session" in fields,
+            "action_id" in fields and not issubclass(cls, RunFinished),
+        )
+    _PLANS[cls] = plan
+    return plan
+
+
+_Named = tuple[dict[str, None], dict[str, None], dict[str, None], set[str], list[str], list[str], list[str]]
+
+
+def _named(given_items: Iterable[Any]) -> _Named:
+    """What these items name (see ``View._publish``): runs, sessions and actions (ordered,
+    deduplicated), the directories where an instance closed or a run was pinned, and the runs that
+    were unpinned, released (the core remembers them as finished) or moved in or out of a stall."""
+    touched: dict[str, None] = {}
+    sessions: dict[str, None] = {}
+    actions: dict[str, None] = {}
+    directories: set[str] = set()
+    unpinned: list[str] = []
+    released: list[str] = []
+    stall_moves: list[str] = []
+    plans = _PLANS
+    for given in given_items:
+        item = given
+        plan = plans[type(item)] if type(item) in plans else _plan(type(item))
+        if plan is not None and plan[0] == _EMIT:
+            item = item.event
+            plan = plans[type(item)] if type(item) in plans else _plan(type(item))
+        if plan is None:  # not a struct: every name looked up
+            _name_any(item, touched, sessions, actions)
+            continue
+        kind, has_run, has_parent, has_session, has_action = plan
+        if has_run:
+            run_id = item.run_id
+            if isinstance(run_id, str):
+                touched[run_id] = None
+        if has_parent:  # a new child shows in its parent
+            parent_run_id = item.parent_run_id
+            if isinstance(parent_run_id, str):
+                touched[parent_run_id] = None
+        if has_session:
+            session = item.session
+            if isinstance(session, str):
+                sessions[session] = None
+        if has_action:
+            action_id = item.action_id
+            if isinstance(action_id, str):
+                actions[action_id] = None
+        if kind == _DIRECTORY:
+            directories.add(item.directory)
+        elif kind == _UNPIN:
+            if item.generation is not None:
+                unpinned.append(item.run_id)
+        elif kind == _RELEASE:
+            released.append(item.run_id)
+        elif kind == _STALL:
+            stall_moves.append(item.run_id)
+    return touched, sessions, actions, directories, unpinned, released, stall_moves
+
+
+def _name_any(
+    item: Any, touched: dict[str, None], sessions: dict[str, None], actions: dict[str, None]
+) -> None:
+    """``_named`` for an item that is not a struct (a shell message): the names it happens to carry."""
+    run_id = getattr(item, "run_id", None)
+    if isinstance(run_id, str):
+        touched[run_id] = None
+    session = getattr(item, "session", None)
+    if isinstance(session, str):
+        sessions[session] = None
+    action_id = getattr(item, "action_id", None)
+    if isinstance(action_id, str):
+        actions[action_id] = None
+
+
 class View:
     """The last published state. Read from any thread; written only by the supervisor's thread."""
 
@@ -101,35 +209,7 @@ class View:
         waits for.
         ``tests/test_view.py`` checks all of this against the core after every message.
         """
-        touched: dict[str, None] = {}  # ordered, deduplicated
-        sessions: dict[str, None] = {}
-        actions: dict[str, None] = {}
-        directories: set[str] = set()  # where an instance closed or a run was pinned or unpinned
-        unpinned: list[str] = []
-        released: list[str] = []
-        stall_moves: list[str] = []
-        for given in given_items:
-            item = given.event if isinstance(given, Emit) else given
-            run_id = getattr(item, "run_id", None)
-            if isinstance(run_id, str):
-                touched[run_id] = None
-            parent_run_id = getattr(item, "parent_run_id", None)  # a new child shows in its parent
-            if isinstance(parent_run_id, str) and isinstance(item, RunQueued | RunStarted):
-                touched[parent_run_id] = None
-            session = getattr(item, "session", None)
-            if isinstance(session, str):
-                sessions[session] = None
-            action_id = getattr(item, "action_id", None)
-            if isinstance(action_id, str) and not isinstance(item, RunFinished):
-                actions[action_id] = None  # a run.finished names the action that interrupted it: unchanged
-            if isinstance(item, RunStarted | InstanceClosed):
-                directories.add(item.directory)
-            elif isinstance(item, RunFinished) and item.generation is not None:
-                unpinned.append(item.run_id)
-            elif isinstance(item, ReleaseRun | RunRecovered):  # the core remembers it as finished
-                released.append(item.run_id)
-            elif isinstance(item, RunStalled | RunUnstalled):  # the actions it blocks list it stalled
-                stall_moves.append(item.run_id)
+        touched, sessions, actions, directories, unpinned, released, stall_moves = _named(given_items)
         for run_id in touched:
             snapshot = core.run_snapshot(run_id)
             if snapshot is None:
