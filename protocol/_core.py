@@ -1287,7 +1287,12 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         self._touch(instance)
         instance.ready = True
         self._emit(
-            InstanceReady(seq=self._next_seq(), directory=report.directory, generation=report.generation)
+            InstanceReady(
+                seq=self._next_seq(),
+                directory=report.directory,
+                generation=report.generation,
+                epoch=instance.epoch,
+            )
         )
 
     def _dispose_done(self, report: DisposeDone) -> None:

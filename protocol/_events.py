@@ -84,6 +84,8 @@ class InstanceReady(_Event, frozen=True, tag="instance.ready"):
 
     directory: str
     generation: int
+    epoch: int | None = None
+    """The life of the supervisor this generation belongs to (see ``instance.started``)."""
 
 
 class InstanceClosed(_Event, frozen=True, tag="instance.closed"):

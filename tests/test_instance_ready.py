@@ -20,6 +20,7 @@ from run_supervisor.protocol import (
     InstanceReady,
     InstanceStarted,
     LoadDone,
+    SupervisorCore,
 )
 from run_supervisor.protocol.testing import CoreShell, InvariantChecker
 
@@ -37,6 +38,13 @@ def test_a_generation_is_said_ready_once_its_load_hook_returned() -> None:
     (ready,) = shell.of(InstanceReady)
     assert (ready.directory, ready.generation) == ("/w/a", 1)
     assert ready.seq > shell.one(InstanceStarted, directory="/w/a", generation=1).seq
+
+
+def test_a_ready_generation_names_the_life_it_was_loaded_in() -> None:
+    shell = CoreShell("/w/a", core=SupervisorCore(epoch=3))
+    shell.report(LoadDone(directory="/w/a", generation=1))
+    started, ready = shell.one(InstanceStarted), shell.one(InstanceReady)
+    assert (started.epoch, ready.epoch) == (3, 3)
 
 
 def test_a_load_that_failed_is_never_said_ready() -> None:

@@ -1270,6 +1270,8 @@ export interface components {
          */
         InstanceReady: {
             directory: string;
+            /** @default null */
+            epoch: number | null;
             generation: number;
             seq: number;
             /** @enum {unknown} */
