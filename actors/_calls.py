@@ -17,13 +17,23 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from os import PathLike
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, cast
+
+import msgspec
 
 from run_supervisor.actors import _validate as check
-from run_supervisor.actors._validate import CloseActionName, CloseModeName, QueuePolicyName, ReloadPolicyName
+from run_supervisor.actors._async_body import RunBody
+from run_supervisor.actors._validate import (
+    CloseActionName,
+    CloseModeName,
+    QueuePolicyName,
+    ReloadPolicyName,
+    ShutdownReasonName,
+)
 from run_supervisor.protocol import (
     CloseAction,
     CloseMode,
@@ -32,9 +42,13 @@ from run_supervisor.protocol import (
     ReloadPolicy,
     Request,
     RequestOutcome,
+    RetryBudget,
+    Shutdown,
+    ShutdownReason,
+    StartRun,
 )
 
-__all__ = ["Call", "taking"]
+__all__ = ["Call", "ShutdownCall", "StartCall", "next_run_number", "saw_run_id", "taking"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -99,6 +113,170 @@ def _close_outcome(outcome: object) -> CloseOutcome:
 
 
 # --- runs and sessions ---------------------------------------------------------------------------
+
+
+class _RunNumbers:
+    """Automatic run ids (``run-N``), kept above every ``run-N`` a host chose itself."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 1
+
+    def take(self) -> int:
+        with self._lock:
+            number, self._next = self._next, self._next + 1
+            return number
+
+    def saw(self, run_id: str) -> None:
+        if run_id.startswith("run-") and run_id[4:].isascii() and run_id[4:].isdigit() and len(run_id) < 24:
+            with self._lock:
+                self._next = max(self._next, int(run_id[4:]) + 1)
+
+
+_run_numbers = _RunNumbers()
+next_run_number = _run_numbers.take
+saw_run_id = _run_numbers.saw
+
+
+def _no_body(context: object) -> None:
+    """Stands in for the body when only the request is checked (the body is checked apart)."""
+
+
+def start_run_request(
+    *,
+    session: object,
+    directory: object,
+    run_id: object,
+    queue_policy: object = None,
+    resume_of: object = None,
+    parent_run_id: object = None,
+    deadline_ms: object = None,
+    stall_after_ms: object = None,
+    interrupt_grace_ms: object = None,
+    retry_budget: object = None,
+) -> StartRun:
+    """Checked (``InvalidRequest`` naming the argument), every option in the order the facades
+    document them (None: not given); without ``run_id``, a fresh ``run-N`` no host id has taken."""
+    fresh = run_id is None
+    request = check.start_run(
+        _no_body,
+        session=session,
+        directory=directory,
+        run_id=f"run-{next_run_number()}" if fresh else run_id,
+    )
+    if not fresh:
+        saw_run_id(request.run_id)
+    options: dict[str, object] = {}
+    if queue_policy is not None:  # None: the session's default
+        options["queue_policy"] = check.queue_policy("queue_policy", queue_policy)
+    if resume_of is not None:
+        options["resume_of"] = check.identifier("resume_of", resume_of)
+    if parent_run_id is not None:
+        options["parent_run_id"] = check.identifier("parent_run_id", parent_run_id)
+    if deadline_ms is not None:
+        options["deadline_ms"] = check.deadline("deadline_ms", deadline_ms)
+    if stall_after_ms is not None:
+        options["stall_after_ms"] = check.stall_after_ms("stall_after_ms", stall_after_ms)
+    if interrupt_grace_ms is not None:
+        options["interrupt_grace_ms"] = check.grace("interrupt_grace_ms", interrupt_grace_ms)
+    if retry_budget is not None:
+        options["retry_budget"] = check.retry_budget("retry_budget", retry_budget)
+    return msgspec.structs.replace(request, **options) if options else request
+
+
+def renamed(request: StartRun) -> StartRun:
+    """The same start under the next fresh ``run-N`` (a host took the name meanwhile)."""
+    return msgspec.structs.replace(request, run_id=f"run-{next_run_number()}")
+
+
+@dataclass(frozen=True, slots=True)
+class StartCall:
+    """A start without its wait: the checked request and body, the bound on waiting for the answer,
+    and whether the run id was made here (then a start refused because a host took that name
+    meanwhile is sent again under the next one: ``renamed``)."""
+
+    request: StartRun
+    body: RunBody
+    timeout: float | None
+    fresh: bool
+
+    def renamed(self) -> StartCall:
+        """The same start under the next fresh ``run-N``."""
+        return replace(self, request=renamed(self.request))
+
+
+def start_run(
+    body: RunBody,
+    *,
+    session: str,
+    directory: str | PathLike[str],
+    run_id: str | None = None,
+    resume_of: str | None = None,
+    parent_run_id: str | None = None,
+    deadline_ms: int | None = None,
+    queue_policy: QueuePolicyName | QueuePolicy | None = None,
+    stall_after_ms: int | None = None,
+    interrupt_grace_ms: int | None = None,
+    retry_budget: RetryBudget | None = None,
+    timeout: float | None = None,
+) -> StartCall:
+    """Start a run (or queue it behind the session's active run), pinned to the directory's current
+    instance generation; returns its handle. A plain body runs on its own thread with a
+    ``RunContext``; an ``async def`` body runs as a task with an ``AsyncRunContext`` (through
+    ``AsyncSupervisor``, on the awaiting loop; else on a loop the supervisor owns). Without
+    ``run_id`` one is made (``run-N``), never one a host already used.
+
+    ``resume_of`` names the finished run it continues (``UnknownRun`` if none is known).
+
+    ``parent_run_id`` makes it a child (a subagent, a background job) of that active run: in
+    the parent's directory, in a session of its own, pinned to the parent's generation; an
+    interrupt of the parent interrupts it with the same reason; the parent is reported finished
+    only after its children; its own failure does not end the parent.
+
+    ``deadline_ms`` gives the run a deadline, counted from when it becomes active (time spent
+    queued behind the session's active run does not count): past it the run is interrupted
+    with reason ``timeout`` and origin ``deadline`` (its children with it), as a cancel would.
+
+    ``queue_policy`` says what the start does while the session is busy: ``"queue"`` (behind
+    the active run), ``"coalesce"`` (queued, replacing the session's still-queued ``coalesce``
+    run, which ends ``coalesced``; dropped if the active run is interrupted before it starts)
+    or ``"reject_if_busy"`` (``SessionBusy``). None: the session's default
+    (``set_queue_policy``), else the config's ``queue_policy`` (``"queue"`` unless set).
+
+    ``stall_after_ms`` overrides the config's setting for this run: it is flagged stalled
+    (``run.stalled``) after this long without progress.
+
+    ``interrupt_grace_ms`` overrides the config's ``interrupt_grace_ms`` for this run: once it is
+    interrupted (not by a shutdown), its body may go on this long before the run is abandoned.
+
+    ``retry_budget`` (``RetryBudget(attempts=, backoff_ms=)``) replaces the config's
+    ``retry_attempts``/``retry_backoff_ms`` for this run: the retry past it interrupts the run
+    (reason ``timeout``, origin ``retry_budget``).
+
+    Awaited (``AsyncSupervisor``), cancelling the await is atomic: the caller still learns the
+    handle. Once the start is sent (at the call's first step) the call waits, whatever cancels
+    it, for the supervisor's answer (bounded by ``timeout``, default ``request_timeout_s``). A
+    start it refused raises ``CancelledError`` (nothing started); a start it took returns the
+    handle, and the cancellation is delivered again at the caller's next ``await`` (so
+    ``asyncio.timeout()`` still raises its ``TimeoutError``, with the handle already in the
+    caller's hands); when the call is a task's whole coroutine (``asyncio.wait_for(sup.start_run(
+    ...), t)``), that task ends with the handle as its result. Either way no start is left
+    without its handle."""
+    limit = check.timeout("timeout", timeout)
+    check.callback("body", body)
+    request = start_run_request(
+        session=session,
+        directory=directory,
+        run_id=run_id,
+        queue_policy=queue_policy,
+        resume_of=resume_of,
+        parent_run_id=parent_run_id,
+        deadline_ms=deadline_ms,
+        stall_after_ms=stall_after_ms,
+        interrupt_grace_ms=interrupt_grace_ms,
+        retry_budget=retry_budget,
+    )
+    return StartCall(request, body, limit, fresh=run_id is None)
 
 
 def cancel(
@@ -262,3 +440,52 @@ def dismiss_form(
     withdrawn. Raises like ``reply_permission``."""
     limit = check.timeout("timeout", timeout)
     return Call(check.dismiss_form(ask_id, run_id=run_id, message=message), limit, _nothing)
+
+
+# --- shutdown ------------------------------------------------------------------------------------
+
+
+class _Settings(Protocol):
+    """What a shutdown reads of the supervisor's ``SupervisorConfig``."""
+
+    @property
+    def default_grace_ms(self) -> int: ...
+
+    @property
+    def request_timeout_s(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownCall:
+    """A shutdown without its wait: the checked request, whose grace the config gives when the
+    caller named none (``for_config``)."""
+
+    request: Shutdown
+    default_grace: bool
+
+    def for_config(self, config: _Settings) -> tuple[Shutdown, float]:
+        """The request with its grace, and how long to wait for its answer (the grace, then the
+        config's ``request_timeout_s``)."""
+        request = self.request
+        if self.default_grace:
+            request = msgspec.structs.replace(request, grace_ms=config.default_grace_ms)
+        return request, request.grace_ms / 1000.0 + config.request_timeout_s
+
+
+def shutdown(
+    *,
+    grace_ms: int | None = None,
+    reason: ShutdownReasonName | ShutdownReason = "shutdown",
+    origin: str | None = None,
+    tag: str | None = None,
+) -> ShutdownCall:
+    """Interrupt everything with ``reason`` and stop every actor and thread we started (``origin``
+    and ``tag`` name who asked and why, in the lifecycle events); return once the shutdown has
+    completed, with its final outcome. Returns within ``grace_ms`` (None: the config's
+    ``default_grace_ms``) plus ``stop_timeout_s`` whatever host code does: bodies that ignore
+    cancellation are abandoned (``abandoned_runs``); load and dispose hooks, subscriber callbacks
+    and future callbacks still running are left behind and named in ``overran``. Idempotent: a
+    second call returns the first one's outcome."""
+    grace = 0 if grace_ms is None else grace_ms
+    request = check.shutdown(grace_ms=grace, reason=reason, origin=origin, tag=tag)
+    return ShutdownCall(request, default_grace=grace_ms is None)

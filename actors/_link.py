@@ -19,7 +19,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-import msgspec
 import pykka
 
 from run_supervisor.actors import _validate as check
@@ -59,34 +58,7 @@ from run_supervisor.protocol import (
 
 T = TypeVar("T")
 
-__all__ = ["Link", "link_of", "next_run_number", "saw_run_id"]
-
-
-class _RunNumbers:
-    """Automatic run ids (``run-N``), kept above every ``run-N`` a host chose itself."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._next = 1
-
-    def take(self) -> int:
-        with self._lock:
-            number, self._next = self._next, self._next + 1
-            return number
-
-    def saw(self, run_id: str) -> None:
-        if run_id.startswith("run-") and run_id[4:].isascii() and run_id[4:].isdigit() and len(run_id) < 24:
-            with self._lock:
-                self._next = max(self._next, int(run_id[4:]) + 1)
-
-
-_run_numbers = _RunNumbers()
-next_run_number = _run_numbers.take
-saw_run_id = _run_numbers.saw
-
-
-def _no_body(context: object) -> None:
-    """Stands in for the body when only the request is checked (the body is checked apart)."""
+__all__ = ["Link", "link_of"]
 
 
 def rejected(request: object, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:
@@ -94,53 +66,6 @@ def rejected(request: object, code: RejectCode, error: str) -> CloseOutcome | Re
     if isinstance(request, CloseRequest | Shutdown | ConfirmClose):
         return CloseOutcome(result=CloseResult.REJECTED, error=error, code=code)
     return RequestOutcome(result=RequestResult.REJECTED, error=error, code=code)
-
-
-def start_run_request(
-    *,
-    session: object,
-    directory: object,
-    run_id: object,
-    queue_policy: object = None,
-    resume_of: object = None,
-    parent_run_id: object = None,
-    deadline_ms: object = None,
-    stall_after_ms: object = None,
-    interrupt_grace_ms: object = None,
-    retry_budget: object = None,
-) -> StartRun:
-    """Checked (``InvalidRequest`` naming the argument), every option in the order the facades
-    document them (None: not given); without ``run_id``, a fresh ``run-N`` no host id has taken."""
-    fresh = run_id is None
-    request = check.start_run(
-        _no_body,
-        session=session,
-        directory=directory,
-        run_id=f"run-{next_run_number()}" if fresh else run_id,
-    )
-    if not fresh:
-        saw_run_id(request.run_id)
-    options: dict[str, object] = {}
-    if queue_policy is not None:  # None: the session's default
-        options["queue_policy"] = check.queue_policy("queue_policy", queue_policy)
-    if resume_of is not None:
-        options["resume_of"] = check.identifier("resume_of", resume_of)
-    if parent_run_id is not None:
-        options["parent_run_id"] = check.identifier("parent_run_id", parent_run_id)
-    if deadline_ms is not None:
-        options["deadline_ms"] = check.deadline("deadline_ms", deadline_ms)
-    if stall_after_ms is not None:
-        options["stall_after_ms"] = check.stall_after_ms("stall_after_ms", stall_after_ms)
-    if interrupt_grace_ms is not None:
-        options["interrupt_grace_ms"] = check.grace("interrupt_grace_ms", interrupt_grace_ms)
-    if retry_budget is not None:
-        options["retry_budget"] = check.retry_budget("retry_budget", retry_budget)
-    return msgspec.structs.replace(request, **options) if options else request
-
-
-def renamed(request: StartRun) -> StartRun:
-    """The same start under the next fresh ``run-N`` (a host took the name meanwhile)."""
-    return msgspec.structs.replace(request, run_id=f"run-{next_run_number()}")
 
 
 class Link:
@@ -415,10 +340,6 @@ class Link:
         snapshot = self.view.sessions.get(session)
         now = f" (run {snapshot.active!r} active, {len(snapshot.queued)} queued)" if snapshot else ""
         return SupervisorTimeout(f"session {session!r} was still busy after {limit} s{now}")
-
-    def shutdown_request(self, *, grace_ms: object, reason: object, origin: object, tag: object) -> Shutdown:
-        grace = self.config.default_grace_ms if grace_ms is None else grace_ms
-        return check.shutdown(grace_ms=grace, reason=reason, origin=origin, tag=tag)
 
     def load(self, names: tuple[str, ...], fingerprint: str | None, timeout: float | None) -> None:
         """Load checked directories now and wait for their load hooks (see ``Supervisor.load``)."""
