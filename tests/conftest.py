@@ -4,11 +4,14 @@ leaves a thread or a pykka actor running."""
 from __future__ import annotations
 
 import os
+from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-from layers import DEEP
+from layers import DEEP, spread_over_workers
+from pg_support import BACKENDS, make_journal
 
 from run_supervisor.actors import Gate, Supervisor
 from run_supervisor.actors.testing import EventLog
@@ -51,6 +54,16 @@ settings.load_profile(os.environ.get("RUN_SUPERVISOR_HYPOTHESIS_PROFILE", "deep"
 # (--hypothesis-profile on the command line wins)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config: pytest.Config) -> Generator[None, object, object]:
+    """The whole suite runs on one worker a core, a file whole on one worker (tests/layers.py). Every
+    test is safe beside another: ports are the system's, files are in ``tmp_path``, a PostgreSQL
+    server is a worker's own."""
+    if spread_over_workers(config):
+        config.option.numprocesses, config.option.dist = "auto", "loadfile"
+    return (yield)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "deep: generative or repeated; shallow by default, full depth with RUN_SUPERVISOR_DEEP=1"
@@ -85,3 +98,20 @@ def events(run_supervisor_events: EventLog) -> EventLog:
 @pytest.fixture
 def gate() -> Gate:
     return Gate("g")
+
+
+@pytest.fixture(params=BACKENDS)
+def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """A journal for one test, on each backend: an SQLite file, or a shard of the session's PostgreSQL
+    database (tests/pg_support.py; ``sqlite_only`` there for the file alone)."""
+    return make_journal(request.param, tmp_path)
+
+
+@pytest.fixture
+def opened() -> Iterator[list[Supervisor]]:
+    """Supervisors a test starts; any still open at the end is torn down."""
+    started: list[Supervisor] = []
+    yield started
+    for sup in started:
+        if not sup.closed:
+            sup.shutdown(grace_ms=500, reason="test_teardown")

@@ -4,19 +4,46 @@ as a shallow smoke; CI also runs the tests marked ``deep`` at full depth::
     RUN_SUPERVISOR_DEEP=1 .venv/bin/python -m pytest -m deep
 
 Both layers make the same assertions: only how far a search goes, how many sequences a state machine
-tries and how often a race is repeated differ.
+tries and how often a race is repeated differ. The few tests too slow for a smoke (building the sdist
+and the wheel) are ``deep_only``: the deep layer runs them, the README's command skips them, saying so.
+
+A run of the whole suite (no path given) spreads its test files over one worker a core (pytest-xdist,
+``spread_over_workers``); a run of chosen files stays in one process.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import pytest
 
 T = TypeVar("T")
 
 DEEP = os.environ.get("RUN_SUPERVISOR_DEEP", "") not in ("", "0")
 
+deep_only = pytest.mark.skipif(
+    not DEEP, reason="the deep layer runs it (RUN_SUPERVISOR_DEEP=1 pytest -m deep)"
+)
+"""For a test with no shallow form: skipped by the README's command (mark it ``deep`` too)."""
+
 
 def pick(smoke: T, deep: T) -> T:
     """``deep`` in the deep layer, ``smoke`` otherwise."""
     return deep if DEEP else smoke
+
+
+def spread_over_workers(config: Any) -> bool:
+    """Whether this run goes to one worker a core: the whole suite (no path given, as in the README's
+    command and CI's deep layer), with pytest-xdist there, and neither ``-n`` (``-n 0``: one process)
+    nor ``--pdb`` given, and not already in a worker. Most tests wait on subprocesses, servers and
+    threads, so two workers take far less than one on two cores; each test file stays whole on one
+    worker (``--dist loadfile``), so its module fixtures are built once."""
+    option = config.option
+    return bool(
+        config.args_source is pytest.Config.ArgsSource.TESTPATHS
+        and config.pluginmanager.has_plugin("xdist")
+        and getattr(option, "numprocesses", 0) is None
+        and not option.usepdb
+        and not hasattr(config, "workerinput")
+    )

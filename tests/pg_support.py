@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from run_supervisor import Supervisor, SupervisorConfig
+
 _STARTED = threading.Lock()
 _server: _Server | None = None
 _unavailable: str | None = None
@@ -276,3 +278,16 @@ class JournalReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+sqlite_only = pytest.mark.parametrize("journal", ["sqlite"], indirect=True)
+"""A test of the ``journal`` fixture (tests/conftest.py) on the SQLite file only."""
+
+
+def start_on(
+    opened: list[Supervisor], config: SupervisorConfig, journal: Path | str, **kwargs: Any
+) -> Supervisor:
+    """A supervisor started with ``config`` on ``journal``, kept in ``opened`` (the fixture tears it down)."""
+    sup = Supervisor.start(config, journal=journal, **kwargs)
+    opened.append(sup)
+    return sup

@@ -23,6 +23,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from layers import deep_only
 
 import run_supervisor
 from run_supervisor.protocol import ProtocolDecodeError, decode_request
@@ -148,6 +149,8 @@ def _copy_project(to: Path) -> None:
             shutil.copy2(source, target)
 
 
+# The tests of the built sdist and wheel are deep_only (tests/layers.py): `python -m build` takes a
+# minute on a loaded machine, so the README's command skips them and CI's deep layer runs them.
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The sdist, and the wheel ``python -m build`` builds from that sdist (not from the tree)."""
@@ -175,6 +178,8 @@ def site(built: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> 
     return target
 
 
+@deep_only
+@pytest.mark.deep
 @pytest.mark.timeout(300)
 def test_the_sdist_carries_the_three_folders_and_no_tests(built: tuple[Path, Path]) -> None:
     with tarfile.open(built[0]) as sdist:
@@ -185,6 +190,8 @@ def test_the_sdist_carries_the_three_folders_and_no_tests(built: tuple[Path, Pat
     assert sorted({name.split("/")[0] for name in names} & {"tests", "docs", "scripts"}) == []
 
 
+@deep_only
+@pytest.mark.deep
 @pytest.mark.timeout(300)
 def test_the_wheel_built_from_the_sdist_holds_every_tracked_file_of_the_three_folders_as_copies(
     built: tuple[Path, Path], site: Path
@@ -196,6 +203,8 @@ def test_the_wheel_built_from_the_sdist_holds_every_tracked_file_of_the_three_fo
     assert [path for path in installed.rglob("*") if path.is_symlink()] == []
 
 
+@deep_only
+@pytest.mark.deep
 @pytest.mark.timeout(300)
 def test_a_host_with_its_own_protocol_and_actors_uses_a_non_editable_install(
     site: Path, tmp_path: Path
@@ -227,6 +236,8 @@ def test_a_host_with_its_own_protocol_and_actors_uses_a_non_editable_install(
     }
 
 
+@deep_only
+@pytest.mark.deep
 @pytest.mark.timeout(300)
 def test_the_host_examples_pass_mypy_strict_against_a_non_editable_install_without_plugins(
     site: Path, tmp_path: Path

@@ -10,13 +10,12 @@ import json
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from layers import pick
-from pg_support import BACKENDS, JournalReader, make_journal, without_wait
+from pg_support import JournalReader, start_on, without_wait
 
 from run_supervisor import (
     Gate,
@@ -37,29 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = SupervisorConfig(shutdown_at_exit=False)
 
 
-@pytest.fixture(params=BACKENDS)
-def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
-    """An SQLite file, or a shard of the session's PostgreSQL database."""
-    return make_journal(request.param, tmp_path)
-
-
-sqlite_only = pytest.mark.parametrize("journal", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def opened() -> Iterator[list[Supervisor]]:
-    """Supervisors a test starts; any still open at the end is torn down."""
-    started: list[Supervisor] = []
-    yield started
-    for sup in started:
-        if not sup.closed:
-            sup.shutdown(grace_ms=500, reason="test_teardown")
-
-
 def start(opened: list[Supervisor], journal: Path | str, **kwargs: Any) -> Supervisor:
-    sup = Supervisor.start(CONFIG, journal=journal, **kwargs)
-    opened.append(sup)
-    return sup
+    return start_on(opened, CONFIG, journal, **kwargs)
 
 
 def crash_while(opened: list[Supervisor], journal: Path | str, body: Any, kind: str, **fields: Any) -> None:

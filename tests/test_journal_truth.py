@@ -10,12 +10,11 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_support import BACKENDS, make_journal
+from pg_support import sqlite_only, start_on
 
 from run_supervisor import (
     AskAlreadyAnswered,
@@ -41,29 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = SupervisorConfig(shutdown_at_exit=False, default_grace_ms=500)
 
 
-@pytest.fixture(params=BACKENDS)
-def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
-    """An SQLite file, or a shard of the session's PostgreSQL database (tests/pg_support.py)."""
-    return make_journal(request.param, tmp_path)
-
-
-sqlite_only = pytest.mark.parametrize("journal", ["sqlite"], indirect=True)
-
-
-@pytest.fixture
-def opened() -> Iterator[list[Supervisor]]:
-    """Supervisors a test starts; any still open at the end is torn down."""
-    started: list[Supervisor] = []
-    yield started
-    for sup in started:
-        if not sup.closed:
-            sup.shutdown(grace_ms=500, reason="test_teardown")
-
-
 def start(opened: list[Supervisor], journal: Path | str, **kwargs: Any) -> Supervisor:
-    sup = Supervisor.start(CONFIG, journal=journal, **kwargs)
-    opened.append(sup)
-    return sup
+    return start_on(opened, CONFIG, journal, **kwargs)
 
 
 def on_the_writer(sup: Supervisor, sql: str) -> None:

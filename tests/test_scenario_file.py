@@ -459,70 +459,35 @@ def test_a_description_is_kept() -> None:
 # `when`
 
 
+def _when(raw: str, kind: str, case: str, **names: str) -> Any:
+    """A case: ``raw`` is read as a When of ``kind`` with ``names``."""
+    return pytest.param(raw, When(raw=raw, kind=kind, **names), id=case)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("when", "expected"),
     [
-        pytest.param("begin", When(raw="begin", kind="begin"), id="begin"),
-        pytest.param("r1.started", When(raw="r1.started", kind="run_started", run="r1"), id="run-started"),
-        pytest.param(
-            "r1.finished", When(raw="r1.finished", kind="run_finished", run="r1"), id="run-finished"
-        ),
-        pytest.param(
-            "r1.tool_input.started",
-            When(raw="r1.tool_input.started", kind="step_started", run="r1", step="tool_input"),
-            id="step-started",
-        ),
-        pytest.param(
-            "r1.model-2.finished",
-            When(raw="r1.model-2.finished", kind="step_finished", run="r1", step="model-2"),
-            id="default-step-id-finished",
-        ),
-        pytest.param(
-            "close.deferred",
-            When(raw="close.deferred", kind="action_result", action="close", result="deferred"),
-            id="close-deferred",
-        ),
-        pytest.param(
-            "close.rejected",
-            When(raw="close.rejected", kind="action_result", action="close", result="rejected"),
-            id="close-rejected",
-        ),
-        pytest.param(
+        _when("begin", "begin", "begin"),
+        _when("r1.started", "run_started", "run-started", run="r1"),
+        _when("r1.finished", "run_finished", "run-finished", run="r1"),
+        _when("r1.tool_input.started", "step_started", "step-started", run="r1", step="tool_input"),
+        _when("r1.model-2.finished", "step_finished", "default-step-id-finished", run="r1", step="model-2"),
+        _when("close.deferred", "action_result", "close-deferred", action="close", result="deferred"),
+        _when("close.rejected", "action_result", "close-rejected", action="close", result="rejected"),
+        _when(
             "confirm.interrupted",
-            When(raw="confirm.interrupted", kind="action_result", action="confirm", result="interrupted"),
-            id="confirmed-close-interrupted",
+            "action_result",
+            "confirmed-close-interrupted",
+            action="confirm",
+            result="interrupted",
         ),
-        pytest.param(
-            "close.completed",
-            When(raw="close.completed", kind="action_completed", action="close"),
-            id="close-completed",
-        ),
-        pytest.param(
-            "stop.forced",
-            When(raw="stop.forced", kind="action_result", action="stop", result="forced"),
-            id="forced",
-        ),
-        pytest.param(
-            "stop.completed",
-            When(raw="stop.completed", kind="action_completed", action="stop"),
-            id="stop-done",
-        ),
-        pytest.param("go.ok", When(raw="go.ok", kind="action_result", action="go", result="ok"), id="go-ok"),
-        pytest.param(
-            "go.rejected",
-            When(raw="go.rejected", kind="action_result", action="go", result="rejected"),
-            id="go-rejected",
-        ),
-        pytest.param(
-            "open.ok",
-            When(raw="open.ok", kind="action_result", action="open", result="ok"),
-            id="open-gate-ok",
-        ),
-        pytest.param(
-            "later.ok",
-            When(raw="later.ok", kind="action_result", action="later", result="ok"),
-            id="an-action-further-down",
-        ),
+        _when("close.completed", "action_completed", "close-completed", action="close"),
+        _when("stop.forced", "action_result", "forced", action="stop", result="forced"),
+        _when("stop.completed", "action_completed", "stop-done", action="stop"),
+        _when("go.ok", "action_result", "go-ok", action="go", result="ok"),
+        _when("go.rejected", "action_result", "go-rejected", action="go", result="rejected"),
+        _when("open.ok", "action_result", "open-gate-ok", action="open", result="ok"),
+        _when("later.ok", "action_result", "an-action-further-down", action="later", result="ok"),
     ],
 )
 def test_a_when_is_parsed_into_the_event_it_names(when: str, expected: When) -> None:
@@ -1038,11 +1003,11 @@ def _action_case(key: str, case_id: str, **keys: Any) -> Any:
         ),
         _action_case(
             "actions[0].answer",
-            "answer that is a list",
+            "answer whose picks hold a list",  # a list of one entry per question is an answer
             when="begin",
             do="answer_form",
             run="r1",
-            answer=["a", "b"],
+            answer=[["a", ["b"]]],
         ),
         _action_case(
             "actions[0].run", "cancel_form of an unknown run", when="begin", do="cancel_form", run="r9"

@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,15 +25,6 @@ from run_supervisor.actors._shards import LeaseLost, parse_journal_url
 psycopg = pytest.importorskip("psycopg", reason="the PostgreSQL journal needs psycopg 3 (the test extra)")
 
 CONFIG = SupervisorConfig(shutdown_at_exit=False, default_grace_ms=500)
-
-
-@pytest.fixture
-def opened() -> Iterator[list[Supervisor]]:
-    started: list[Supervisor] = []
-    yield started
-    for sup in started:
-        if not sup.closed:
-            sup.shutdown(grace_ms=500, reason="test_teardown")
 
 
 def shard_url(name: str, **params: object) -> str:
