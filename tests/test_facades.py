@@ -30,6 +30,7 @@ from run_supervisor import (
     ToolCall,
 )
 from run_supervisor.actors import _async_api as async_api
+from run_supervisor.actors import _calls as calls
 from run_supervisor.actors._async_body import AsyncAsk
 from run_supervisor.actors._context import Ask
 from run_supervisor.actors._journal import JournaledPublisher
@@ -248,5 +249,47 @@ def test_an_async_handle_made_from_a_sync_one_waits_on_its_run_even_once_it_is_f
         assert run.wait(timeout=5).outcome is Outcome.COMPLETED  # finished, and forgotten at once
         handle = AsyncRunHandle(AsyncSupervisor(sup), run)
         assert run_async(lambda: handle.wait(timeout=5)).outcome is Outcome.COMPLETED
+    finally:
+        sup.shutdown(grace_ms=0)
+
+
+SHARED_CALLS = (
+    "start_run",
+    "cancel",
+    "cancel_session",
+    "delete_session",
+    "set_queue_policy",
+    "close",
+    "confirm_close",
+    "reply_permission",
+    "answer_form",
+    "dismiss_form",
+    "shutdown",
+)
+
+
+@pytest.mark.parametrize("name", SHARED_CALLS)
+def test_a_call_both_facades_make_is_written_once_and_each_facade_only_waits_on_it(name: str) -> None:
+    """The parameters, checks and docstring of such a call are one function (actors/_calls.py); the
+    sync facade's method blocks on what it builds, the async one's is a coroutine awaiting it."""
+    ours, theirs = inspect.getattr_static(Supervisor, name), inspect.getattr_static(AsyncSupervisor, name)
+    spec = getattr(calls, name)
+    assert ours.__wrapped__ is spec and theirs.__wrapped__ is spec
+    assert ours.__doc__ == theirs.__doc__ == spec.__doc__
+    assert not inspect.iscoroutinefunction(ours) and inspect.iscoroutinefunction(theirs)
+
+
+def test_a_shared_call_checks_its_arguments_before_anything_is_sent_on_either_facade() -> None:
+    sup = Supervisor.start(CONFIG)
+    try:
+        with pytest.raises(InvalidRequest, match="timeout"):
+            sup.cancel("r1", timeout=-1)
+
+        async def host() -> None:
+            with pytest.raises(InvalidRequest, match="timeout"):
+                await AsyncSupervisor(sup).cancel("r1", timeout=-1)
+
+        run_async(host)
+        assert sup.statistics().runs_finished == 0
     finally:
         sup.shutdown(grace_ms=0)
