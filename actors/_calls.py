@@ -142,21 +142,21 @@ def _no_body(context: object) -> None:
     """Stands in for the body when only the request is checked (the body is checked apart)."""
 
 
-def start_run_request(
-    *,
-    session: object,
-    directory: object,
-    run_id: object,
-    queue_policy: object = None,
-    resume_of: object = None,
-    parent_run_id: object = None,
-    deadline_ms: object = None,
-    stall_after_ms: object = None,
-    interrupt_grace_ms: object = None,
-    retry_budget: object = None,
-) -> StartRun:
-    """Checked (``InvalidRequest`` naming the argument), every option in the order the facades
-    document them (None: not given); without ``run_id``, a fresh ``run-N`` no host id has taken."""
+_START_OPTIONS: tuple[tuple[str, Callable[[str, object], object]], ...] = (
+    ("queue_policy", check.queue_policy),  # None: the session's default
+    ("resume_of", check.identifier),
+    ("parent_run_id", check.identifier),
+    ("deadline_ms", check.deadline),
+    ("stall_after_ms", check.stall_after_ms),
+    ("interrupt_grace_ms", check.grace),
+    ("retry_budget", check.retry_budget),
+)
+"""A start's options, in the order the facades document them, each with its check."""
+
+
+def start_run_request(*, session: object, directory: object, run_id: object, **options: object) -> StartRun:
+    """Checked (``InvalidRequest`` naming the argument), every option of ``_START_OPTIONS`` (None:
+    not given); without ``run_id``, a fresh ``run-N`` no host id has taken."""
     fresh = run_id is None
     request = check.start_run(
         _no_body,
@@ -166,22 +166,12 @@ def start_run_request(
     )
     if not fresh:
         saw_run_id(request.run_id)
-    options: dict[str, object] = {}
-    if queue_policy is not None:  # None: the session's default
-        options["queue_policy"] = check.queue_policy("queue_policy", queue_policy)
-    if resume_of is not None:
-        options["resume_of"] = check.identifier("resume_of", resume_of)
-    if parent_run_id is not None:
-        options["parent_run_id"] = check.identifier("parent_run_id", parent_run_id)
-    if deadline_ms is not None:
-        options["deadline_ms"] = check.deadline("deadline_ms", deadline_ms)
-    if stall_after_ms is not None:
-        options["stall_after_ms"] = check.stall_after_ms("stall_after_ms", stall_after_ms)
-    if interrupt_grace_ms is not None:
-        options["interrupt_grace_ms"] = check.grace("interrupt_grace_ms", interrupt_grace_ms)
-    if retry_budget is not None:
-        options["retry_budget"] = check.retry_budget("retry_budget", retry_budget)
-    return msgspec.structs.replace(request, **options) if options else request
+    unknown = set(options) - {name for name, _ in _START_OPTIONS}
+    assert not unknown, f"not an option of a start: {sorted(unknown)}"
+    checked = {
+        name: checks(name, options[name]) for name, checks in _START_OPTIONS if options.get(name) is not None
+    }
+    return msgspec.structs.replace(request, **checked) if checked else request
 
 
 def renamed(request: StartRun) -> StartRun:
