@@ -20,9 +20,7 @@ from run_supervisor.actors.testing import EventLog
 # machine), "deep" (the deep layer, RUN_SUPERVISOR_DEEP=1: 1,000; see tests/layers.py) and "soak" for a
 # long local run: `python -m pytest tests/test_stateful.py --hypothesis-profile soak`.
 _QUIET = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
-settings.register_profile(
-    "smoke",
-    max_examples=100,
+_EVERY = settings(
     stateful_step_count=15,
     deadline=None,
     derandomize=True,
@@ -30,25 +28,10 @@ settings.register_profile(
     print_blob=False,
     suppress_health_check=_QUIET,
 )
+settings.register_profile("smoke", _EVERY, max_examples=100)
+settings.register_profile("deep", _EVERY, max_examples=1000)
 settings.register_profile(
-    "deep",
-    max_examples=1000,
-    stateful_step_count=15,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    print_blob=False,
-    suppress_health_check=_QUIET,
-)
-settings.register_profile(
-    "soak",
-    max_examples=20_000,
-    stateful_step_count=40,
-    deadline=None,
-    derandomize=False,
-    database=None,
-    print_blob=True,
-    suppress_health_check=_QUIET,
+    "soak", _EVERY, max_examples=20_000, stateful_step_count=40, derandomize=False, print_blob=True
 )
 settings.load_profile(os.environ.get("RUN_SUPERVISOR_HYPOTHESIS_PROFILE", "deep" if DEEP else "smoke"))
 # (--hypothesis-profile on the command line wins)

@@ -10,8 +10,9 @@ past validation. It checks what a host relies on:
 - the raw ``submit`` never raises: its future answers with a value;
 - afterwards ``shutdown`` completes within its grace (plus the stop margin) and leaves no thread.
 
-CI runs a bounded number of examples (``RUN_SUPERVISOR_API_FUZZ_EXAMPLES``, default 600: about 10 s, 20 s on
-a loaded machine); the counts of a run are printed with ``-s``.
+The deep layer runs 600 examples (about 10 s, 20 s on a loaded machine), the README's command 150
+(tests/layers.py; ``RUN_SUPERVISOR_API_FUZZ_EXAMPLES`` sets another count); the counts of a run are
+printed with ``-s``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pydantic
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from layers import pick
 
 from run_supervisor.actors import (
     ActionAlreadyCompleted,
@@ -70,7 +72,9 @@ from run_supervisor.protocol import (
     StartRun,
 )
 
-EXAMPLES = int(os.environ.get("RUN_SUPERVISOR_API_FUZZ_EXAMPLES", "600"))
+pytestmark = pytest.mark.deep  # generative: fewer examples by default (tests/layers.py)
+
+EXAMPLES = int(os.environ.get("RUN_SUPERVISOR_API_FUZZ_EXAMPLES", pick(smoke="150", deep="600")))
 DOCUMENTED = (
     ActionAlreadyCompleted,
     AlreadyInterrupting,

@@ -7,7 +7,8 @@ soup that looks like TOML, and mutations of valid documents: the scenario librar
 (parsed to a dict, mutated, written back as TOML or JSON) and requests and events Hypothesis builds.
 
 Hypothesis is deterministic here (``derandomize=True``, no example database), so CI sees the same
-examples on every run.
+examples on every run. The README's command tries a quarter to a half of the examples the deep layer
+tries (tests/layers.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from layers import pick
 
 from run_supervisor.actors._cli import main
 from run_supervisor.actors.scenarios import Scenario, ScenarioFileError, parse_scenario
@@ -42,6 +44,8 @@ from run_supervisor.protocol import (
     decode_request,
 )
 
+pytestmark = pytest.mark.deep  # generative: fewer examples by default (tests/layers.py)
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIBRARY = sorted((ROOT / "docs" / "scenarios").glob("*.toml"))
 SEEDS: dict[str, dict[str, Any]] = {path.name: tomllib.loads(path.read_text("utf-8")) for path in LIBRARY}
@@ -49,7 +53,7 @@ SEEDS: dict[str, dict[str, Any]] = {path.name: tomllib.loads(path.read_text("utf
 settings.register_profile(
     "fuzz-ci",
     derandomize=True,
-    max_examples=200,
+    max_examples=pick(smoke=100, deep=200),
     database=None,
     deadline=None,
     print_blob=False,
@@ -487,7 +491,7 @@ def test_any_soup_of_scenario_toml_tokens_gives_a_scenario_or_a_scenario_file_er
 # The scenario loader: mutations of valid documents
 
 
-@settings(CI, max_examples=1000)
+@settings(CI, max_examples=pick(smoke=200, deep=1000))
 @given(mutated=mutated_scenarios(), fmt=formats)
 def test_any_mutation_of_a_library_scenario_gives_a_scenario_or_a_scenario_file_error(
     mutated: tuple[str, dict[str, Any]], fmt: str
@@ -795,7 +799,7 @@ def mutated_messages(draw: Any) -> tuple[type, dict[str, Any], str]:
     return type(message), document, what
 
 
-@settings(CI, max_examples=600)
+@settings(CI, max_examples=pick(smoke=150, deep=600))
 @given(mutated=mutated_messages(), fmt=wire_formats, truncate=st.integers(0, 3))
 def test_any_mutation_of_a_valid_message_gives_a_message_or_a_protocol_decode_error(
     mutated: tuple[type, Any, str], fmt: str, truncate: int
