@@ -508,3 +508,29 @@ def test_a_journal_from_before_epochs_were_recorded_gains_the_columns_and_names_
     with sqlite3.connect(journal) as db:
         columns = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
     assert {"epoch", "resume_count"} <= columns
+
+
+def test_a_continuation_of_a_run_queued_at_the_crash_must_name_its_directory(
+    journal: Path | str, opened: list[Supervisor]
+) -> None:
+    crash_while_streaming(opened, journal)
+    blocking = threading.Event()
+    second = start(
+        opened,
+        journal,
+        resume=lambda event: Continuation(body=finishing, run_id="r2"),
+        on_start=lambda sup: sup.start_run(
+            streaming_then(blocking), session="s1", directory="/w/a", run_id="b"
+        ),
+    )
+    assert [o.result for o in second.resumes()] == [ResumeResult.RESUMED]
+    assert blocking.wait(WAIT_S)
+    simulate_crash(second)  # r2 is still queued behind b: the journal has no directory for it
+
+    config = CONFIG.model_copy(update={"resume_budget": 2})
+    answers = {"b": None, "r2": Continuation(body=finishing)}
+    third = start(opened, journal, config, resume=lambda event: answers[event.run_id])
+    fates = {o.run_id: (o.result, o.error) for o in third.resumes()}
+    assert fates["b"] == (ResumeResult.DECLINED, None)
+    result, error = fates["r2"]
+    assert result is ResumeResult.FAILED and error is not None and "names no directory" in error
