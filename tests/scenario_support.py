@@ -3,12 +3,25 @@ tables, and the two ways a test reads one (played against real actors, or refuse
 
 from __future__ import annotations
 
+import functools
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from run_supervisor.actors.scenarios import ScenarioFileError, ScenarioReport, parse_scenario, play
+from run_supervisor.actors.scenarios import (
+    ScenarioFileError,
+    ScenarioReport,
+    load_scenario,
+    parse_scenario,
+    play,
+    scenario_files,
+)
+
+LIBRARY = Path(__file__).resolve().parents[1] / "docs" / "scenarios"
+LIBRARY_FILES = scenario_files(LIBRARY)
+"""The scenario library (docs/scenarios), in its order."""
 
 # Steps, as TOML inline tables.
 MODEL = '{ kind = "model" }'
@@ -62,3 +75,10 @@ def assert_refused(text: str, key: str, says: str) -> None:
     error = refused(text)
     assert error.key == key
     assert says in error.message
+
+
+@functools.cache
+def library_report(path: Path) -> ScenarioReport:
+    """The report of one play of a library scenario, played once in a process for every test that reads
+    it (each reads what must hold on every play; none changes the report)."""
+    return play(load_scenario(path), timeout=10)

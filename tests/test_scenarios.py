@@ -9,6 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from scenario_support import LIBRARY_FILES, action, library_report, run, story
 
 from run_supervisor.actors.scenarios import load_scenario, play, scenario_files, to_builtins
 
@@ -29,9 +30,9 @@ def _load_checker(path: Path) -> ModuleType:
 CHECKER = _load_checker(VENDORED_CHECKER)
 
 
-@pytest.mark.parametrize("path", scenario_files(LIBRARY), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", LIBRARY_FILES, ids=lambda p: p.stem)
 def test_every_library_scenario_passes_and_its_report_has_the_promised_shape(path: Path) -> None:
-    report = play(load_scenario(path), timeout=10)
+    report = library_report(path)
     assert report.failures == []
     assert report.passed is True
     assert CHECKER.problems(to_builtins(report)) == []
@@ -187,33 +188,16 @@ def test_the_scenario_code_spells_none_of_the_protocol_s_vocabulary_it_uses_the_
 
 def test_an_answer_never_comes_before_the_events_its_request_caused(tmp_path: Path) -> None:
     # go starts r2 behind r1 (queued); stop cancels r1: each one's action.result follows what it caused.
-    text = """
-name = "answers after their events"
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/p"
-steps = [{ kind = "model", gate = "g" }]
-[[runs]]
-id = "r2"
-session = "s1"
-directory = "/p"
-start = "manual"
-steps = [{ kind = "model" }]
-[[actions]]
-id = "go"
-when = "r1.model.started"
-do = "start_run"
-run = "r2"
-[[actions]]
-id = "stop"
-when = "go.ok"
-do = "cancel"
-run = "r1"
-[expect]
-r1 = { outcome = "interrupted", reason = "user_cancel", action = "stop" }
-r2 = { outcome = "completed" }
-"""
+    text = story(
+        "answers after their events",
+        run("r1", '{ kind = "model", gate = "g" }', directory="/p"),
+        run("r2", directory="/p", start="manual"),
+        action(id="go", when="r1.model.started", do="start_run", run="r2"),
+        action(id="stop", when="go.ok", do="cancel", run="r1"),
+        '[expect]\nr1 = { outcome = "interrupted", reason = "user_cancel", action = "stop" }\n'
+        'r2 = { outcome = "completed" }\n',
+        directories=(),
+    )
     path = tmp_path / "answers.toml"
     path.write_text(text)
     report = play(load_scenario(path), timeout=10)
