@@ -33,7 +33,6 @@ from run_supervisor.actors._errors import (
     SupervisorTimeout,
 )
 from run_supervisor.actors._instance_actor import InstanceHooks, NoInstanceHooks
-from run_supervisor.actors._journal import Journal, JournaledPublisher, JournalSync, start_journal
 from run_supervisor.actors._link import Link, attach, rejected
 from run_supervisor.actors._relay import complete
 from run_supervisor.actors._resume import (
@@ -74,6 +73,9 @@ from run_supervisor.protocol import (
     StartRun,
     SupervisorCore,
 )
+
+if TYPE_CHECKING:  # loaded where a journal is given: a supervisor without one never loads SQLite
+    from run_supervisor.actors._journal import Journal, JournaledPublisher, JournalSync
 
 __all__ = ["RunHandle", "Supervisor", "SupervisorConfig", "simulate_crash"]
 
@@ -293,14 +295,20 @@ class Supervisor:
             ),
         )
         self._publisher: Publisher
+        self._journal_writer: JournaledPublisher | None = None
+        """The publisher that writes the journal (None without one)."""
         recovered: list[Event] = []
         if journal is None:
             self._publisher = Publisher()
         else:
+            from run_supervisor.actors._journal import JournaledPublisher, start_journal
+
             recovered = start_journal(
                 journal, core, retain_finished=config.retain_finished_runs, resume_budget=resume_budget
             )
-            self._publisher = JournaledPublisher(journal, on_failure=link.on_journal_failure)
+            self._publisher = self._journal_writer = JournaledPublisher(
+                journal, on_failure=link.on_journal_failure
+            )
             self.threads.add(self._publisher.thread)
         # The run.recovered events are the stream's first (seq 1..k), decided before any request and
         # before any subscription can exist: hosts read them from recovered(), deterministically.
@@ -370,6 +378,8 @@ class Supervisor:
                 raise InvalidRequest(
                     f"journal must be a path (str or os.PathLike), not {type(journal).__name__}"
                 )
+            from run_supervisor.actors._journal import Journal
+
             opened = Journal.open(journal, synchronous=journal_sync)
         try:
             settings = SupervisorConfig() if config is None else config
@@ -593,8 +603,8 @@ class Supervisor:
         """A shutdown (or ``simulate_crash``) returns only once the journal's writer has committed
         its last batch and let go of the file, so a supervisor started next on it never finds it
         locked; bounded by ``request_timeout_s`` (a disk that hangs longer is left behind)."""
-        if isinstance(self._publisher, JournaledPublisher):
-            self._publisher.thread.join(timeout=self.config.request_timeout_s)
+        if self._journal_writer is not None:
+            self._journal_writer.thread.join(timeout=self.config.request_timeout_s)
 
     @property
     def journal_failure(self) -> JournalFailed | None:
@@ -707,7 +717,7 @@ def simulate_crash(supervisor: Supervisor) -> None:
     a kill), the file is let go without a clean mark, then the supervisor's actors and threads are
     stopped at once (grace 0). A supervisor started afterwards on the same journal recovers what was
     unfinished. Without a journal it is a plain immediate shutdown."""
-    publisher = supervisor._publisher
-    if isinstance(publisher, JournaledPublisher):
-        publisher.abandon()
+    writer = supervisor._journal_writer
+    if writer is not None:
+        writer.abandon()
     supervisor.shutdown(grace_ms=0, origin="crash")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Future
 from os import PathLike
 from types import FrameType, TracebackType
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from run_supervisor.actors import _calls as calls
 from run_supervisor.actors import _validate as check
@@ -33,7 +33,6 @@ from run_supervisor.actors._errors import (
     SupervisorTimeout,
 )
 from run_supervisor.actors._instance_actor import InstanceHooks
-from run_supervisor.actors._journal import JournalSync
 from run_supervisor.actors._link import Link, link_of
 from run_supervisor.actors._relay import complete
 from run_supervisor.actors._resume import (
@@ -59,6 +58,9 @@ from run_supervisor.protocol import (
     SessionSnapshot,
     SupervisorCore,
 )
+
+if TYPE_CHECKING:  # an annotation only: the journal is loaded where one is given
+    from run_supervisor.actors._journal import JournalSync
 
 __all__ = ["AsyncInstanceHooks", "AsyncRunHandle", "AsyncSubscription", "AsyncSupervisor"]
 
