@@ -31,29 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from layers import pick
 
-from run_supervisor.actors import (
-    ActionAlreadyCompleted,
-    AlreadyInterrupting,
-    AskAlreadyAnswered,
-    AskWithdrawn,
-    InvalidRequest,
-    LoadFailed,
-    NotConfirmable,
-    NothingPending,
-    RunAlreadyExists,
-    RunAlreadyFinished,
-    RunContext,
-    RunHandle,
-    SessionBusy,
-    Supervisor,
-    SupervisorClosed,
-    SupervisorConfig,
-    SupervisorTimeout,
-    UnknownAction,
-    UnknownAsk,
-    UnknownDirectory,
-    UnknownRun,
-)
+from run_supervisor import actors
+from run_supervisor.actors import RunContext, RunHandle, Supervisor, SupervisorConfig
 from run_supervisor.protocol import (
     AnswerForm,
     CancelRun,
@@ -75,25 +54,29 @@ from run_supervisor.protocol import (
 pytestmark = pytest.mark.deep  # generative: fewer examples by default (tests/layers.py)
 
 EXAMPLES = int(os.environ.get("RUN_SUPERVISOR_API_FUZZ_EXAMPLES", pick(smoke="150", deep="600")))
-DOCUMENTED = (
-    ActionAlreadyCompleted,
-    AlreadyInterrupting,
-    AskAlreadyAnswered,
-    AskWithdrawn,
-    InvalidRequest,
-    LoadFailed,
-    NotConfirmable,
-    NothingPending,
-    RunAlreadyExists,
-    RunAlreadyFinished,
-    SessionBusy,
-    SupervisorClosed,
-    SupervisorTimeout,
-    UnknownAction,
-    UnknownAsk,
-    UnknownDirectory,
-    UnknownRun,
+DOCUMENTED = tuple(
+    getattr(actors, name)
+    for name in (
+        "ActionAlreadyCompleted",
+        "AlreadyInterrupting",
+        "AskAlreadyAnswered",
+        "AskWithdrawn",
+        "InvalidRequest",
+        "LoadFailed",
+        "NotConfirmable",
+        "NothingPending",
+        "RunAlreadyExists",
+        "RunAlreadyFinished",
+        "SessionBusy",
+        "SupervisorClosed",
+        "SupervisorTimeout",
+        "UnknownAction",
+        "UnknownAsk",
+        "UnknownDirectory",
+        "UnknownRun",
+    )
 )
+"""The errors the facade documents: every call raises one of these or nothing."""
 GRACE_MS = 200
 COUNTS: Counter[str] = Counter()
 INPUTS: set[str] = set()
@@ -285,34 +268,22 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
         a = (arg(IDS), arg(TIMEOUTS))
         return name, lambda s: RunHandle(s, a[0]).wait(timeout=a[1]), a
     if name == "submit":
-        kind = draw(
-            st.sampled_from(
-                [
-                    StartRun,
-                    CancelRun,
-                    CloseRequest,
-                    Shutdown,
-                    ReplyPermission,
-                    AnswerForm,
-                    DismissForm,
-                    SetQueuePolicy,
-                ]
-            )
-        )
         v = (arg(IDS), arg(SESSIONS), arg(DIRS), arg(DOS), arg(MODES), arg(ORIGINS), arg(FLAGS), arg(GRACES))
+        build: dict[type[Any], Callable[[], Any]] = {
+            StartRun: lambda: StartRun(run_id=v[0], session=v[1], directory=v[2]),
+            CancelRun: lambda: CancelRun(run_id=v[0], origin=v[5]),
+            CloseRequest: lambda: CloseRequest(do=v[3], mode=v[4], origin=v[5], directories=(v[2],)),
+            Shutdown: lambda: Shutdown(reason=v[3], origin=v[5], grace_ms=v[7]),
+            ReplyPermission: lambda: ReplyPermission(run_id=v[0], approve=v[6], message=v[5]),
+            AnswerForm: lambda: AnswerForm(run_id=v[0], answer=v[1]),
+            DismissForm: lambda: DismissForm(run_id=v[0]),
+            SetQueuePolicy: lambda: SetQueuePolicy(session=v[1], queue_policy=v[4]),
+        }
+        kind = draw(st.sampled_from(list(build)))
 
         def raw(s: Supervisor) -> None:
             try:
-                request = {
-                    StartRun: lambda: StartRun(run_id=v[0], session=v[1], directory=v[2]),
-                    CancelRun: lambda: CancelRun(run_id=v[0], origin=v[5]),
-                    CloseRequest: lambda: CloseRequest(do=v[3], mode=v[4], origin=v[5], directories=(v[2],)),
-                    Shutdown: lambda: Shutdown(reason=v[3], origin=v[5], grace_ms=v[7]),
-                    ReplyPermission: lambda: ReplyPermission(run_id=v[0], approve=v[6], message=v[5]),
-                    AnswerForm: lambda: AnswerForm(run_id=v[0], answer=v[1]),
-                    DismissForm: lambda: DismissForm(run_id=v[0]),
-                    SetQueuePolicy: lambda: SetQueuePolicy(session=v[1], queue_policy=v[4]),
-                }[kind]()
+                request = build[kind]()
             except TypeError:  # msgspec refuses some on construction (not our boundary)
                 return
             outcome = s.submit(request, body=quick).result(timeout=10)  # never raises: a value
