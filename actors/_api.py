@@ -27,7 +27,6 @@ from run_supervisor.actors._calls import Call, saw_run_id, taking
 from run_supervisor.actors._errors import (
     InvalidRequest,
     JournalFailed,
-    RunAlreadyExists,
     SupervisorClosed,
     SupervisorError,
     SupervisorTimeout,
@@ -479,11 +478,11 @@ class Supervisor:
                 for run in launched:
                     if isinstance(run, RunSlot):
                         run.wait_thread_end(self.config.stop_timeout_s)
-                if isinstance(rejected, RunAlreadyExists) and call.fresh:
-                    # A host took this name meanwhile (a raw submit?): the next one.
-                    call = call.renamed()
-                    continue
-                raise
+                again = call.again(rejected)
+                if again is None:
+                    raise
+                call = again
+                continue
             return RunHandle(self, call.request.run_id, finished)
 
     start_run = taking(calls.start_run)(_start)

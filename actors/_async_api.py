@@ -27,7 +27,6 @@ from run_supervisor.actors._calls import Call, taking
 from run_supervisor.actors._errors import (
     InvalidRequest,
     JournalFailed,
-    RunAlreadyExists,
     SupervisorClosed,
     SupervisorError,
     SupervisorTimeout,
@@ -470,14 +469,11 @@ class AsyncSupervisor:
                     cancelled = True
             try:
                 link.raise_for_rejection(answer.result())
-            except RunAlreadyExists:
-                if call.fresh and not cancelled:  # a host took this name meanwhile: the next one
-                    call = call.renamed()
+            except SupervisorError as rejected:
+                again = None if cancelled else call.again(rejected)
+                if again is not None:
+                    call = again
                     continue
-                if cancelled:
-                    raise asyncio.CancelledError from None
-                raise
-            except SupervisorError:
                 if cancelled:
                     raise asyncio.CancelledError from None
                 raise

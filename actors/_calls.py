@@ -27,6 +27,7 @@ import msgspec
 
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._async_body import RunBody
+from run_supervisor.actors._errors import RunAlreadyExists, SupervisorError
 from run_supervisor.actors._validate import (
     CloseActionName,
     CloseModeName,
@@ -183,16 +184,19 @@ def renamed(request: StartRun) -> StartRun:
 class StartCall:
     """A start without its wait: the checked request and body, the bound on waiting for the answer,
     and whether the run id was made here (then a start refused because a host took that name
-    meanwhile is sent again under the next one: ``renamed``)."""
+    meanwhile is sent again under the next one: ``again``)."""
 
     request: StartRun
     body: RunBody
     timeout: float | None
     fresh: bool
 
-    def renamed(self) -> StartCall:
-        """The same start under the next fresh ``run-N``."""
-        return replace(self, request=renamed(self.request))
+    def again(self, refusal: SupervisorError) -> StartCall | None:
+        """What to send after ``refusal``: the same start under the next fresh ``run-N`` when a
+        host took the id made here meanwhile (a raw submit, say); None: the refusal stands."""
+        if isinstance(refusal, RunAlreadyExists) and self.fresh:
+            return replace(self, request=renamed(self.request))
+        return None
 
 
 def start_run(
