@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import pykka
-from loguru import logger
 
 from run_supervisor.actors._context import Gate, _GetCache, _LoadFailed, _Loading
+from run_supervisor.actors._logging import logger
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.protocol import DisposeDone, DisposeInstance
 

@@ -1,5 +1,11 @@
-"""A library stays silent unless its host asks: loguru is disabled for our namespace at import, and
-no handler is added to any logger the library does not own.
+"""A library stays silent unless its host asks: loguru is disabled for our namespace as soon as loguru is
+imported (by the host or by the library, whichever comes first), and no handler is added to any logger
+the library does not own.
+
+The library logs through ``logger`` here, loguru's own logger imported where a record is first made: a
+start makes none, so ``run-supervisor serve`` reaches its ready line without loading loguru. Until then a
+hook on ``sys.meta_path`` waits for loguru's import, to disable our namespace the moment loguru's module
+has run; a host's ``enable`` afterwards wins, as it did when the library imported loguru itself.
 
 A host turns logging on in one of two ways:
 
@@ -16,16 +22,65 @@ for a host on loguru that wants pykka's records in its sinks too, under ``run_su
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
-
-from loguru import logger
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
-    from loguru import Message
+    from importlib.machinery import ModuleSpec
 
-__all__ = ["bridge_pykka_logging", "log_to_stdlib"]
+    from loguru import Logger, Message
+
+__all__ = ["bridge_pykka_logging", "log_to_stdlib", "logger"]
 
 _NAMESPACE = "run_supervisor"
+
+
+class _Loguru:
+    """loguru's logger, imported on first use; each member is looked up once, then kept."""
+
+    def __getattr__(self, name: str) -> Any:
+        from loguru import logger as loguru_logger
+
+        value = getattr(loguru_logger, name)
+        setattr(self, name, value)
+        return value
+
+
+logger = cast("Logger", _Loguru())
+"""The library's logger (``from run_supervisor.actors._logging import logger``): loguru's, loaded lazily."""
+
+
+class _SilenceOnImport:
+    """A finder that finds nothing itself: it hands loguru's own spec on, with a loader that disables
+    the library's namespace once loguru's module has run; then it leaves ``sys.meta_path``."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> ModuleSpec | None:
+        if name != "loguru":
+            return None
+        import importlib.util
+
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _ThenSilence(spec.loader)  # type: ignore[assignment]
+        return spec
+
+
+class _ThenSilence:
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
+        return cast("ModuleType | None", self._loader.create_module(spec))
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        module.logger.disable(_NAMESPACE)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_resource_reader...: loguru's loader's
+        return getattr(self._loader, name)
 
 
 class _ToLoguru(logging.Handler):
@@ -93,4 +148,7 @@ def log_to_stdlib(*, level: int | str = 0, keep_default_sink: bool = False) -> i
     return handler_id
 
 
-logger.disable(_NAMESPACE)
+if "loguru" in sys.modules:  # the host imported it first: silenced now, as before the host's enable()
+    sys.modules["loguru"].logger.disable(_NAMESPACE)
+else:
+    sys.meta_path.insert(0, _SilenceOnImport())

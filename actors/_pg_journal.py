@@ -36,8 +36,6 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from loguru import logger
-
 from run_supervisor.actors._errors import JournalFailed, JournalLocked, JournalUnreadable
 from run_supervisor.actors._journal import (
     Journal,
@@ -47,6 +45,7 @@ from run_supervisor.actors._journal import (
     _settle_ask_rows,
     _settle_part_rows,
 )
+from run_supervisor.actors._logging import logger
 from run_supervisor.actors._shards import NOTIFY_CHANNEL, JournalTarget, LeaseLost, parse_journal_url
 from run_supervisor.protocol import (
     AskSnapshot,

@@ -36,10 +36,10 @@ from os import PathLike
 from typing import Any, Protocol
 
 import msgspec
-from loguru import logger
 
 from run_supervisor.actors._async_body import RunBody
 from run_supervisor.actors._errors import SupervisorError
+from run_supervisor.actors._logging import logger
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.actors._validate import QueuePolicyName
 from run_supervisor.protocol import QueuePolicy, ResumeResult, ResumeVerdict, RetryBudget, RunRecovered

@@ -14,9 +14,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from loguru import logger
-
 from run_supervisor.actors._errors import SupervisorTimeout
+from run_supervisor.actors._logging import logger
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.protocol import Event
 

@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 
 import msgspec
 import pykka
-from loguru import logger
 
 from run_supervisor.actors._errors import SupervisorClosed, SupervisorError
 from run_supervisor.actors._instance_actor import Dispose, InstanceActor, InstanceHooks, NoInstanceHooks
+from run_supervisor.actors._logging import logger
 from run_supervisor.actors._run_actor import Go, RunSlot
 from run_supervisor.actors._subscription import Publisher
 from run_supervisor.actors._threads import ThreadBook

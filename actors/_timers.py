@@ -14,8 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from loguru import logger
-
+from run_supervisor.actors._logging import logger
 from run_supervisor.actors._threads import ThreadBook
 
 __all__ = ["TimerHandle", "Timers"]

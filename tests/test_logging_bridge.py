@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROUTED = textwrap.dedent(
     """
     import json, logging, sys
@@ -77,3 +79,43 @@ def test_importing_the_library_adds_no_handler_to_the_pykka_logger() -> None:
         "assert logging.getLogger().handlers == [], logging.getLogger().handlers"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+A_RECORD = textwrap.dedent(
+    """
+    from run_supervisor import Supervisor, SupervisorConfig
+
+    class Broken:
+        def load(self, directory, generation):
+            raise RuntimeError("no config file")
+        def dispose(self, directory, generation, cache):
+            pass
+
+    sup = Supervisor.start(SupervisorConfig(shutdown_at_exit=False), hooks=Broken())
+    try:
+        sup.load("/a")  # the library logs the failed load (a warning)
+    except Exception:
+        pass
+    sup.shutdown(grace_ms=100)
+    """
+)
+"""A host's program that makes the library log one record, loguru's default sink (stderr) still installed."""
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+
+
+@pytest.mark.parametrize("first", ["loguru", "run_supervisor"])
+def test_the_library_stays_silent_whichever_of_it_and_loguru_is_imported_first(first: str) -> None:
+    second = "run_supervisor" if first == "loguru" else "loguru"
+    done = _run(f"import {first}, {second}\n{A_RECORD}")
+    assert (done.stdout, done.stderr) == ("", "")
+
+
+def test_a_host_that_enables_the_library_after_importing_both_gets_its_first_record() -> None:
+    """The library imports loguru only for its first record: a host's enable() made before that wins."""
+    done = _run(f"import run_supervisor\nimport loguru\nloguru.logger.enable('run_supervisor')\n{A_RECORD}")
+    assert "no config file" in done.stderr

@@ -28,12 +28,12 @@ from typing import Any
 
 import msgspec
 import uvicorn
-from loguru import logger
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
+from run_supervisor.actors._logging import logger
 from run_supervisor.actors.hosts import _answers as answers
 from run_supervisor.actors.hosts._external import MAX_LEASE_MS, MIN_LEASE_MS, ReportOutcome, decode_report
 from run_supervisor.actors.hosts._hub import EventHub, Listener, WireItem

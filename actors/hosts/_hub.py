@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 import msgspec
-from loguru import logger
 
 from run_supervisor.actors._api import Supervisor
 from run_supervisor.actors._errors import SupervisorTimeout
+from run_supervisor.actors._logging import logger
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors.hosts._answers import (
     GlobalDisposed,
