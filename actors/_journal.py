@@ -37,11 +37,10 @@ import queue
 import sqlite3
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Final, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -137,95 +136,6 @@ _PHASE_OF = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Statements:
-    """A journal database's SQL, statement by statement, with named parameters. Where the two
-    databases differ is here (SQLite's file, PostgreSQL's shard of shared tables); what runs the
-    statements, and when, is :class:`Journal`'s, once for both. A statement's parameters are the
-    names it uses of what its caller passes, plus the journal's ``scope`` (a shard)."""
-
-    finished_order: str
-    unfinished_runs: str
-    run_parts: str
-    run_asks: str
-    pending_actions: str
-    counts: Mapping[str, str]
-    """``statistics()``'s figures, each one ``COUNT(*)``."""
-    settle_run: str
-    settle_actions: str
-    compact_runs: str
-    compact_actions: str
-    queue_run: tuple[str, ...]
-    start_run: str
-    drop_parts: str
-    drop_asks: str
-    put_part: str
-    finish_run: str
-    open_ask: tuple[str, ...]
-    set_ask_state: str
-    withdraw_ask: str
-    request_action: str
-    complete_action: str
-    set_action_result: str
-
-
-_RUN_UPSERT_SET: Final = (
-    " session = excluded.session, directory = excluded.directory,"
-    " generation = excluded.generation, parent_run_id = excluded.parent_run_id,"
-    " resume_of = excluded.resume_of, state = 'active', outcome = NULL, reason = NULL,"
-    " origin = NULL, action_id = NULL, finished_order = NULL, epoch = excluded.epoch,"
-    " resume_count = excluded.resume_count"
-)
-"""What a run's ``run.started`` sets on a row its id already has (both databases' upsert)."""
-
-_SQLITE: Final = Statements(
-    finished_order="SELECT COALESCE(MAX(finished_order), 0) FROM runs",
-    unfinished_runs="SELECT run_id, session, directory, generation, parent_run_id, state, epoch, resume_count"
-    " FROM runs WHERE state != 'finished' ORDER BY rowid",
-    run_parts="SELECT part_key, tool, state, tool_started FROM parts WHERE run_id = :run_id ORDER BY position",
-    run_asks="SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM asks"
-    " WHERE run_id = :run_id ORDER BY rowid",
-    pending_actions="SELECT boot, action_id FROM actions WHERE completed = 0 ORDER BY rowid",
-    counts={
-        "runs": "SELECT COUNT(*) FROM runs",
-        "unfinished_runs": "SELECT COUNT(*) FROM runs WHERE state != 'finished'",
-        "parts": "SELECT COUNT(*) FROM parts",
-        "open_asks": "SELECT COUNT(*) FROM asks WHERE state = 'open'",
-        "pending_actions": "SELECT COUNT(*) FROM actions WHERE completed = 0",
-    },
-    settle_run="UPDATE runs SET state = 'finished', outcome = 'interrupted', reason = 'crash',"
-    " origin = 'crash', finished_order = :finished_order WHERE run_id = :run_id",
-    settle_actions="UPDATE actions SET completed = 1, result = COALESCE(result, 'completed')",
-    compact_runs="DELETE FROM runs WHERE finished_order IS NOT NULL AND finished_order <= :floor",
-    compact_actions="DELETE FROM actions WHERE completed = 1 AND boot < :boot",
-    queue_run=(
-        "INSERT OR REPLACE INTO runs (run_id, session, state, parent_run_id, resume_of, resume_count)"
-        " VALUES (:run_id, :session, 'queued', :parent_run_id, :resume_of, :resume_count)",
-    ),
-    start_run="INSERT INTO runs (run_id, session, directory, generation, parent_run_id, resume_of, state, epoch,"
-    " resume_count) VALUES (:run_id, :session, :directory, :generation, :parent_run_id, :resume_of, 'active',"
-    " :epoch, :resume_count) ON CONFLICT (run_id) DO UPDATE SET" + _RUN_UPSERT_SET,
-    drop_parts="DELETE FROM parts WHERE run_id = :run_id",
-    drop_asks="DELETE FROM asks WHERE run_id = :run_id",
-    put_part="INSERT INTO parts (run_id, part_key, position, tool, state, phase, tool_started)"
-    " VALUES (:run_id, :key, :position, :tool, :state, :phase, :tool_started)"
-    " ON CONFLICT (run_id, part_key) DO UPDATE SET state = excluded.state, phase = excluded.phase,"
-    " tool_started = excluded.tool_started",
-    finish_run="UPDATE runs SET state = 'finished', outcome = :outcome, reason = :reason, origin = :origin,"
-    " action_id = :action_id, finished_order = :finished_order WHERE run_id = :run_id",
-    open_ask=(
-        "INSERT OR REPLACE INTO asks (ask_id, run_id, state, payload, kind, tool, call_id, withdraw_reason)"
-        " VALUES (:ask_id, :run_id, 'open', :payload, :kind, :tool, :call_id, NULL)",
-    ),
-    set_ask_state="UPDATE asks SET state = :state WHERE ask_id = :ask_id",
-    withdraw_ask="UPDATE asks SET state = 'withdrawn', withdraw_reason = :reason WHERE ask_id = :ask_id",
-    request_action="INSERT OR IGNORE INTO actions (boot, action_id, do, mode, origin, directories)"
-    " VALUES (:boot, :action_id, :what, :mode, :origin, :directories)",
-    complete_action="UPDATE actions SET completed = 1 WHERE boot = :boot AND action_id = :action_id",
-    set_action_result="UPDATE actions SET result = :result WHERE boot = :boot AND action_id = :action_id",
-)
-
-
 @dataclass(slots=True)
 class RecoveryPlan:
     """What a dead process left unfinished, read at open; settled by :meth:`Journal.settle`."""
@@ -240,29 +150,20 @@ class Journal:
     """One journal file, held by one live supervisor at a time (see ``_JournalLock``).
 
     ``Journal.open`` on a ``postgresql://`` URL opens a journal in PostgreSQL instead (a shard of
-    it, owned through a lease: see actors/_pg_journal.py), a subclass behind the same interface:
-    it brings its own ``sql``, ``scope``, connection and transactions, and the reading of rows into
-    a recovery, the settling, the writing of events and the compaction here are both journals'."""
+    it, owned through a lease: see actors/_pg_journal.py), a subclass behind the same interface."""
 
     db_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
     """What the journal's database raises: an error of these at start is told as unreadable or
     unwritable (``start_error``), never as a bug."""
-
-    sql: ClassVar[Statements] = _SQLITE
-    scope: Mapping[str, object] = {}
-    """Parameters every statement of this journal is given besides its own (a shard's name)."""
 
     def __init__(self, path: Path, connection: sqlite3.Connection, lock: _JournalLock, boot: int) -> None:
         self.path: Path | str = path
         self._db = connection
         self._lock = lock
         self.boot = boot
-        self._begin_rows()
-
-    def _begin_rows(self) -> None:
-        """What this boot keeps beside the rows, so finishing a run deletes only what exists."""
-        self._finished_order = self._scalar(self.sql.finished_order)
+        self._finished_order = self._scalar("SELECT COALESCE(MAX(finished_order), 0) FROM runs")
         self._since_compaction = 0
+        # What this boot has recorded per unfinished run, so finishing one deletes only what exists.
         self._parts: dict[str, dict[str, int]] = {}  # run -> part key -> position
         self._asking: dict[str, int] = {}  # run -> asks recorded
         self.retain_finished = 10_000
@@ -309,44 +210,20 @@ class Journal:
             raise
         return cls(target, db, lock, boot)
 
-    # --- the database: what a subclass brings ---------------------------------------------------
-
-    def _reader(self) -> Any:
-        """What reads run on (outside a writing transaction): the connection."""
-        return self._db
-
-    @contextmanager
-    def _writing(self) -> Iterator[Any]:
-        """One writing transaction (all of it or nothing), giving what its statements run on."""
-        with _Transaction(self._db):
-            yield self._db
-
-    def _was_clean(self) -> bool:
-        """The previous process shut down cleanly."""
-        return self._meta("clean") != "0"
-
-    # --- statements ----------------------------------------------------------------------------
-
-    def _rows(self, sql: str, **params: object) -> list[Any]:
-        return list(self._reader().execute(sql, {**self.scope, **params}).fetchall())
-
-    def _scalar(self, sql: str, **params: object) -> int:
-        rows = self._rows(sql, **params)
-        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
-
-    def _write(self, cur: Any, sql: str | tuple[str, ...], **params: object) -> None:
-        bound = {**self.scope, **params}
-        for statement in (sql,) if isinstance(sql, str) else sql:
-            cur.execute(statement, bound)
+    def _scalar(self, sql: str, *args: Any) -> int:
+        row = self._db.execute(sql, args).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
 
     # --- recovery --------------------------------------------------------------------------------
 
     def read_recovery(self) -> RecoveryPlan:
         """Everything the previous process left unfinished (nothing after a clean shutdown)."""
-        plan = RecoveryPlan(clean=self._was_clean())
-        for run_id, session, directory, generation, parent, state, epoch, resumes in self._rows(
-            self.sql.unfinished_runs
-        ):
+        plan = RecoveryPlan(clean=self._meta("clean") != "0")
+        rows = self._db.execute(
+            "SELECT run_id, session, directory, generation, parent_run_id, state, epoch, resume_count"
+            " FROM runs WHERE state != 'finished' ORDER BY rowid"
+        ).fetchall()
+        for run_id, session, directory, generation, parent, state, epoch, resumes in rows:
             parts = self._settled_parts(run_id)
             open_phase = next(
                 (p.phase for p in parts if p.phase is not None and p.state is PartState.INTERRUPTED), None
@@ -368,54 +245,71 @@ class Journal:
                 )
             )
         plan.pending_actions = [
-            (int(boot), str(action_id)) for boot, action_id in self._rows(self.sql.pending_actions)
+            (int(boot), str(action_id))
+            for boot, action_id in self._db.execute(
+                "SELECT boot, action_id FROM actions WHERE completed = 0 ORDER BY rowid"
+            )
         ]
         return plan
 
     def _settled_parts(self, run_id: str) -> tuple[PartSnapshot, ...]:
         """The run's tool parts as its last ``run.part.updated`` events left them, unfinished ones
         settled: ``interrupted``, ``tool_started`` as recorded (true once the tool may have run)."""
-        return _settle_part_rows(self._rows(self.sql.run_parts, run_id=run_id))
+        rows = self._db.execute(
+            "SELECT part_key, tool, state, tool_started FROM parts WHERE run_id = ? ORDER BY position",
+            (run_id,),
+        ).fetchall()
+        return _settle_part_rows(rows)
 
     def _settled_asks(self, run_id: str, session: str) -> tuple[tuple[str, ...], tuple[AskSnapshot, ...]]:
         """The run's asks: the ids of those open at the crash (the crash withdraws them), and every
         ask as it ended, so a late reply after the restart is told what became of its ask
         (``ask_withdrawn``, ``ask_already_answered``) rather than that it never existed. An ask a
         journal from before these columns recorded has only its id: it is withdrawn, not described."""
-        return _settle_ask_rows(self._rows(self.sql.run_asks, run_id=run_id), run_id, session)
+        rows = self._db.execute(
+            "SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM asks"
+            " WHERE run_id = ? ORDER BY rowid",
+            (run_id,),
+        ).fetchall()
+        return _settle_ask_rows(rows, run_id, session)
 
     def settle(self, plan: RecoveryPlan) -> None:
         """Record the recovery: every unfinished run ends interrupted/crash, pending closes count as
-        completed by the restart. One transaction, before anything new (in PostgreSQL a fenced one,
-        so a successor that lost the lease meanwhile settles nothing). The recovered runs' asks go
+        completed by the restart. One transaction, before anything new. The recovered runs' asks go
         with them: the core holds them from now on, as it holds any finished run's."""
-        with self._writing() as cur:
+        with self._transaction():
             for run in plan.runs:
                 self._finished_order += 1
-                self._write(cur, self.sql.settle_run, finished_order=self._finished_order, run_id=run.run_id)
-                self._write(cur, self.sql.drop_parts, run_id=run.run_id)
-                self._write(cur, self.sql.drop_asks, run_id=run.run_id)
-            self._write(cur, self.sql.settle_actions)
+                self._db.execute(
+                    "UPDATE runs SET state = 'finished', outcome = 'interrupted', reason = 'crash',"
+                    " origin = 'crash', finished_order = ? WHERE run_id = ?",
+                    (self._finished_order, run.run_id),
+                )
+                self._db.execute("DELETE FROM parts WHERE run_id = ?", (run.run_id,))
+                self._db.execute("DELETE FROM asks WHERE run_id = ?", (run.run_id,))
+            self._db.execute("UPDATE actions SET completed = 1, result = COALESCE(result, 'completed')")
 
     # --- writing ---------------------------------------------------------------------------------
 
     def apply(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Apply a batch of events (as wire dicts) in one transaction."""
-        with self._writing() as cur:
+        with self._transaction():
             for event in events:
                 handler = _HANDLERS.get(event.get("type", ""))
                 if handler is not None:
-                    handler(self, cur, event)
+                    handler(self, event)
             if self._since_compaction >= _COMPACT_EVERY:
-                self._compact(cur)
+                self._compact()
 
-    def _compact(self, cur: Any) -> None:
+    def _compact(self) -> None:
         """Finished runs beyond the retention rule are forgotten, as they are in memory."""
         self._since_compaction = 0
         floor = self._finished_order - self.retain_finished
         if floor > 0:
-            self._write(cur, self.sql.compact_runs, floor=floor)
-        self._write(cur, self.sql.compact_actions, boot=self.boot)
+            self._db.execute(
+                "DELETE FROM runs WHERE finished_order IS NOT NULL AND finished_order <= ?", (floor,)
+            )
+        self._db.execute("DELETE FROM actions WHERE completed = 1 AND boot < ?", (self.boot,))
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
@@ -469,7 +363,13 @@ class Journal:
         return JournalUnreadable(f"journal {str(self.path)!r} is not a readable journal: {_describe(exc)}")
 
     def statistics(self) -> dict[str, int]:
-        return {name: self._scalar(sql) for name, sql in self.sql.counts.items()}
+        return {
+            "runs": self._scalar("SELECT COUNT(*) FROM runs"),
+            "unfinished_runs": self._scalar("SELECT COUNT(*) FROM runs WHERE state != 'finished'"),
+            "parts": self._scalar("SELECT COUNT(*) FROM parts"),
+            "open_asks": self._scalar("SELECT COUNT(*) FROM asks WHERE state = 'open'"),
+            "pending_actions": self._scalar("SELECT COUNT(*) FROM actions WHERE completed = 0"),
+        }
 
 
 # --- holding the file: one live supervisor per journal, on every platform -------------------------
