@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from run_supervisor import Supervisor, SupervisorConfig
+from run_supervisor.actors.testing import EventLog, simulate_crash
 
 _STARTED = threading.Lock()
 _server: _Server | None = None
@@ -291,3 +292,14 @@ def start_on(
     sup = Supervisor.start(config, journal=journal, **kwargs)
     opened.append(sup)
     return sup
+
+
+def crash_during(sup: Supervisor, body: Any, kind: str, run_id: str = "r1", **fields: Any) -> Any:
+    """Start run ``run_id`` (session s1, /w/a) with ``body`` on ``sup``, wait for its ``kind`` event
+    (with ``fields``), then let ``sup`` die as a kill would. Returns the event waited for."""
+    log = EventLog(sup)
+    sup.start_run(body, session="s1", directory="/w/a", run_id=run_id)
+    event = log.wait_for(kind, run_id=run_id, **fields)
+    log.close()
+    simulate_crash(sup)
+    return event

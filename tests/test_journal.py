@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from layers import pick
-from pg_support import JournalReader, start_on, without_wait
+from pg_support import JournalReader, crash_during, start_on, without_wait
 
 from run_supervisor import (
     Gate,
@@ -41,14 +41,8 @@ def start(opened: list[Supervisor], journal: Path | str, **kwargs: Any) -> Super
 
 
 def crash_while(opened: list[Supervisor], journal: Path | str, body: Any, kind: str, **fields: Any) -> None:
-    """Start a supervisor on ``journal``, start run r1 with ``body``, wait for its ``kind`` event
-    (with ``fields``), then let the supervisor die as a kill would."""
-    sup = start(opened, journal, directories=["/w/a"])
-    log = EventLog(sup)
-    sup.start_run(body, session="s1", directory="/w/a", run_id="r1")
-    log.wait_for(kind, run_id="r1", **fields)
-    log.close()
-    simulate_crash(sup)
+    """Start a supervisor on ``journal`` and crash it during run r1 (pg_support.crash_during)."""
+    crash_during(start(opened, journal, directories=["/w/a"]), body, kind, **fields)
 
 
 def preparing_bash(gate: Gate) -> Any:

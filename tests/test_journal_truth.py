@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_support import sqlite_only, start_on
+from pg_support import crash_during, sqlite_only, start_on
 
 from run_supervisor import (
     AskAlreadyAnswered,
@@ -188,12 +188,9 @@ def test_every_answer_waiting_behind_a_batch_that_did_not_commit_fails_with_the_
 def test_a_restart_that_cannot_write_the_journal_raises_journal_failed_and_lets_the_file_go(
     journal: Path | str, opened: list[Supervisor]
 ) -> None:
-    sup = start(opened, journal, directories=["/w/a"])
-    log = EventLog(sup)
-    sup.start_run(held_in_a_big_form(Gate("never")), session="s1", directory="/w/a", run_id="r1")
-    log.wait_for("ask.requested", run_id="r1")
-    log.close()
-    simulate_crash(sup)
+    crash_during(
+        start(opened, journal, directories=["/w/a"]), held_in_a_big_form(Gate("never")), "ask.requested"
+    )
 
     unwritable = Journal.open(journal)
     if isinstance(unwritable, PgJournal):  # the settle's first write fails, as on a full disk
@@ -216,12 +213,9 @@ def test_a_wire_host_on_a_journal_it_cannot_write_exits_2_with_one_line_naming_i
     import resource
     import signal
 
-    sup = start(opened, journal, directories=["/w/a"])
-    log = EventLog(sup)
-    sup.start_run(held_in_a_big_form(Gate("never")), session="s1", directory="/w/a", run_id="r1")
-    log.wait_for("ask.requested", run_id="r1")
-    log.close()
-    simulate_crash(sup)
+    crash_during(
+        start(opened, journal, directories=["/w/a"]), held_in_a_big_form(Gate("never")), "ask.requested"
+    )
 
     def no_file_may_grow() -> None:  # what a full disk does to every write, without root
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -252,11 +246,7 @@ def test_after_a_crash_a_late_answer_to_an_ask_the_crash_withdrew_is_rejected_as
     journal: Path | str, opened: list[Supervisor]
 ) -> None:
     sup = start(opened, journal, directories=["/w/a"])
-    log = EventLog(sup)
-    sup.start_run(held_in_a_big_form(Gate("never")), session="s1", directory="/w/a", run_id="r1")
-    ask_id = ask_id_of(log.wait_for("ask.requested", run_id="r1"))
-    log.close()
-    simulate_crash(sup)
+    ask_id = ask_id_of(crash_during(sup, held_in_a_big_form(Gate("never")), "ask.requested"))
 
     after = start(opened, journal)
     (recovered,) = after.recovered()
@@ -307,11 +297,7 @@ def test_a_journal_written_before_asks_were_kept_gains_their_columns_and_recover
     journal: Path, opened: list[Supervisor]
 ) -> None:
     sup = start(opened, journal, directories=["/w/a"])
-    log = EventLog(sup)
-    sup.start_run(held_in_a_big_form(Gate("never")), session="s1", directory="/w/a", run_id="r1")
-    ask_id = ask_id_of(log.wait_for("ask.requested", run_id="r1"))
-    log.close()
-    simulate_crash(sup)
+    ask_id = ask_id_of(crash_during(sup, held_in_a_big_form(Gate("never")), "ask.requested"))
     with sqlite3.connect(journal) as db:  # the layout of the first journals
         for column in ("kind", "tool", "call_id", "withdraw_reason"):
             db.execute(f"ALTER TABLE asks DROP COLUMN {column}")
@@ -337,11 +323,7 @@ def test_fifty_crash_and_restart_cycles_never_find_the_journal_locked(
 
     for cycle in range(50):
         sup = start(opened, journal, directories=["/w/a"])  # JournalLocked here is the failure
-        log = EventLog(sup)
-        sup.start_run(body, session="s1", directory="/w/a", run_id=f"r{cycle}")
-        log.wait_for("run.part.updated", run_id=f"r{cycle}")
-        log.close()
-        simulate_crash(sup)
+        crash_during(sup, body, "run.part.updated", run_id=f"r{cycle}")
         opened.remove(sup)
     assert [r.run_id for r in start(opened, journal).recovered()] == ["r49"]
 
