@@ -1,6 +1,7 @@
 """``run-supervisor serve`` reaches its ready line having imported what its first request needs and not the
 rest: the asyncio facade, the shards, the scenario tooling, the test tools, the stdio host, the OpenAPI
-document, the PostgreSQL journal and loguru are each imported where they are first used.
+document, the journals and SQLite (without ``--journal``) and loguru are each imported where they are
+first used.
 How long the start takes is a benchmark figure (scripts/bench.py, ``cold_start_ratio``), not a test."""
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def test_serve_is_ready_without_the_tools_its_first_request_does_not_need(tmp_pa
     imported = _imported_by_the_ready_line(tmp_path)
     assert "run_supervisor.actors.hosts._http" in imported  # what the first request needs is there
     assert sorted(imported & set(NOT_NEEDED_AT_START)) == []
+
+
+@pytest.mark.timeout(120)
+def test_serve_without_a_journal_is_ready_without_loading_sqlite(tmp_path: Path) -> None:
+    assert sorted(_imported_by_the_ready_line(tmp_path) & set(JOURNAL)) == []
 
 
 @pytest.mark.timeout(120)
