@@ -315,6 +315,7 @@ class AsksMixin:
                 seq=self._next_seq(),
                 ask_id=ask.ask_id,
                 run_id=ask.run_id,
+                session=ask.session,
                 kind=ask.kind,
                 reason=reason,
                 interrupt_reason=interrupt,
@@ -394,6 +395,7 @@ class AsksMixin:
                 seq=self._next_seq(),
                 ask_id=ask.ask_id,
                 run_id=run.id,
+                session=run.session,
                 kind=ask.kind,
                 approved=approved,
                 message=message,
@@ -414,7 +416,12 @@ class AsksMixin:
         self._asks.close(ask, AskTrigger.DISMISS)
         self._emit(
             AskDismissed(
-                seq=self._next_seq(), ask_id=ask.ask_id, run_id=run.id, message=req.message, tag=req.tag
+                seq=self._next_seq(),
+                ask_id=ask.ask_id,
+                run_id=run.id,
+                session=run.session,
+                message=req.message,
+                tag=req.tag,
             )
         )
         self._decline(run, ask, part, req.message, req.tag)
@@ -548,6 +555,7 @@ class AsksMixin:
             RunPartUpdated(
                 seq=self._next_seq(),
                 run_id=run.id,
+                session=run.session,
                 call_id=part.call_id,
                 tool=shown.tool,
                 state=shown.state,

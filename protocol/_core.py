@@ -381,6 +381,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                         RunPartUpdated(
                             seq=self._next_seq(),
                             run_id=run.id,
+                            session=run.session,
                             call_id=part.call_id or "",
                             tool=part.tool,
                             state=part.state,
@@ -1059,6 +1060,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             cls(
                 seq=self._next_seq(),
                 run_id=report.run_id,
+                session=live.session,
                 step=report.step,
                 kind=report.kind,
                 tool=report.tool,
@@ -1153,6 +1155,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             RunFinished(
                 seq=self._next_seq(),
                 run_id=run.id,
+                session=run.session,
                 outcome=RUN_OUTCOMES[run.state],
                 reason=interrupt.reason if interrupt else None,
                 origin=interrupt.origin if interrupt else None,

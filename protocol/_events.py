@@ -135,6 +135,8 @@ class RunStarted(_Event, frozen=True, tag="run.started"):
 
 class StepStarted(_Event, frozen=True, tag="run.step.started"):
     run_id: str
+    session: str
+    """The session of its run: a client filters by session without a table of runs."""
     step: str
     kind: StepKind
     tool: str | None = None
@@ -144,6 +146,8 @@ class StepStarted(_Event, frozen=True, tag="run.step.started"):
 
 class StepFinished(_Event, frozen=True, tag="run.step.finished"):
     run_id: str
+    session: str
+    """The session of its run: a client filters by session without a table of runs."""
     step: str
     kind: StepKind
     tool: str | None = None
@@ -158,6 +162,8 @@ class RunPartUpdated(_Event, frozen=True, tag="run.part.updated"):
     """
 
     run_id: str
+    session: str
+    """The session of its run: a client filters by session without a table of runs."""
     call_id: str
     tool: str
     state: PartState
@@ -182,6 +188,8 @@ class RunPartUpdated(_Event, frozen=True, tag="run.part.updated"):
 
 class RunFinished(_Event, frozen=True, tag="run.finished"):
     run_id: str
+    session: str
+    """The session of its run: a client filters by session without a table of runs."""
     outcome: Outcome
     reason: InterruptReason | None
     origin: str | None
@@ -300,6 +308,8 @@ class AskReplied(_Event, frozen=True, tag="ask.replied"):
 
     ask_id: str
     run_id: str
+    session: str
+    """The session of its run: a client filters by session without a table of runs."""
     kind: AskKind
     approved: bool
     """Permission: the decision; a form answer counts as approved."""
@@ -320,6 +330,8 @@ class AskDismissed(_Event, frozen=True, tag="ask.dismissed"):
 
     ask_id: str
     run_id: str
+    session: str
+    """The session of its run: a client filters by session without a table of runs."""
     message: str | None
     tag: str | None = None
 
@@ -329,6 +341,8 @@ class AskWithdrawn(_Event, frozen=True, tag="ask.withdrawn"):
 
     ask_id: str
     run_id: str
+    session: str
+    """The session of its run: a client filters by session without a table of runs."""
     kind: AskKind
     reason: WithdrawReason
     interrupt_reason: InterruptReason | None
@@ -353,6 +367,8 @@ class RunUnstalled(_Event, frozen=True, tag="run.unstalled"):
     interrupted or ended (``progress`` false; ``run.finished`` follows when its body stops)."""
 
     run_id: str
+    session: str
+    """The session of its run: a client filters by session without a table of runs."""
     progress: bool
 
 

@@ -532,9 +532,18 @@ class InvariantChecker:
             self.violation(f"seq {event.seq} after {self.last_seq}: seq must increase {rule}")
         self.last_seq = max(self.last_seq, event.seq)
         self._check_owed_loads(event)
+        self._check_session(event)
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event)
+
+    def _check_session(self, event: Event) -> None:
+        """An event of a run names the session that run was started in."""
+        run_id, session = getattr(event, "run_id", None), getattr(event, "session", None)
+        run = self.runs.get(run_id) if run_id is not None else None
+        if run is not None and session is not None and session != run.session:
+            kind = type(event).__struct_config__.tag
+            self.violation(f"{kind} of {run_id} names session {session!r}, its run is in {run.session!r}")
 
     def events_of(self, events: Iterable[Event]) -> None:
         for event in events:

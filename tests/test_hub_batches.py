@@ -46,7 +46,8 @@ def test_a_batch_of_events_wakes_each_listening_loop_once_and_keeps_their_order(
         replay, reset, listener = hub.listen(None, loop=loop)  # type: ignore[arg-type]
         assert (replay, reset) == ([], None)
         events: list[Event] = [
-            StepStarted(seq=seq, run_id="r", step=f"s{seq}", kind=StepKind.MODEL) for seq in range(1, 51)
+            StepStarted(seq=seq, run_id="r", session="s", step=f"s{seq}", kind=StepKind.MODEL)
+            for seq in range(1, 51)
         ]
         subscription._offer_many(events)  # as the supervisor delivers one batch: one lock, one notify
         assert loop.called.wait(10)

@@ -43,6 +43,7 @@ class Stream:
     def __init__(self) -> None:
         self.checker = InvariantChecker()
         self.seq = 0
+        self.sessions: dict[str, str] = {}  # run -> the session it started in
 
     def __call__(self, kind: type[Any], **fields: Any) -> Stream:
         self.seq += 1
@@ -54,6 +55,7 @@ class Stream:
         return self(InstanceStarted, directory=directory, generation=generation)
 
     def started(self, run: str, session: str = "s1", directory: str = A, generation: int = 1) -> Stream:
+        self.sessions[run] = session
         self(SessionStatusChanged, session=session, status=SessionStatus.BUSY)
         return self(RunStarted, run_id=run, session=session, directory=directory, generation=generation)
 
@@ -62,6 +64,7 @@ class Stream:
         ending.update(fields)
         if outcome is Outcome.FAILED:
             ending.setdefault("error", "boom")
+        ending.setdefault("session", self.sessions.get(run, "s1"))
         return self(RunFinished, run_id=run, outcome=outcome, **ending)
 
     def requested(self, action: str, do: CloseAction, mode: CloseMode, *directories: str) -> Stream:

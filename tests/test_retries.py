@@ -218,7 +218,9 @@ def test_the_checker_refuses_a_step_while_the_session_still_says_retry() -> None
     shell.request(StartRun(run_id="r", session="s", directory="/w/a"))
     _retrying(shell)
     with pytest.raises(InvariantViolation, match="still says retry"):
-        checker.event(StepStarted(seq=checker.last_seq + 1, run_id="r", step="model", kind=StepKind.MODEL))
+        checker.event(
+            StepStarted(seq=checker.last_seq + 1, run_id="r", session="s", step="model", kind=StepKind.MODEL)
+        )
 
 
 # --- the supervisor ---------------------------------------------------------------------------------

@@ -942,6 +942,7 @@ def _as_finished(event: RunFinished | RunRecovered) -> RunFinished:
     return RunFinished(
         seq=event.seq,
         run_id=event.run_id,
+        session=event.session,
         outcome=event.outcome,
         reason=event.reason,
         origin=event.origin,

@@ -667,6 +667,7 @@ export interface components {
             message: string | null;
             run_id: string;
             seq: number;
+            session: string;
             /** @default null */
             tag: string | null;
             /** @enum {unknown} */
@@ -716,6 +717,7 @@ export interface components {
             message: string | null;
             run_id: string;
             seq: number;
+            session: string;
             /** @default null */
             tag: string | null;
             /** @enum {unknown} */
@@ -801,6 +803,7 @@ export interface components {
             reason: components["schemas"]["WithdrawReason"];
             run_id: string;
             seq: number;
+            session: string;
             /** @enum {unknown} */
             type: "ask.withdrawn";
         };
@@ -1713,6 +1716,7 @@ export interface components {
             retry_message: string | null;
             run_id: string;
             seq: number;
+            session: string;
             /** @enum {unknown} */
             type: "run.finished";
         };
@@ -1735,6 +1739,7 @@ export interface components {
             reason: components["schemas"]["InterruptReason"] | null;
             run_id: string;
             seq: number;
+            session: string;
             state: components["schemas"]["PartState"];
             tool: string;
             tool_started: boolean;
@@ -1878,6 +1883,7 @@ export interface components {
             progress: boolean;
             run_id: string;
             seq: number;
+            session: string;
             /** @enum {unknown} */
             type: "run.unstalled";
         };
@@ -2083,6 +2089,7 @@ export interface components {
             kind: components["schemas"]["StepKind"];
             run_id: string;
             seq: number;
+            session: string;
             step: string;
             /** @default null */
             tool: string | null;
@@ -2102,6 +2109,7 @@ export interface components {
             kind: components["schemas"]["StepKind"];
             run_id: string;
             seq: number;
+            session: string;
             step: string;
             /** @default null */
             tool: string | null;
