@@ -403,8 +403,7 @@ class AsyncBodies:
     ) -> RunSlot:
         token = AsyncCancelToken()
         loop = self._loop(host_loop)
-        ref = AsyncRunActor.start(run_id, body, supervisor, ask_timeout, self._threads, token, loop, self)
-        return RunSlot(ref=ref, token=token)
+        return AsyncRunActor(run_id, body, supervisor, ask_timeout, self._threads, token, loop, self).slot()
 
     def close(self) -> None:
         """The supervisor has stopped: stop the owned loop (after its last body)."""

@@ -196,7 +196,7 @@ class Link:
             if is_async_body(body):  # a task on the host's loop (AsyncSupervisor) or on ours
                 run = self.async_bodies.launch(request.run_id, body, self._ref, timeout, loop)
             else:
-                run = RunActor.launch(request.run_id, body, self._ref, timeout, self.threads)
+                run = RunActor(request.run_id, body, self._ref, timeout, self.threads).slot()
             if launched is not None:
                 launched.append(run)
         inner = self.post(lambda reply: Submit(request, reply, run, finished))

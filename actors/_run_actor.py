@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Self
+from typing import Any
 
 import pykka
 
@@ -98,11 +98,10 @@ class RunActor:
         supervisor: pykka.ActorRef[Any],
         ask_timeout: float,
         threads: ThreadBook,
-        token: CancelToken,
-        started: list[threading.Thread] | None = None,
+        token: CancelToken | None = None,
     ) -> None:
         self.run_id = run_id
-        self.token = token
+        self.token = CancelToken() if token is None else token
         self._body = body
         self._supervisor = supervisor
         self._ask_timeout = ask_timeout
@@ -110,24 +109,10 @@ class RunActor:
         self._stopped = False
         self.context: RunContext | None = None
 
-    @classmethod
-    def start(cls, *args: Any, **kwargs: Any) -> Self:
-        """Make the actor (idle until ``Go``); it is its own reference (``tell``, ``stop``)."""
-        return cls(*args, **kwargs)
-
-    @classmethod
-    def launch(
-        cls,
-        run_id: str,
-        body: Callable[..., object] | None,
-        supervisor: pykka.ActorRef[Any],
-        ask_timeout: float,
-        threads: ThreadBook,
-    ) -> RunSlot:
-        """Make the actor (idle until ``Go``, holding no thread) and return what the supervisor
-        keeps of it."""
-        token = CancelToken()
-        return RunSlot(ref=cls(run_id, body, supervisor, ask_timeout, threads, token), token=token)
+    def slot(self) -> RunSlot:
+        """What the supervisor keeps of this actor (idle until ``Go``, holding no thread): the actor
+        and its token."""
+        return RunSlot(ref=self, token=self.token)
 
     # --- what the supervisor and the facades call ----------------------------------------------
 
