@@ -737,3 +737,23 @@ def test_an_always_approval_of_an_ask_without_a_key_is_rejected() -> None:
 )
 def test_a_bad_grant_is_refused_naming_its_key(old: str, new: str, key: str, says: str) -> None:
     assert_refused(swap(GRANTS, old, new, 1), key, says)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tool part expectations
+
+
+def test_a_tool_part_s_expected_state_tool_started_and_label_are_each_checked() -> None:
+    label = "Did not run: interrupted by the user's cancel before the tool started"
+    holds = f'tool_parts = [{{ state = "interrupted", tool_started = false, label = "{label}" }}]\n'
+    assert played(HELD_RUN + "[expect.r1]\n" + holds).failures == []
+    wrong = 'tool_parts = [{ state = "completed", tool_started = true, label = "nope" }]\n'
+    assert played(HELD_RUN + "[expect.r1]\n" + wrong).failures == [
+        "r1: tool part 0: expected state 'completed', got 'interrupted'",
+        "r1: tool part 0: expected tool_started True, got False",
+        f"r1: tool part 0: expected label 'nope', got {label!r}",
+    ]
+    bare = 'tool_parts = ["completed"]\n'  # a bare state checks the state alone
+    assert played(HELD_RUN + "[expect.r1]\n" + bare).failures == [
+        "r1: tool part 0: expected state 'completed', got 'interrupted'"
+    ]

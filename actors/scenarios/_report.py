@@ -336,20 +336,14 @@ def _check_parts(
             failures.append(
                 f"{rid}: tool part {index}: expected state {_shown(state)}, got {_shown(part.state)}"
             )
-        if (
-            isinstance(expected, PartExpectation)
-            and expected.tool_started is not None
-            and part.tool_started != expected.tool_started
-        ):
+        if not isinstance(expected, PartExpectation):
+            continue
+        if expected.tool_started is not None and part.tool_started != expected.tool_started:
             failures.append(
                 f"{rid}: tool part {index}: expected tool_started {expected.tool_started}, "
                 f"got {part.tool_started}"
             )
-        if (
-            isinstance(expected, PartExpectation)
-            and expected.label is not None
-            and part.label != expected.label
-        ):
+        if expected.label is not None and part.label != expected.label:
             failures.append(
                 f"{rid}: tool part {index}: expected label {expected.label!r}, got {part.label!r}"
             )
