@@ -135,17 +135,23 @@ def batches_of(url: str, epoch: int) -> int:
     return int(row[0])
 
 
-def test_two_processes_contend_for_a_shard_and_the_survivor_of_a_sigkill_takes_over_at_the_ttl(
-    contenders: list[Contender],
-) -> None:
+def an_owner_at_work_and_a_standby(contenders: list[Contender]) -> tuple[str, Contender, Contender]:
+    """A fresh shard, its owner (epoch 1) with run r1 at its third tool call, and a second process
+    started on the same shard."""
     url = shard()
     owner = Contender(url, "--work", "r1")
     contenders.append(owner)
     assert owner.wait_for(lambda line: "started" in line)["started"] == 1
     owner.wait_for(lambda line: line.get("part") == "call-3" and line.get("state") == "running")
-
     standby = Contender(url)
     contenders.append(standby)
+    return url, owner, standby
+
+
+def test_two_processes_contend_for_a_shard_and_the_survivor_of_a_sigkill_takes_over_at_the_ttl(
+    contenders: list[Contender],
+) -> None:
+    url, owner, standby = an_owner_at_work_and_a_standby(contenders)
     waiting = "SELECT 1 FROM pg_stat_activity WHERE application_name = 'run-supervisor waiting ' || %s"
     wait_for_row(url, waiting)
     assert not any("started" in line for line in standby.lines)  # the lease is held: it waits
@@ -172,13 +178,7 @@ def test_two_processes_contend_for_a_shard_and_the_survivor_of_a_sigkill_takes_o
 def test_an_owner_frozen_past_its_ttl_writes_nothing_when_it_wakes_and_stops_and_no_run_is_told_twice(
     contenders: list[Contender],
 ) -> None:
-    url = shard()
-    owner = Contender(url, "--work", "r1")
-    contenders.append(owner)
-    assert owner.wait_for(lambda line: "started" in line)["started"] == 1
-    owner.wait_for(lambda line: line.get("part") == "call-3" and line.get("state") == "running")
-    standby = Contender(url)
-    contenders.append(standby)
+    url, owner, standby = an_owner_at_work_and_a_standby(contenders)
 
     os.kill(owner.process.pid, signal.SIGSTOP)  # frozen mid-run: its renewals stop, its run does not end
     try:
