@@ -56,7 +56,10 @@ def test_the_package_starts_no_pykka_until_a_name_of_the_shell_is_used() -> None
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("package", ["run_supervisor", "run_supervisor.actors"])
+LAZY_PACKAGES = ["run_supervisor", "run_supervisor.actors", "run_supervisor.actors.hosts"]
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
 def test_without_its_source_a_package_imports_its_names_at_once_and_exports_the_same(package: str) -> None:
     """A frozen app may ship bytecode only: the names cannot be read, so the imports run."""
     folder = package.rsplit(".", 1)[-1]

@@ -8,10 +8,16 @@ not, so the names are loaded on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
+from run_supervisor.actors import _names
+
+# The names, each imported once, from its home: type checkers read these imports; at run time each is
+# imported on first use (actors/_names.py), so that importing this package needs no Starlette.
+_HOMES = _names.homes(__file__)
+_BEFORE = set(globals())
+
+if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the source cannot be read)
     from run_supervisor.actors.hosts._external import ExternalRuns as ExternalRuns
     from run_supervisor.actors.hosts._external import decode_report as decode_report
     from run_supervisor.actors.hosts._http import HttpSettings as HttpSettings
@@ -23,35 +29,5 @@ if TYPE_CHECKING:
     from run_supervisor.actors.hosts._wire import HostError as HostError
     from run_supervisor.actors.hosts._wire import WireHost as WireHost
 
-_WHERE = {
-    "ExternalRuns": "_external",
-    "decode_report": "_external",
-    "HttpSettings": "_http",
-    "ServerThread": "_http",
-    "create_app": "_http",
-    "EventHub": "_hub",
-    "RemoteCaches": "_remote_caches",
-    "STATUS_BY_CODE": "_wire",
-    "HostError": "_wire",
-    "WireHost": "_wire",
-}
-
-__all__ = [
-    "STATUS_BY_CODE",
-    "EventHub",
-    "ExternalRuns",
-    "HostError",
-    "HttpSettings",
-    "RemoteCaches",
-    "ServerThread",
-    "WireHost",
-    "create_app",
-    "decode_report",
-]
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise take any unknown name for Any
+    __all__, __getattr__, __dir__ = _names.lazy(__name__, _HOMES, globals(), _BEFORE)
