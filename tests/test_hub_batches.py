@@ -1,4 +1,5 @@
-"""The wire hosts' event hub hands a supervisor's batch of events to each event loop in one wake-up."""
+"""The wire hosts' event hub hands a supervisor's batch of events to each event loop in one wake-up, and
+its pump outlives any quiet spell."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from run_supervisor.actors._errors import SupervisorTimeout
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors.hosts._hub import EventHub, Listener, _push_all
 from run_supervisor.protocol import Event, StepKind, StepStarted
@@ -62,3 +64,27 @@ def test_a_batch_of_events_wakes_each_listening_loop_once_and_keeps_their_order(
     assert [item.id for item in hub.items()] == [item.id for item in items]
     _push_all(group, items)  # what the loop then runs: the stream gets them all, woken once
     assert isinstance(listener, Listener) and list(listener.items) == items and listener.ready.is_set()
+
+
+def test_an_hour_without_events_does_not_end_the_hubs_pump() -> None:
+    subscription = Subscription()
+    get = subscription.get
+    idle = [True]
+
+    def quiet_then_live(timeout: float) -> Event:
+        if idle[0]:  # the first wait saw an hour pass with no event (SupervisorTimeout, as get raises)
+            idle[0] = False
+            raise SupervisorTimeout(f"no event within {timeout} s")
+        return get(timeout)
+
+    subscription.get = quiet_then_live  # type: ignore[method-assign]
+    hub = EventHub(_Supervisor(subscription))  # type: ignore[arg-type]  # the hub's reads only
+    loop = _CountingLoop()
+    try:
+        hub.listen(None, loop=loop)  # type: ignore[arg-type]
+        subscription._offer(StepStarted(seq=1, run_id="r", session="s", step="s", kind=StepKind.MODEL))
+        assert loop.called.wait(10)  # the pump still reads: the event reached the listening loop
+    finally:
+        subscription._end()
+        hub.join(10)
+    assert [item.id for item in hub.items()] == [f"{hub.epoch}:1"]
