@@ -873,7 +873,9 @@ def test_runs_may_share_a_session() -> None:
 
 
 def _action_case(key: str, case_id: str, **keys: Any) -> Any:
-    """A one-run scenario (r1 begins, m1 is manual, gate g1) plus one action."""
+    """A one-run scenario (r1 begins, m1 is manual, gate g1) plus one action, by default ``when = "begin"``
+    (``when=None``: none)."""
+    keys = {name: value for name, value in {"when": "begin", **keys}.items() if value is not None}
     text = one_run(run(id="m1", session="s2", extra='start = "manual"'), action(**keys))
     return pytest.param(text, key, id=case_id)
 
@@ -881,15 +883,14 @@ def _action_case(key: str, case_id: str, **keys: Any) -> Any:
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        _action_case("actions[0].colour", "unknown action key", when="begin", do="shutdown", colour=1),
-        _action_case("actions[0].when", "action without when", do="shutdown"),
+        _action_case("actions[0].colour", "unknown action key", do="shutdown", colour=1),
+        _action_case("actions[0].when", "action without when", when=None, do="shutdown"),
         _action_case("actions[0].do", "action without do", when="begin"),
-        _action_case("actions[0].do", "unknown do", when="begin", do="explode"),
+        _action_case("actions[0].do", "unknown do", do="explode"),
         _action_case("actions[0].when", "when not a string", when=1, do="shutdown"),
         _action_case(
             "actions[0].gate",
             "gate on dispose",
-            when="begin",
             do="dispose",
             directory="/p",
             mode="maintenance",
@@ -898,34 +899,25 @@ def _action_case(key: str, case_id: str, **keys: Any) -> Any:
         _action_case(
             "actions[0].directory",
             "directory on dispose_all",
-            when="begin",
             do="dispose_all",
             mode="maintenance",
             directory="/p",
         ),
-        _action_case(
-            "actions[0].mode", "mode on cancel", when="begin", do="cancel", run="r1", mode="maintenance"
-        ),
-        _action_case("actions[0].mode", "mode on shutdown", when="begin", do="shutdown", mode="maintenance"),
-        _action_case(
-            "actions[0].origin", "origin on start_run", when="begin", do="start_run", run="m1", origin="x"
-        ),
+        _action_case("actions[0].mode", "mode on cancel", do="cancel", run="r1", mode="maintenance"),
+        _action_case("actions[0].mode", "mode on shutdown", do="shutdown", mode="maintenance"),
+        _action_case("actions[0].origin", "origin on start_run", do="start_run", run="m1", origin="x"),
         _action_case(
             "actions[0].grace_ms",
             "grace_ms on a close",
-            when="begin",
             do="dispose_all",
             mode="maintenance",
             grace_ms=10,
         ),
-        _action_case("actions[0].run", "run on open_gate", when="begin", do="open_gate", gate="g1", run="r1"),
-        _action_case(
-            "actions[0].answer", "answer on cancel_form", when="begin", do="cancel_form", run="r1", answer="x"
-        ),
+        _action_case("actions[0].run", "run on open_gate", do="open_gate", gate="g1", run="r1"),
+        _action_case("actions[0].answer", "answer on cancel_form", do="cancel_form", run="r1", answer="x"),
         _action_case(
             "actions[0].message",
             "message on answer_form",
-            when="begin",
             do="answer_form",
             run="r1",
             answer="x",
@@ -934,50 +926,40 @@ def _action_case(key: str, case_id: str, **keys: Any) -> Any:
         _action_case(
             "actions[0].decision",
             "decision on cancel",
-            when="begin",
             do="cancel",
             run="r1",
             decision="approve",
         ),
-        _action_case("actions[0].mode", "dispose without mode", when="begin", do="dispose", directory="/p"),
-        _action_case("actions[0].mode", "dispose_all without mode", when="begin", do="dispose_all"),
-        _action_case("actions[0].mode", "reload without mode", when="begin", do="reload", directory="/p"),
-        _action_case(
-            "actions[0].mode", "invalidate_config without mode", when="begin", do="invalidate_config"
-        ),
-        _action_case("actions[0].mode", "unknown mode", when="begin", do="dispose_all", mode="gentle"),
-        _action_case(
-            "actions[0].mode", "shutdown as a close mode", when="begin", do="dispose_all", mode="shutdown"
-        ),
-        _action_case("actions[0].mode", "mode not a string", when="begin", do="dispose_all", mode=1),
+        _action_case("actions[0].mode", "dispose without mode", do="dispose", directory="/p"),
+        _action_case("actions[0].mode", "dispose_all without mode", do="dispose_all"),
+        _action_case("actions[0].mode", "reload without mode", do="reload", directory="/p"),
+        _action_case("actions[0].mode", "invalidate_config without mode", do="invalidate_config"),
+        _action_case("actions[0].mode", "unknown mode", do="dispose_all", mode="gentle"),
+        _action_case("actions[0].mode", "shutdown as a close mode", do="dispose_all", mode="shutdown"),
+        _action_case("actions[0].mode", "mode not a string", do="dispose_all", mode=1),
         _action_case(
             "actions[0].directory",
             "dispose without directory",
-            when="begin",
             do="dispose",
             mode="maintenance",
         ),
-        _action_case(
-            "actions[0].directory", "reload without directory", when="begin", do="reload", mode="maintenance"
-        ),
+        _action_case("actions[0].directory", "reload without directory", do="reload", mode="maintenance"),
         _action_case(
             "actions[0].directory",
             "unknown directory",
-            when="begin",
             do="dispose",
             directory="/nowhere",
             mode="maintenance",
         ),
-        _action_case("actions[0].origin", "origin not a string", when="begin", do="shutdown", origin=1),
-        _action_case("actions[0].run", "cancel without run", when="begin", do="cancel"),
-        _action_case("actions[0].run", "cancel of an unknown run", when="begin", do="cancel", run="r9"),
-        _action_case("actions[0].run", "cancel of a session", when="begin", do="cancel", run="s1"),
-        _action_case("actions[0].run", "start_run without run", when="begin", do="start_run"),
-        _action_case("actions[0].run", "start_run of a begin run", when="begin", do="start_run", run="r1"),
+        _action_case("actions[0].origin", "origin not a string", do="shutdown", origin=1),
+        _action_case("actions[0].run", "cancel without run", do="cancel"),
+        _action_case("actions[0].run", "cancel of an unknown run", do="cancel", run="r9"),
+        _action_case("actions[0].run", "cancel of a session", do="cancel", run="s1"),
+        _action_case("actions[0].run", "start_run without run", do="start_run"),
+        _action_case("actions[0].run", "start_run of a begin run", do="start_run", run="r1"),
         _action_case(
             "actions[0].run",
             "reply_permission of an unknown run",
-            when="begin",
             do="reply_permission",
             run="r9",
             decision="approve",
@@ -985,41 +967,30 @@ def _action_case(key: str, case_id: str, **keys: Any) -> Any:
         _action_case(
             "actions[0].decision",
             "reply_permission without decision",
-            when="begin",
             do="reply_permission",
             run="r1",
         ),
         _action_case(
             "actions[0].decision",
             "unknown decision",
-            when="begin",
             do="reply_permission",
             run="r1",
             decision="yes",
         ),
-        _action_case("actions[0].run", "answer_form without run", when="begin", do="answer_form", answer="x"),
-        _action_case(
-            "actions[0].answer", "answer_form without answer", when="begin", do="answer_form", run="r1"
-        ),
+        _action_case("actions[0].run", "answer_form without run", do="answer_form", answer="x"),
+        _action_case("actions[0].answer", "answer_form without answer", do="answer_form", run="r1"),
         _action_case(
             "actions[0].answer",
             "answer whose picks hold a list",  # a list of one entry per question is an answer
-            when="begin",
             do="answer_form",
             run="r1",
             answer=[["a", ["b"]]],
         ),
-        _action_case(
-            "actions[0].run", "cancel_form of an unknown run", when="begin", do="cancel_form", run="r9"
-        ),
-        _action_case("actions[0].gate", "open_gate without gate", when="begin", do="open_gate"),
-        _action_case(
-            "actions[0].gate", "open_gate of a gate no step names", when="begin", do="open_gate", gate="g2"
-        ),
-        _action_case("actions[0].grace_ms", "negative grace_ms", when="begin", do="shutdown", grace_ms=-1),
-        _action_case(
-            "actions[0].grace_ms", "boolean grace_ms", when="begin", do="test_teardown", grace_ms=True
-        ),
+        _action_case("actions[0].run", "cancel_form of an unknown run", do="cancel_form", run="r9"),
+        _action_case("actions[0].gate", "open_gate without gate", do="open_gate"),
+        _action_case("actions[0].gate", "open_gate of a gate no step names", do="open_gate", gate="g2"),
+        _action_case("actions[0].grace_ms", "negative grace_ms", do="shutdown", grace_ms=-1),
+        _action_case("actions[0].grace_ms", "boolean grace_ms", do="test_teardown", grace_ms=True),
     ],
 )
 def test_a_broken_action_is_invalid(text: str, key: str) -> None:
