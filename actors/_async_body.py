@@ -35,6 +35,7 @@ from run_supervisor.actors._context import (
     PermissionReply,
     RunContext,
     ToolCall,
+    _Decides,
     _LoadFailed,
     _Loading,
     _RunReports,
@@ -235,6 +236,9 @@ class AsyncToolCall(
     def _form(self, ask: Ask[FormReply]) -> AsyncAsk[FormReply]:
         return AsyncAsk(ask, self._token)
 
+    async def _asked(self, ask: Callable[[], _Decides], timeout: float | None) -> Any:
+        return await ask().wait(timeout)  # opened when awaited, as an async def opens it
+
 
 class AsyncRunContext(
     _RunReports[
@@ -270,6 +274,9 @@ class AsyncRunContext(
 
     def _tool_call(self, call: ToolCall) -> AsyncToolCall:
         return AsyncToolCall(call, self.token)
+
+    async def _asked(self, ask: Callable[[], _Decides], timeout: float | None) -> Any:
+        return await ask().wait(timeout)  # opened when awaited, as an async def opens it
 
     # --- waiting (awaitable) ---------------------------------------------------------------------
 

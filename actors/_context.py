@@ -326,6 +326,11 @@ class _ToolReports(Generic[P, F, WP, WF]):
     def _form(self, ask: Ask[FormReply]) -> F:
         raise NotImplementedError
 
+    def _asked(self, ask: Callable[[], _Decides], timeout: float | None) -> Any:
+        """Open an ask (``ask()``) and wait for its decision as this part waits: blocking, or (in an
+        async body) as a coroutine that opens it when awaited."""
+        raise NotImplementedError
+
     def prepared(self) -> None:
         """The call's input is complete (materialized); the tool has not started."""
         self._reporter._ctx.check()
@@ -389,8 +394,8 @@ class _ToolReports(Generic[P, F, WP, WF]):
     ) -> WP:
         """``RunContext.ask_permission`` for this call: ask before the tool does its work (in an
         async body, await it)."""
-        waited: WP = self.open_permission(title=title, command=command, options=options, data=data).wait(
-            timeout
+        waited: WP = self._asked(
+            lambda: self.open_permission(title=title, command=command, options=options, data=data), timeout
         )
         return waited
 
@@ -403,7 +408,7 @@ class _ToolReports(Generic[P, F, WP, WF]):
         data: Mapping[str, Any] | None = None,
     ) -> WF:
         """``RunContext.ask_form`` for this call (in an async body, await it)."""
-        waited: WF = self.open_form(title=title, questions=questions, data=data).wait(timeout)
+        waited: WF = self._asked(lambda: self.open_form(title=title, questions=questions, data=data), timeout)
         return waited
 
 
@@ -436,6 +441,9 @@ class ToolCall(_ToolReports[Ask[PermissionReply], Ask[FormReply], PermissionRepl
     def _form(self, ask: Ask[FormReply]) -> Ask[FormReply]:
         return ask
 
+    def _asked(self, ask: Callable[[], _Decides], timeout: float | None) -> Any:
+        return ask().wait(timeout)
+
 
 class _RunReports(Generic[P, F, C, WP, WF]):
     """The non-blocking calls of a run body's context, shared by ``RunContext`` and
@@ -453,6 +461,11 @@ class _RunReports(Generic[P, F, C, WP, WF]):
         raise NotImplementedError
 
     def _tool_call(self, call: ToolCall) -> C:
+        raise NotImplementedError
+
+    def _asked(self, ask: Callable[[], _Decides], timeout: float | None) -> Any:
+        """Open an ask (``ask()``) and wait for its decision as this context waits: blocking, or (in an
+        async body) as a coroutine that opens it when awaited."""
         raise NotImplementedError
 
     # --- cancellation ----------------------------------------------------------------------------
@@ -584,10 +597,12 @@ class _RunReports(Generic[P, F, C, WP, WF]):
         model the message); a rejection without feedback interrupts the run
         (``permission_rejected``: ``RunInterrupted``). After ``timeout`` seconds without a reply
         the ask is withdrawn (``SupervisorTimeout``)."""
-        ask = self.open_permission(
-            tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
+        waited: WP = self._asked(
+            lambda: self.open_permission(
+                tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
+            ),
+            timeout,
         )
-        waited: WP = ask.wait(timeout)
         return waited
 
     def ask_form(
@@ -604,8 +619,10 @@ class _RunReports(Generic[P, F, C, WP, WF]):
         dismissal with a message (``FormReply(None, dismissed=True, message=...)``: feedback for
         the model); a dismissal without a message interrupts the run (``form_dismissed``). Times
         out like ``ask_permission``."""
-        ask = self.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data)
-        waited: WF = ask.wait(timeout)
+        waited: WF = self._asked(
+            lambda: self.open_form(tool=tool, call_id=call_id, title=title, questions=questions, data=data),
+            timeout,
+        )
         return waited
 
     # --- retries -------------------------------------------------------------------------------
@@ -678,6 +695,9 @@ class RunContext(_RunReports[Ask[PermissionReply], Ask[FormReply], ToolCall, Per
 
     def _tool_call(self, call: ToolCall) -> ToolCall:
         return call
+
+    def _asked(self, ask: Callable[[], _Decides], timeout: float | None) -> Any:
+        return ask().wait(timeout)
 
     # --- waiting ---------------------------------------------------------------------------------
 

@@ -293,3 +293,27 @@ def test_a_shared_call_checks_its_arguments_before_anything_is_sent_on_either_fa
         assert sup.statistics().runs_finished == 0
     finally:
         sup.shutdown(grace_ms=0)
+
+
+def test_an_async_body_s_ask_opens_when_it_is_awaited_not_when_it_is_called() -> None:
+    """``ctx.ask_permission(...)`` and ``call.ask_form(...)`` are written once for both contexts; in an
+    async body they still behave as an ``async def`` would: nothing is asked until the body awaits."""
+
+    async def host() -> tuple[int, int, Outcome | None]:
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            seen: list[int] = []
+
+            async def body(ctx: AsyncRunContext) -> None:
+                asking = ctx.ask_permission(5, command="ls")
+                form = ctx.tool("question").ask_form(5, questions=["Which?"])
+                seen.append(len(await sup.pending_asks()))  # behind the asks, had they been raised
+                for unawaited in (asking, form):
+                    assert inspect.iscoroutine(unawaited)
+                    unawaited.close()
+                seen.append(len(await sup.pending_asks()))
+
+            run = await sup.start_run(body, session="s1", directory="/w/a")
+            done = await run.wait(5)
+            return seen[0], seen[1], done.outcome
+
+    assert run_async(host) == (0, 0, Outcome.COMPLETED)
