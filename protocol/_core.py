@@ -100,6 +100,7 @@ from run_supervisor.protocol._requests import (
     WithdrawAsk,
 )
 from run_supervisor.protocol._rules import (
+    BODY_RULES,
     CANCEL_REASONS,
     FINISHED_RUN_STATES,
     GRACE_EXPIRY,
@@ -109,12 +110,15 @@ from run_supervisor.protocol._rules import (
     QUEUE_RULES,
     RUN_OUTCOMES,
     UNFINISHED_PART_STATES,
+    BodyState,
+    BodyTrigger,
     GraceClock,
     InstanceTrigger,
     QueuedFate,
     RunTrigger,
     SessionTrigger,
     WhenBusy,
+    next_body_state,
     next_instance_state,
     next_run_state,
 )
@@ -747,7 +751,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         if parent is None:
             return None
         problem = None
-        if parent.state is not RunState.ACTIVE or parent.ended is not None:
+        if parent.state is not RunState.ACTIVE or not BODY_RULES[parent.body].starts_children:
             state = f"is {parent.state.value}" if parent.ended is None else "has ended (waits for children)"
             problem = f"parent run {parent.id!r} {state}: only an active run starts children"
         elif req.session == parent.session:
@@ -967,7 +971,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
     def _interrupt_grace_expired(self, report: InterruptGraceExpired) -> None:
         run = self._runs.get(report.run_id)
         trigger = GRACE_EXPIRY[run.state] if run is not None and run.grace_armed else None
-        if run is None or trigger is None or run.ended is not None:
+        if run is None or trigger is None or not BODY_RULES[run.body].abandoned_at_grace:
             self._ignore()  # its body stopped in time (or it waits for its children): nothing to abandon
             return
         assert trigger is RunTrigger.ABANDON
@@ -986,7 +990,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             child = self._runs.get(child_id)
             if child is None:
                 continue
-            if child.state is RunState.INTERRUPTING and child.ended is None:
+            if child.state is RunState.INTERRUPTING and BODY_RULES[child.body].abandoned_at_grace:
                 found.append((depth, child.id, child))
             level.extend((depth + 1, c) for c in child.children)
         return [r for _, _, r in sorted(found, key=lambda item: (-item[0], item[1]))]
@@ -1107,14 +1111,20 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             self._ignore()  # an abandoned body that finally stopped
             return
         trigger = RunTrigger.BODY_RETURNED if report.error is None else RunTrigger.BODY_RAISED
-        if run.ended is not None:
+        if not BODY_RULES[run.body].takes_body_end:
             self._ignore()  # its body ended already
             return
         if self._unfinished_children(run):
-            self._touch(run)
+            self._move_body(run, BodyTrigger.BODY_ENDED_BEFORE_CHILDREN)
             run.ended = (trigger, report.error)  # reported finished after its children
             return
+        self._move_body(run, BodyTrigger.BODY_ENDED)
         self._end(run, trigger, report.error)
+
+    def _move_body(self, run: _Run, trigger: BodyTrigger) -> None:
+        """Every move of a run's body state goes through here (``BODY_TRANSITIONS``)."""
+        self._touch(run)
+        run.body = next_body_state(run.body, trigger)
 
     def _end(self, run: _Run, trigger: RunTrigger, error: str | None) -> None:
         if self._move_run(run, trigger) is RunState.FAILED:
@@ -1202,9 +1212,12 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
     def _child_finished(self, run: _Run) -> None:
         """A parent whose body ended while ``run`` was its last unfinished child is finished now."""
         parent = self._runs.get(run.parent) if run.parent is not None else None
-        if parent is None or parent.ended is None or parent.state in FINISHED_RUN_STATES:
+        waiting = parent is not None and parent.body is BodyState.AWAITING_CHILDREN
+        if parent is None or not waiting or parent.state in FINISHED_RUN_STATES:
             return
         if not self._unfinished_children(parent):
+            assert parent.ended is not None
+            self._move_body(parent, BodyTrigger.LAST_CHILD_FINISHED)
             self._end(parent, *parent.ended)
 
     def _remember_finished(self, run_id: str) -> None:

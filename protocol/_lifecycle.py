@@ -44,6 +44,7 @@ from run_supervisor.protocol._records import Journal, _Directory, _Instance, _Ru
 from run_supervisor.protocol._requests import CloseOutcome, CloseRequest, GraceExpired, Shutdown
 from run_supervisor.protocol._rules import (
     ANSWERED_ACTION_STATES,
+    BODY_RULES,
     CLOSE_ACTION_SCOPE,
     CLOSE_REQUEST_ACTIONS,
     CLOSE_REQUEST_MODES,
@@ -350,7 +351,11 @@ class LifecycleMixin:
         # Children before their parents (a parent is reported finished after them); a parent whose
         # body already ended is not abandoned: it finishes with its last child.
         stuck = sorted(
-            (run for run in self._runs.values() if run.state is RunState.INTERRUPTING and run.ended is None),
+            (
+                run
+                for run in self._runs.values()
+                if run.state is RunState.INTERRUPTING and BODY_RULES[run.body].abandoned_at_grace
+            ),
             key=lambda r: (-self._depth(r), r.id),
         )
         # Who held each instance still retiring: blame them, not its dispose hook (which never ran).

@@ -21,7 +21,7 @@ from run_supervisor.protocol._enums import (
     RunState,
 )
 from run_supervisor.protocol._parts import PartSnapshot
-from run_supervisor.protocol._rules import UNFINISHED_PART_STATES, RunTrigger
+from run_supervisor.protocol._rules import UNFINISHED_PART_STATES, BodyState, RunTrigger
 
 if TYPE_CHECKING:
     from run_supervisor.protocol._asks import Ask
@@ -77,9 +77,10 @@ class _Run:
     epoch: int | None = None  # the life its generation belongs to (recovered: the dead process's)
     parent: str | None = None  # the run it is a child of
     children: list[str] = field(default_factory=list)  # in start order
+    body: BodyState = BodyState.RUNNING  # its body's state (``BODY_TRANSITIONS``, ``BODY_RULES``)
     ended: tuple[RunTrigger, str | None] | None = None
-    """Its body ended (how, and the error) while children were unfinished: reported finished once
-    they are."""
+    """How its body ended (and the error) while children were unfinished (``body`` is
+    ``awaiting_children``): it is reported finished so once they are."""
     deadline_ms: int | None = None  # counted from run.started; the shell holds the timer
     interrupt_grace_ms: int | None = None  # its own grace once interrupted (``INTERRUPT_GRACE``)
     grace_armed: bool = False  # a StartInterruptGrace was sent: StopInterruptGrace at its end

@@ -35,6 +35,8 @@ from run_supervisor.protocol._enums import (
 __all__ = [
     "ACTION_TRANSITIONS",
     "ASK_TRANSITIONS",
+    "BODY_RULES",
+    "BODY_TRANSITIONS",
     "CANCEL_REASONS",
     "CLOSE_ACTION_SCOPE",
     "CLOSE_ANSWERS",
@@ -71,6 +73,9 @@ __all__ = [
     "STALL_TRANSITIONS",
     "ActionTrigger",
     "AskTrigger",
+    "BodyRule",
+    "BodyState",
+    "BodyTrigger",
     "ClosePolicy",
     "CloseScope",
     "DeclineEffect",
@@ -90,6 +95,7 @@ __all__ = [
     "fingerprint_unchanged",
     "next_action_state",
     "next_ask_state",
+    "next_body_state",
     "next_instance_state",
     "next_part_state",
     "next_run_state",
@@ -168,6 +174,78 @@ def next_run_state(state: RunState, trigger: RunTrigger) -> RunState:
         return RUN_TRANSITIONS[state][trigger]
     except KeyError:
         raise IllegalTransitionError(f"run: {trigger.value} in state {state.value}") from None
+
+
+class BodyState(StrEnum):
+    """A started run's body, beside its ``RunState``: a sub-state of the rules only. To a host a run
+    waiting for its children is still ``active`` or ``interrupting`` (its snapshot's ``state``),
+    since the wait decides nothing of its outcome: that is its ``RunState``'s, whether or not an
+    interrupt came before its body ended."""
+
+    RUNNING = "running"
+    """Its body has not ended (or the run has not started)."""
+    AWAITING_CHILDREN = "awaiting_children"
+    """Its body ended while children of it were unfinished: how it ended is kept (``_Run.ended``),
+    and the run is reported finished once the last of them has."""
+    ENDED = "ended"
+    """Its body's end was applied: the run finished with it."""
+
+
+class BodyTrigger(StrEnum):
+    BODY_ENDED = "body_ended"
+    """Its body returned or raised, and no child of it is unfinished."""
+    BODY_ENDED_BEFORE_CHILDREN = "body_ended_before_children"
+    """Its body returned or raised while a child of it is unfinished."""
+    LAST_CHILD_FINISHED = "last_child_finished"
+
+
+BODY_TRANSITIONS: Mapping[BodyState, Mapping[BodyTrigger, BodyState]] = MappingProxyType(
+    {
+        BodyState.RUNNING: {
+            BodyTrigger.BODY_ENDED: BodyState.ENDED,
+            BodyTrigger.BODY_ENDED_BEFORE_CHILDREN: BodyState.AWAITING_CHILDREN,
+        },
+        BodyState.AWAITING_CHILDREN: {BodyTrigger.LAST_CHILD_FINISHED: BodyState.ENDED},
+        BodyState.ENDED: {},
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BodyRule:
+    """What a run may still do, by its body's state (``BODY_RULES``)."""
+
+    takes_body_end: bool
+    """A ``BodyEnded`` of it is applied (else refused: its body ended already)."""
+    starts_children: bool
+    """It may be the parent of a new child run (while ``active``)."""
+    abandoned_at_grace: bool
+    """Past its interrupt's grace it is abandoned (a parent awaiting its children is not: it
+    finishes with its last child, which the grace abandons first)."""
+    may_stall: bool
+    """No progress may flag it stalled (one awaiting its children is not stuck)."""
+
+
+BODY_RULES: Mapping[BodyState, BodyRule] = MappingProxyType(
+    {
+        BodyState.RUNNING: BodyRule(
+            takes_body_end=True, starts_children=True, abandoned_at_grace=True, may_stall=True
+        ),
+        BodyState.AWAITING_CHILDREN: BodyRule(
+            takes_body_end=False, starts_children=False, abandoned_at_grace=False, may_stall=False
+        ),
+        BodyState.ENDED: BodyRule(
+            takes_body_end=False, starts_children=False, abandoned_at_grace=False, may_stall=False
+        ),
+    }
+)
+
+
+def next_body_state(state: BodyState, trigger: BodyTrigger) -> BodyState:
+    try:
+        return BODY_TRANSITIONS[state][trigger]
+    except KeyError:
+        raise IllegalTransitionError(f"run body: {trigger.value} in state {state.value}") from None
 
 
 PART_TRANSITIONS: Mapping[PartState, frozenset[PartState]] = MappingProxyType(

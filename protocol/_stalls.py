@@ -34,6 +34,7 @@ from run_supervisor.protocol._requests import (
     NoProgress,
 )
 from run_supervisor.protocol._rules import (
+    BODY_RULES,
     CLOSE_RULES,
     CONFIRM_RULES,
     RUNNING_RUN_STATES,
@@ -95,7 +96,7 @@ class StallsMixin:
         if not stall_applies(
             run.state,
             len(self._asks.open_of(run.id)),
-            run.ended is not None,
+            not BODY_RULES[run.body].may_stall,
             self._working_children(run),
             retry is not None and retry_waiting(retry[2], report.now_ms),
         ):

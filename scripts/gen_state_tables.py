@@ -30,6 +30,8 @@ from run_supervisor.protocol import (
     SESSION_TRANSITIONS,
 )
 from run_supervisor.protocol._rules import (
+    BODY_RULES,
+    BODY_TRANSITIONS,
     CANCEL_REASONS,
     CLOSE_ACTION_SCOPE,
     CLOSE_ANSWERS,
@@ -67,6 +69,35 @@ def _run_end_rows() -> list[str]:
         "| --- | --- |",
     ]
     rows += [f"| `{state.value}` | `{outcome.value}` |" for state, outcome in RUN_OUTCOMES.items()]
+    return rows
+
+
+def _body_rows() -> list[str]:
+    """A run's body beside its state (``BODY_TRANSITIONS``): waiting for its children is a state of
+    the rules, and ``BODY_RULES`` says what each body state still allows."""
+    rows = [
+        "",
+        "**Run bodies** (`BODY_TRANSITIONS`): beside its state, whether a run's body has ended; a run "
+        "whose body ended while children of it were unfinished awaits them (still `active` or "
+        "`interrupting` to a host) and finishes, as its body ended, with its last child",
+        "",
+        "| body state | trigger | next body state |",
+        "| --- | --- | --- |",
+    ]
+    rows += _transition_rows(BODY_TRANSITIONS)
+    yes = {True: "yes", False: "no"}
+    rows += [
+        "",
+        "**What a body state allows** (`BODY_RULES`)",
+        "",
+        "| body state | its body's end is applied | starts children | abandoned past its grace | may stall |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    rows += [
+        f"| `{state.value}` | {yes[rule.takes_body_end]} | {yes[rule.starts_children]} | "
+        f"{yes[rule.abandoned_at_grace]} | {yes[rule.may_stall]} |"
+        for state, rule in BODY_RULES.items()
+    ]
     return rows
 
 
@@ -257,6 +288,7 @@ def tables() -> str:
     ]
     lines += _transition_rows(RUN_TRANSITIONS)
     lines += _run_end_rows()
+    lines += _body_rows()
     lines += [
         "",
         "**Tool parts** (`PART_TRANSITIONS`, `PART_PHASE`)",
