@@ -37,10 +37,11 @@ import queue
 import sqlite3
 import stat
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal, TypeVar
 
 import msgspec
 
@@ -67,6 +68,7 @@ from run_supervisor.protocol._parts import part_snapshot
 __all__ = ["Journal", "JournalSync", "JournaledPublisher", "is_journal_url", "start_journal"]
 
 JournalSync = Literal["normal", "full"]
+_E = TypeVar("_E", bound=Exception)
 
 SCHEMA_VERSION: Final = 1
 APPLICATION_ID: Final = 0x52535631  # "RSV1": tells our journals from any other SQLite file
@@ -74,7 +76,17 @@ _SQLITE_HEADER: Final = b"SQLite format 3\x00"
 _BATCH: Final = 512
 _COMPACT_EVERY: Final = 256  # finished runs between two compactions
 
-_SCHEMA: Final = """
+_PART_COLUMNS: Final = """
+    run_id TEXT NOT NULL,
+    part_key TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    tool TEXT NOT NULL,
+    state TEXT NOT NULL,
+    phase TEXT,
+    tool_started INTEGER NOT NULL,"""
+"""A tool part's row, in both databases (PostgreSQL's names its shard first)."""
+
+_SCHEMA: Final = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE runs (
     run_id TEXT PRIMARY KEY,
@@ -94,14 +106,7 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_unfinished ON runs (state) WHERE state != 'finished';
 CREATE INDEX runs_finished_order ON runs (finished_order) WHERE finished_order IS NOT NULL;
-CREATE TABLE parts (
-    run_id TEXT NOT NULL,
-    part_key TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    tool TEXT NOT NULL,
-    state TEXT NOT NULL,
-    phase TEXT,
-    tool_started INTEGER NOT NULL,
+CREATE TABLE parts ({_PART_COLUMNS}
     PRIMARY KEY (run_id, part_key)
 );
 CREATE TABLE asks (                   -- every ask of an unfinished run, until the run finishes
@@ -136,6 +141,96 @@ _PHASE_OF = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """A journal database's SQL, statement by statement, with named parameters. Where the two
+    databases differ is here (SQLite's file, PostgreSQL's shard of shared tables); what runs the
+    statements, and when, is :class:`Journal`'s, once for both. A statement's parameters are the
+    names it uses of what its caller passes, plus the journal's ``scope`` (a shard)."""
+
+    finished_order: str
+    unfinished_runs: str
+    run_parts: str
+    run_asks: str
+    pending_actions: str
+    counts: Mapping[str, str]
+    """``statistics()``'s figures, each one ``COUNT(*)``."""
+    settle_run: str
+    settle_actions: str
+    compact_runs: str
+    compact_actions: str
+    queue_run: tuple[str, ...]
+    start_run: str
+    drop_parts: str
+    drop_asks: str
+    put_part: str
+    finish_run: str
+    open_ask: tuple[str, ...]
+    set_ask_state: str
+    withdraw_ask: str
+    request_action: str
+    complete_action: str
+    set_action_result: str
+
+
+_RUN_UPSERT_SET: Final = (
+    " session = excluded.session, directory = excluded.directory,"
+    " generation = excluded.generation, parent_run_id = excluded.parent_run_id,"
+    " resume_of = excluded.resume_of, state = 'active', outcome = NULL, reason = NULL,"
+    " origin = NULL, action_id = NULL, finished_order = NULL, epoch = excluded.epoch,"
+    " resume_count = excluded.resume_count"
+)
+"""What a run's ``run.started`` sets on a row its id already has (both databases' upsert)."""
+
+_SQLITE: Final = Statements(
+    finished_order="SELECT COALESCE(MAX(finished_order), 0) FROM runs",
+    unfinished_runs="SELECT run_id, session, directory, generation, parent_run_id, state, epoch, resume_count"
+    " FROM runs WHERE state != 'finished' ORDER BY rowid",
+    run_parts="SELECT part_key, tool, state, tool_started FROM parts WHERE run_id = :run_id"
+    " ORDER BY position",
+    run_asks="SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM asks"
+    " WHERE run_id = :run_id ORDER BY rowid",
+    pending_actions="SELECT boot, action_id FROM actions WHERE completed = 0 ORDER BY rowid",
+    counts={
+        "runs": "SELECT COUNT(*) FROM runs",
+        "unfinished_runs": "SELECT COUNT(*) FROM runs WHERE state != 'finished'",
+        "parts": "SELECT COUNT(*) FROM parts",
+        "open_asks": "SELECT COUNT(*) FROM asks WHERE state = 'open'",
+        "pending_actions": "SELECT COUNT(*) FROM actions WHERE completed = 0",
+    },
+    settle_run="UPDATE runs SET state = 'finished', outcome = 'interrupted', reason = 'crash',"
+    " origin = 'crash', finished_order = :finished_order WHERE run_id = :run_id",
+    settle_actions="UPDATE actions SET completed = 1, result = COALESCE(result, 'completed')",
+    compact_runs="DELETE FROM runs WHERE finished_order IS NOT NULL AND finished_order <= :floor",
+    compact_actions="DELETE FROM actions WHERE completed = 1 AND boot < :boot",
+    queue_run=(
+        "INSERT OR REPLACE INTO runs (run_id, session, state, parent_run_id, resume_of, resume_count)"
+        " VALUES (:run_id, :session, 'queued', :parent_run_id, :resume_of, :resume_count)",
+    ),
+    start_run="INSERT INTO runs (run_id, session, directory, generation, parent_run_id, resume_of, state,"
+    " epoch, resume_count) VALUES (:run_id, :session, :directory, :generation, :parent_run_id, :resume_of,"
+    " 'active', :epoch, :resume_count) ON CONFLICT (run_id) DO UPDATE SET" + _RUN_UPSERT_SET,
+    drop_parts="DELETE FROM parts WHERE run_id = :run_id",
+    drop_asks="DELETE FROM asks WHERE run_id = :run_id",
+    put_part="INSERT INTO parts (run_id, part_key, position, tool, state, phase, tool_started)"
+    " VALUES (:run_id, :key, :position, :tool, :state, :phase, :tool_started)"
+    " ON CONFLICT (run_id, part_key) DO UPDATE SET state = excluded.state, phase = excluded.phase,"
+    " tool_started = excluded.tool_started",
+    finish_run="UPDATE runs SET state = 'finished', outcome = :outcome, reason = :reason, origin = :origin,"
+    " action_id = :action_id, finished_order = :finished_order WHERE run_id = :run_id",
+    open_ask=(
+        "INSERT OR REPLACE INTO asks (ask_id, run_id, state, payload, kind, tool, call_id, withdraw_reason)"
+        " VALUES (:ask_id, :run_id, 'open', :payload, :kind, :tool, :call_id, NULL)",
+    ),
+    set_ask_state="UPDATE asks SET state = :state WHERE ask_id = :ask_id",
+    withdraw_ask="UPDATE asks SET state = 'withdrawn', withdraw_reason = :reason WHERE ask_id = :ask_id",
+    request_action="INSERT OR IGNORE INTO actions (boot, action_id, do, mode, origin, directories)"
+    " VALUES (:boot, :action_id, :what, :mode, :origin, :directories)",
+    complete_action="UPDATE actions SET completed = 1 WHERE boot = :boot AND action_id = :action_id",
+    set_action_result="UPDATE actions SET result = :result WHERE boot = :boot AND action_id = :action_id",
+)
+
+
 @dataclass(slots=True)
 class RecoveryPlan:
     """What a dead process left unfinished, read at open; settled by :meth:`Journal.settle`."""
@@ -150,20 +245,29 @@ class Journal:
     """One journal file, held by one live supervisor at a time (see ``_JournalLock``).
 
     ``Journal.open`` on a ``postgresql://`` URL opens a journal in PostgreSQL instead (a shard of
-    it, owned through a lease: see actors/_pg_journal.py), a subclass behind the same interface."""
+    it, owned through a lease: see actors/_pg_journal.py), a subclass behind the same interface:
+    it brings its own ``sql``, ``scope``, connection and transactions, and the reading of rows into
+    a recovery, the settling, the writing of events and the compaction here are both journals'."""
 
     db_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
     """What the journal's database raises: an error of these at start is told as unreadable or
     unwritable (``start_error``), never as a bug."""
+
+    sql: ClassVar[Statements] = _SQLITE
+    scope: Mapping[str, object] = {}
+    """Parameters every statement of this journal is given besides its own (a shard's name)."""
 
     def __init__(self, path: Path, connection: sqlite3.Connection, lock: _JournalLock, boot: int) -> None:
         self.path: Path | str = path
         self._db = connection
         self._lock = lock
         self.boot = boot
-        self._finished_order = self._scalar("SELECT COALESCE(MAX(finished_order), 0) FROM runs")
+        self._begin_rows()
+
+    def _begin_rows(self) -> None:
+        """What this boot keeps beside the rows, so finishing a run deletes only what exists."""
+        self._finished_order = self._scalar(self.sql.finished_order)
         self._since_compaction = 0
-        # What this boot has recorded per unfinished run, so finishing one deletes only what exists.
         self._parts: dict[str, dict[str, int]] = {}  # run -> part key -> position
         self._asking: dict[str, int] = {}  # run -> asks recorded
         self.retain_finished = 10_000
@@ -197,33 +301,51 @@ class Journal:
                 db = sqlite3.connect(target, isolation_level=None, check_same_thread=False)
             except sqlite3.Error as exc:
                 raise _open_error(target, exc) from None
-            try:
+            with _closed_on_failure(db, sqlite3.Error, lambda exc: _open_error(target, exc)):
                 boot = _prepare(db, target, synchronous)
-            except sqlite3.Error as exc:
-                db.close()
-                raise _open_error(target, exc) from None
-            except BaseException:
-                db.close()
-                raise
         except BaseException:
             lock.release()
             raise
         return cls(target, db, lock, boot)
 
-    def _scalar(self, sql: str, *args: Any) -> int:
-        row = self._db.execute(sql, args).fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
+    # --- the database: what a subclass brings ---------------------------------------------------
+
+    def _reader(self) -> Any:
+        """What reads run on (outside a writing transaction): the connection."""
+        return self._db
+
+    @contextmanager
+    def _writing(self) -> Iterator[Any]:
+        """One writing transaction (all of it or nothing), giving what its statements run on."""
+        with _Transaction(self._db):
+            yield self._db
+
+    def _was_clean(self) -> bool:
+        """The previous process shut down cleanly."""
+        return self._meta("clean") != "0"
+
+    # --- statements ----------------------------------------------------------------------------
+
+    def _rows(self, sql: str, **params: object) -> list[Any]:
+        return list(self._reader().execute(sql, {**self.scope, **params}).fetchall())
+
+    def _scalar(self, sql: str, **params: object) -> int:
+        rows = self._rows(sql, **params)
+        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+
+    def _write(self, cur: Any, sql: str | tuple[str, ...], **params: object) -> None:
+        bound = {**self.scope, **params}
+        for statement in (sql,) if isinstance(sql, str) else sql:
+            cur.execute(statement, bound)
 
     # --- recovery --------------------------------------------------------------------------------
 
     def read_recovery(self) -> RecoveryPlan:
         """Everything the previous process left unfinished (nothing after a clean shutdown)."""
-        plan = RecoveryPlan(clean=self._meta("clean") != "0")
-        rows = self._db.execute(
-            "SELECT run_id, session, directory, generation, parent_run_id, state, epoch, resume_count"
-            " FROM runs WHERE state != 'finished' ORDER BY rowid"
-        ).fetchall()
-        for run_id, session, directory, generation, parent, state, epoch, resumes in rows:
+        plan = RecoveryPlan(clean=self._was_clean())
+        for run_id, session, directory, generation, parent, state, epoch, resumes in self._rows(
+            self.sql.unfinished_runs
+        ):
             parts = self._settled_parts(run_id)
             open_phase = next(
                 (p.phase for p in parts if p.phase is not None and p.state is PartState.INTERRUPTED), None
@@ -245,71 +367,54 @@ class Journal:
                 )
             )
         plan.pending_actions = [
-            (int(boot), str(action_id))
-            for boot, action_id in self._db.execute(
-                "SELECT boot, action_id FROM actions WHERE completed = 0 ORDER BY rowid"
-            )
+            (int(boot), str(action_id)) for boot, action_id in self._rows(self.sql.pending_actions)
         ]
         return plan
 
     def _settled_parts(self, run_id: str) -> tuple[PartSnapshot, ...]:
         """The run's tool parts as its last ``run.part.updated`` events left them, unfinished ones
         settled: ``interrupted``, ``tool_started`` as recorded (true once the tool may have run)."""
-        rows = self._db.execute(
-            "SELECT part_key, tool, state, tool_started FROM parts WHERE run_id = ? ORDER BY position",
-            (run_id,),
-        ).fetchall()
-        return _settle_part_rows(rows)
+        return _settle_part_rows(self._rows(self.sql.run_parts, run_id=run_id))
 
     def _settled_asks(self, run_id: str, session: str) -> tuple[tuple[str, ...], tuple[AskSnapshot, ...]]:
         """The run's asks: the ids of those open at the crash (the crash withdraws them), and every
         ask as it ended, so a late reply after the restart is told what became of its ask
         (``ask_withdrawn``, ``ask_already_answered``) rather than that it never existed. An ask a
         journal from before these columns recorded has only its id: it is withdrawn, not described."""
-        rows = self._db.execute(
-            "SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM asks"
-            " WHERE run_id = ? ORDER BY rowid",
-            (run_id,),
-        ).fetchall()
-        return _settle_ask_rows(rows, run_id, session)
+        return _settle_ask_rows(self._rows(self.sql.run_asks, run_id=run_id), run_id, session)
 
     def settle(self, plan: RecoveryPlan) -> None:
         """Record the recovery: every unfinished run ends interrupted/crash, pending closes count as
-        completed by the restart. One transaction, before anything new. The recovered runs' asks go
+        completed by the restart. One transaction, before anything new (in PostgreSQL a fenced one,
+        so a successor that lost the lease meanwhile settles nothing). The recovered runs' asks go
         with them: the core holds them from now on, as it holds any finished run's."""
-        with self._transaction():
+        with self._writing() as cur:
             for run in plan.runs:
                 self._finished_order += 1
-                self._db.execute(
-                    "UPDATE runs SET state = 'finished', outcome = 'interrupted', reason = 'crash',"
-                    " origin = 'crash', finished_order = ? WHERE run_id = ?",
-                    (self._finished_order, run.run_id),
-                )
-                self._db.execute("DELETE FROM parts WHERE run_id = ?", (run.run_id,))
-                self._db.execute("DELETE FROM asks WHERE run_id = ?", (run.run_id,))
-            self._db.execute("UPDATE actions SET completed = 1, result = COALESCE(result, 'completed')")
+                self._write(cur, self.sql.settle_run, finished_order=self._finished_order, run_id=run.run_id)
+                self._write(cur, self.sql.drop_parts, run_id=run.run_id)
+                self._write(cur, self.sql.drop_asks, run_id=run.run_id)
+            self._write(cur, self.sql.settle_actions)
 
     # --- writing ---------------------------------------------------------------------------------
 
     def apply(self, events: Iterable[Mapping[str, Any]]) -> None:
         """Apply a batch of events (as wire dicts) in one transaction."""
-        with self._transaction():
+        with self._writing() as cur:
             for event in events:
                 handler = _HANDLERS.get(event.get("type", ""))
                 if handler is not None:
-                    handler(self, event)
+                    handler(self, cur, event)
             if self._since_compaction >= _COMPACT_EVERY:
-                self._compact()
+                self._compact(cur)
 
-    def _compact(self) -> None:
+    def _compact(self, cur: Any) -> None:
         """Finished runs beyond the retention rule are forgotten, as they are in memory."""
         self._since_compaction = 0
         floor = self._finished_order - self.retain_finished
         if floor > 0:
-            self._db.execute(
-                "DELETE FROM runs WHERE finished_order IS NOT NULL AND finished_order <= ?", (floor,)
-            )
-        self._db.execute("DELETE FROM actions WHERE completed = 1 AND boot < ?", (self.boot,))
+            self._write(cur, self.sql.compact_runs, floor=floor)
+        self._write(cur, self.sql.compact_actions, boot=self.boot)
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
@@ -363,13 +468,7 @@ class Journal:
         return JournalUnreadable(f"journal {str(self.path)!r} is not a readable journal: {_describe(exc)}")
 
     def statistics(self) -> dict[str, int]:
-        return {
-            "runs": self._scalar("SELECT COUNT(*) FROM runs"),
-            "unfinished_runs": self._scalar("SELECT COUNT(*) FROM runs WHERE state != 'finished'"),
-            "parts": self._scalar("SELECT COUNT(*) FROM parts"),
-            "open_asks": self._scalar("SELECT COUNT(*) FROM asks WHERE state = 'open'"),
-            "pending_actions": self._scalar("SELECT COUNT(*) FROM actions WHERE completed = 0"),
-        }
+        return {name: self._scalar(sql) for name, sql in self.sql.counts.items()}
 
 
 # --- holding the file: one live supervisor per journal, on every platform -------------------------
@@ -481,6 +580,20 @@ def _open_error(target: Path, exc: sqlite3.Error) -> Exception:
     if _code(exc).startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
         return JournalLocked(f"journal {str(target)!r} is locked by another program ({_describe(exc)})")
     return JournalUnreadable(f"journal {str(target)!r} is not a readable journal: {_describe(exc)}")
+
+
+@contextmanager
+def _closed_on_failure(db: Any, errors: type[_E], error: Callable[[_E], Exception]) -> Iterator[None]:
+    """An open that fails past its connection closes it (both journals): a database error is
+    raised as ``error`` says it (unreadable, unwritable, locked), anything else as it is."""
+    try:
+        yield
+    except errors as exc:
+        db.close()
+        raise error(exc) from None
+    except BaseException:
+        db.close()
+        raise
 
 
 def _may_have_run(e: Mapping[str, Any]) -> int:
@@ -650,39 +763,31 @@ def _prepare(db: sqlite3.Connection, target: Path, synchronous: JournalSync) -> 
     integrity = db.execute("PRAGMA quick_check").fetchone()[0]
     if integrity != "ok":
         raise JournalUnreadable(f"journal {str(target)!r} is corrupt ({integrity}); left untouched")
-    _add_ask_columns(db)
-    _add_run_columns(db)
+    _add_columns(db)
     row = db.execute("SELECT value FROM meta WHERE key = 'boot'").fetchone()
     boot = int(row[0]) + 1 if row else 1
     return boot
 
 
-_ASK_COLUMNS: Final = ("kind", "tool", "call_id", "withdraw_reason")
+_ADDED_COLUMNS: Final = (
+    ("asks", "TEXT", ("kind", "tool", "call_id", "withdraw_reason")),
+    ("runs", "INTEGER", ("epoch", "resume_count")),
+)
+"""Columns a journal written by an earlier run-supervisor may lack: the asks' descriptions (kept to
+their run's end) and the runs' life and resume count."""
 
 
-def _add_ask_columns(db: sqlite3.Connection) -> None:
-    """A journal written before asks were kept to their run's end gains their columns (NULL in the
-    old rows). Additive: a run-supervisor that does not know them reads and writes the file as before."""
-    have = {row[1] for row in db.execute("PRAGMA table_info(asks)")}
-    missing = [column for column in _ASK_COLUMNS if column not in have]
-    if missing:
-        with _Transaction(db):
-            for column in missing:
-                db.execute(f"ALTER TABLE asks ADD COLUMN {column} TEXT")
-
-
-_RUN_COLUMNS: Final = ("epoch", "resume_count")
-
-
-def _add_run_columns(db: sqlite3.Connection) -> None:
-    """A journal written before runs recorded their life and resume count gains the columns (NULL
-    in the old rows: no epoch known, never resumed). Additive, as ``_add_ask_columns``."""
-    have = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
-    missing = [column for column in _RUN_COLUMNS if column not in have]
-    if missing:
-        with _Transaction(db):
-            for column in missing:
-                db.execute(f"ALTER TABLE runs ADD COLUMN {column} INTEGER")
+def _add_columns(db: sqlite3.Connection) -> None:
+    """An older journal gains the columns it lacks, NULL in its old rows (no description, no epoch
+    known, never resumed). Additive: a run-supervisor that does not know them reads and writes the
+    file as before."""
+    for table, kind, columns in _ADDED_COLUMNS:
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        missing = [column for column in columns if column not in have]
+        if missing:
+            with _Transaction(db):
+                for column in missing:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 def _begin_boot(journal: Journal) -> None:
@@ -691,140 +796,126 @@ def _begin_boot(journal: Journal) -> None:
         journal._db.execute("UPDATE meta SET value = '0' WHERE key = 'clean'")
 
 
-# --- events into rows (events arrive as wire dicts, the shape every host sees) -----------------------
+# --- events into rows (events arrive as wire dicts, the shape every host sees; both journals') ---------
 
 
-def _on_run_queued(j: Journal, e: Mapping[str, Any]) -> None:
-    j._db.execute(
-        "INSERT OR REPLACE INTO runs (run_id, session, state, parent_run_id, resume_of, resume_count)"
-        " VALUES (?, ?, 'queued', ?, ?, ?)",
-        (e["run_id"], e["session"], e.get("parent_run_id"), e.get("resume_of"), e.get("resume_count", 0)),
-    )
+def _run_row(e: Mapping[str, Any], **more: object) -> dict[str, object]:
+    """What a run's row says of who it is, from its ``run.queued`` or ``run.started``."""
+    return {
+        "run_id": e["run_id"],
+        "session": e["session"],
+        "parent_run_id": e.get("parent_run_id"),
+        "resume_of": e.get("resume_of"),
+        "resume_count": e.get("resume_count", 0),
+        **more,
+    }
 
 
-def _on_run_started(j: Journal, e: Mapping[str, Any]) -> None:
-    j._db.execute(
-        "INSERT INTO runs (run_id, session, directory, generation, parent_run_id, resume_of, state, epoch,"
-        " resume_count) VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?)"
-        " ON CONFLICT (run_id) DO UPDATE SET session = excluded.session, directory = excluded.directory,"
-        " generation = excluded.generation, parent_run_id = excluded.parent_run_id,"
-        " resume_of = excluded.resume_of, state = 'active', outcome = NULL, reason = NULL,"
-        " origin = NULL, action_id = NULL, finished_order = NULL, epoch = excluded.epoch,"
-        " resume_count = excluded.resume_count",
-        (
-            e["run_id"],
-            e["session"],
-            e["directory"],
-            e["generation"],
-            e.get("parent_run_id"),
-            e.get("resume_of"),
-            e.get("epoch"),
-            e.get("resume_count", 0),
-        ),
-    )
+def _on_run_queued(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
+    j._write(cur, j.sql.queue_run, **_run_row(e))
+
+
+def _on_run_started(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
+    row = _run_row(e, directory=e["directory"], generation=e["generation"], epoch=e.get("epoch"))
+    j._write(cur, j.sql.start_run, **row)
     if j._parts.pop(e["run_id"], None) is not None:  # an id used again: the old run's parts go
-        j._db.execute("DELETE FROM parts WHERE run_id = ?", (e["run_id"],))
+        j._write(cur, j.sql.drop_parts, run_id=e["run_id"])
 
 
-def _on_part(j: Journal, e: Mapping[str, Any]) -> None:
+def _on_part(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
     key = str(e.get("call_id") or e.get("part_id") or e.get("index") or e.get("tool"))
     keys = j._parts.setdefault(e["run_id"], {})
-    position = keys.setdefault(key, len(keys))
-    j._db.execute(
-        "INSERT INTO parts (run_id, part_key, position, tool, state, phase, tool_started)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (run_id, part_key) DO UPDATE SET state = excluded.state, phase = excluded.phase,"
-        " tool_started = excluded.tool_started",
-        (e["run_id"], key, position, e["tool"], e["state"], e.get("phase"), _may_have_run(e)),
+    j._write(
+        cur,
+        j.sql.put_part,
+        run_id=e["run_id"],
+        key=key,
+        position=keys.setdefault(key, len(keys)),
+        tool=e["tool"],
+        state=e["state"],
+        phase=e.get("phase"),
+        tool_started=_may_have_run(e),
     )
 
 
-def _on_run_finished(j: Journal, e: Mapping[str, Any]) -> None:
+def _on_run_finished(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
     j._finished_order += 1
     j._since_compaction += 1
-    j._db.execute(
-        "UPDATE runs SET state = 'finished', outcome = ?, reason = ?, origin = ?, action_id = ?,"
-        " finished_order = ? WHERE run_id = ?",
-        (e["outcome"], e.get("reason"), e.get("origin"), e.get("action_id"), j._finished_order, e["run_id"]),
+    j._write(
+        cur,
+        j.sql.finish_run,
+        outcome=e["outcome"],
+        reason=e.get("reason"),
+        origin=e.get("origin"),
+        action_id=e.get("action_id"),
+        finished_order=j._finished_order,
+        run_id=e["run_id"],
     )
     if j._parts.pop(e["run_id"], None) is not None:
-        j._db.execute("DELETE FROM parts WHERE run_id = ?", (e["run_id"],))
+        j._write(cur, j.sql.drop_parts, run_id=e["run_id"])
     if j._asking.pop(e["run_id"], 0):
-        j._db.execute("DELETE FROM asks WHERE run_id = ?", (e["run_id"],))
+        j._write(cur, j.sql.drop_asks, run_id=e["run_id"])
 
 
-def _on_ask_requested(j: Journal, e: Mapping[str, Any]) -> None:
+def _on_ask_requested(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
     payload = e.get("payload")
-    j._db.execute(
-        "INSERT OR REPLACE INTO asks (ask_id, run_id, state, payload, kind, tool, call_id, withdraw_reason)"
-        " VALUES (?, ?, 'open', ?, ?, ?, ?, NULL)",
-        (
-            e["ask_id"],
-            e["run_id"],
-            None if payload is None else json.dumps(payload),
-            e.get("kind"),
-            e.get("tool"),
-            e.get("call_id"),
-        ),
+    j._write(
+        cur,
+        j.sql.open_ask,
+        ask_id=e["ask_id"],
+        run_id=e["run_id"],
+        payload=None if payload is None else json.dumps(payload),
+        kind=e.get("kind"),
+        tool=e.get("tool"),
+        call_id=e.get("call_id"),
     )
     j._asking[e["run_id"]] = j._asking.get(e["run_id"], 0) + 1
 
 
-def _on_ask_replied(j: Journal, e: Mapping[str, Any]) -> None:
-    j._db.execute("UPDATE asks SET state = 'replied' WHERE ask_id = ?", (e["ask_id"],))
+def _ask_ended(state: AskState) -> Callable[[Journal, Any, Mapping[str, Any]], None]:
+    def on_ask_ended(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
+        j._write(cur, j.sql.set_ask_state, state=state.value, ask_id=e["ask_id"])
+
+    return on_ask_ended
 
 
-def _on_ask_dismissed(j: Journal, e: Mapping[str, Any]) -> None:
-    j._db.execute("UPDATE asks SET state = 'dismissed' WHERE ask_id = ?", (e["ask_id"],))
+def _on_ask_withdrawn(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
+    j._write(cur, j.sql.withdraw_ask, reason=e.get("reason"), ask_id=e["ask_id"])
 
 
-def _on_ask_withdrawn(j: Journal, e: Mapping[str, Any]) -> None:
-    j._db.execute(
-        "UPDATE asks SET state = 'withdrawn', withdraw_reason = ? WHERE ask_id = ?",
-        (e.get("reason"), e["ask_id"]),
+def _on_lifecycle_requested(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
+    j._write(
+        cur,
+        j.sql.request_action,
+        boot=j.boot,
+        action_id=e["action_id"],
+        what=e.get("do"),
+        mode=e.get("mode"),
+        origin=e.get("origin"),
+        directories=json.dumps(e.get("directories")),
     )
 
 
-def _on_lifecycle_requested(j: Journal, e: Mapping[str, Any]) -> None:
-    j._db.execute(
-        "INSERT OR IGNORE INTO actions (boot, action_id, do, mode, origin, directories)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (
-            j.boot,
-            e["action_id"],
-            e.get("do"),
-            e.get("mode"),
-            e.get("origin"),
-            json.dumps(e.get("directories")),
-        ),
-    )
+def _on_lifecycle_completed(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
+    j._write(cur, j.sql.complete_action, boot=j.boot, action_id=e["action_id"])
 
 
-def _on_lifecycle_completed(j: Journal, e: Mapping[str, Any]) -> None:
-    j._db.execute(
-        "UPDATE actions SET completed = 1 WHERE boot = ? AND action_id = ?", (j.boot, e["action_id"])
-    )
-
-
-def _on_action_result(j: Journal, e: Mapping[str, Any]) -> None:
-    j._db.execute(
-        "UPDATE actions SET result = ? WHERE boot = ? AND action_id = ?",
-        (e["result"], j.boot, e["action_id"]),
-    )
+def _on_action_result(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
+    j._write(cur, j.sql.set_action_result, result=e["result"], boot=j.boot, action_id=e["action_id"])
 
 
 # Not recorded, on purpose: run.stalled / run.unstalled (a flag of a live run; after a crash the run is
 # recovered as interrupted with reason crash, never stalled) and lifecycle.confirmed (what it decided
 # reaches the journal as the runs' run.finished -- reason lifecycle_interrupt, the close's action_id --
 # and the close's lifecycle.completed). Events without a handler are skipped.
-_HANDLERS = {
+_HANDLERS: Final[Mapping[str, Callable[[Journal, Any, Mapping[str, Any]], None]]] = {
     "run.queued": _on_run_queued,
     "run.started": _on_run_started,
     "run.part.updated": _on_part,
     "run.finished": _on_run_finished,
     "ask.requested": _on_ask_requested,
-    "ask.replied": _on_ask_replied,
-    "ask.dismissed": _on_ask_dismissed,
+    "ask.replied": _ask_ended(AskState.REPLIED),
+    "ask.dismissed": _ask_ended(AskState.DISMISSED),
     "ask.withdrawn": _on_ask_withdrawn,
     "lifecycle.requested": _on_lifecycle_requested,
     "lifecycle.completed": _on_lifecycle_completed,

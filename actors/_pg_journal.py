@@ -33,26 +33,21 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Final
 
 from run_supervisor.actors._errors import JournalFailed, JournalLocked, JournalUnreadable
 from run_supervisor.actors._journal import (
+    _PART_COLUMNS,
+    _RUN_UPSERT_SET,
     Journal,
     JournalSync,
-    RecoveryPlan,
-    _may_have_run,
-    _settle_ask_rows,
-    _settle_part_rows,
+    Statements,
+    _closed_on_failure,
 )
 from run_supervisor.actors._logging import logger
 from run_supervisor.actors._shards import NOTIFY_CHANNEL, JournalTarget, LeaseLost, parse_journal_url
-from run_supervisor.protocol import (
-    AskSnapshot,
-    PartSnapshot,
-    PartState,
-    RecoveredRun,
-)
 
 try:
     import psycopg
@@ -64,7 +59,7 @@ __all__ = ["PgJournal"]
 SCHEMA_VERSION: Final = 1
 _SCHEMA_LOCK: Final = 0x52535631  # pg_advisory_xact_lock key while creating the tables ("RSV1")
 
-_SCHEMA: Final = """
+_SCHEMA: Final = f"""
 CREATE TABLE IF NOT EXISTS rs_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS rs_leases (
     shard TEXT PRIMARY KEY,
@@ -108,14 +103,7 @@ CREATE INDEX IF NOT EXISTS rs_runs_unfinished ON rs_runs (shard, seq) WHERE stat
 CREATE INDEX IF NOT EXISTS rs_runs_finished_order ON rs_runs (shard, finished_order)
     WHERE finished_order IS NOT NULL;
 CREATE TABLE IF NOT EXISTS rs_parts (
-    shard TEXT NOT NULL,
-    run_id TEXT NOT NULL,
-    part_key TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    tool TEXT NOT NULL,
-    state TEXT NOT NULL,
-    phase TEXT,
-    tool_started INTEGER NOT NULL,
+    shard TEXT NOT NULL,{_PART_COLUMNS}
     PRIMARY KEY (shard, run_id, part_key)
 );
 CREATE TABLE IF NOT EXISTS rs_asks (
@@ -153,6 +141,69 @@ _RENEW: Final = (
 )
 
 
+_SHARD: Final = "shard = %(shard)s"
+
+_POSTGRESQL: Final = Statements(
+    finished_order=f"SELECT COALESCE(MAX(finished_order), 0) FROM rs_runs WHERE {_SHARD}",
+    unfinished_runs="SELECT run_id, session, directory, generation, parent_run_id, state, epoch, resume_count"
+    f" FROM rs_runs WHERE {_SHARD} AND state != 'finished' ORDER BY seq",
+    run_parts="SELECT part_key, tool, state, tool_started FROM rs_parts"
+    f" WHERE {_SHARD} AND run_id = %(run_id)s ORDER BY position",
+    run_asks="SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM rs_asks"
+    f" WHERE {_SHARD} AND run_id = %(run_id)s ORDER BY seq",
+    pending_actions=f"SELECT boot, action_id FROM rs_actions WHERE {_SHARD} AND completed = 0 ORDER BY seq",
+    counts={
+        "runs": f"SELECT COUNT(*) FROM rs_runs WHERE {_SHARD}",
+        "unfinished_runs": f"SELECT COUNT(*) FROM rs_runs WHERE {_SHARD} AND state != 'finished'",
+        "parts": f"SELECT COUNT(*) FROM rs_parts WHERE {_SHARD}",
+        "open_asks": f"SELECT COUNT(*) FROM rs_asks WHERE {_SHARD} AND state = 'open'",
+        "pending_actions": f"SELECT COUNT(*) FROM rs_actions WHERE {_SHARD} AND completed = 0",
+    },
+    settle_run="UPDATE rs_runs SET state = 'finished', outcome = 'interrupted', reason = 'crash',"
+    f" origin = 'crash', finished_order = %(finished_order)s WHERE {_SHARD} AND run_id = %(run_id)s",
+    settle_actions="UPDATE rs_actions SET completed = 1, result = COALESCE(result, 'completed')"
+    f" WHERE {_SHARD}",
+    compact_runs=f"DELETE FROM rs_runs WHERE {_SHARD} AND finished_order IS NOT NULL"
+    " AND finished_order <= %(floor)s",
+    compact_actions=f"DELETE FROM rs_actions WHERE {_SHARD} AND completed = 1 AND boot < %(boot)s",
+    queue_run=(  # SQLite's INSERT OR REPLACE: the row goes and comes back new, last in seq's order
+        f"DELETE FROM rs_runs WHERE {_SHARD} AND run_id = %(run_id)s",
+        "INSERT INTO rs_runs (shard, run_id, session, state, parent_run_id, resume_of, resume_count)"
+        " VALUES (%(shard)s, %(run_id)s, %(session)s, 'queued', %(parent_run_id)s, %(resume_of)s,"
+        " %(resume_count)s)",
+    ),
+    start_run="INSERT INTO rs_runs (shard, run_id, session, directory, generation, parent_run_id, resume_of,"
+    " state, epoch, resume_count) VALUES (%(shard)s, %(run_id)s, %(session)s, %(directory)s, %(generation)s,"
+    " %(parent_run_id)s, %(resume_of)s, 'active', %(epoch)s, %(resume_count)s)"
+    " ON CONFLICT (shard, run_id) DO UPDATE SET" + _RUN_UPSERT_SET,
+    drop_parts=f"DELETE FROM rs_parts WHERE {_SHARD} AND run_id = %(run_id)s",
+    drop_asks=f"DELETE FROM rs_asks WHERE {_SHARD} AND run_id = %(run_id)s",
+    put_part="INSERT INTO rs_parts (shard, run_id, part_key, position, tool, state, phase, tool_started)"
+    " VALUES (%(shard)s, %(run_id)s, %(key)s, %(position)s, %(tool)s, %(state)s, %(phase)s, %(tool_started)s)"
+    " ON CONFLICT (shard, run_id, part_key) DO UPDATE SET state = excluded.state, phase = excluded.phase,"
+    " tool_started = excluded.tool_started",
+    finish_run="UPDATE rs_runs SET state = 'finished', outcome = %(outcome)s, reason = %(reason)s,"
+    " origin = %(origin)s, action_id = %(action_id)s, finished_order = %(finished_order)s"
+    f" WHERE {_SHARD} AND run_id = %(run_id)s",
+    open_ask=(
+        f"DELETE FROM rs_asks WHERE {_SHARD} AND ask_id = %(ask_id)s",
+        "INSERT INTO rs_asks (shard, ask_id, run_id, state, payload, kind, tool, call_id, withdraw_reason)"
+        " VALUES (%(shard)s, %(ask_id)s, %(run_id)s, 'open', %(payload)s, %(kind)s, %(tool)s, %(call_id)s,"
+        " NULL)",
+    ),
+    set_ask_state=f"UPDATE rs_asks SET state = %(state)s WHERE {_SHARD} AND ask_id = %(ask_id)s",
+    withdraw_ask="UPDATE rs_asks SET state = 'withdrawn', withdraw_reason = %(reason)s"
+    f" WHERE {_SHARD} AND ask_id = %(ask_id)s",
+    request_action="INSERT INTO rs_actions (shard, boot, action_id, what, mode, origin, directories)"
+    " VALUES (%(shard)s, %(boot)s, %(action_id)s, %(what)s, %(mode)s, %(origin)s, %(directories)s)"
+    " ON CONFLICT DO NOTHING",
+    complete_action="UPDATE rs_actions SET completed = 1"
+    f" WHERE {_SHARD} AND boot = %(boot)s AND action_id = %(action_id)s",
+    set_action_result="UPDATE rs_actions SET result = %(result)s"
+    f" WHERE {_SHARD} AND boot = %(boot)s AND action_id = %(action_id)s",
+)
+
+
 def _need_psycopg() -> None:
     if psycopg is None:
         raise JournalUnreadable(
@@ -164,24 +215,19 @@ class PgJournal(Journal):
     """One shard of a PostgreSQL journal, held under its lease (see the module's docstring)."""
 
     db_errors: tuple[type[Exception], ...] = ()  # set at import below, when psycopg is there
+    sql = _POSTGRESQL
 
     def __init__(self, target: JournalTarget, db: Any, holder: str, epoch: int, clean: bool) -> None:
         # Not Journal.__init__: that one is the SQLite file's. The attributes Journal's callers read:
         self.path = target.display
         self.boot = epoch
-        self.retain_finished = 10_000
         self.target = target
         self.shard = target.shard
+        self.scope = {"shard": target.shard}
         self.holder = holder
         self._pg = db
-        self._was_clean = clean
-        self._closed = False
-        self._parts: dict[str, dict[str, int]] = {}
-        self._asking: dict[str, int] = {}
-        self._since_compaction = 0
-        self._finished_order = self._scalar(
-            "SELECT COALESCE(MAX(finished_order), 0) FROM rs_runs WHERE shard = %s", self.shard
-        )
+        self._clean_at_take = clean
+        self._begin_rows()
         self._lost: LeaseLost | None = None
         self._on_lost: Callable[[JournalFailed], object] | None = None
         self._stop = threading.Event()
@@ -207,25 +253,32 @@ class PgJournal(Journal):
             )
         except psycopg.Error as exc:
             raise JournalUnreadable(f"journal {target.display!r}: cannot connect ({_pg_text(exc)})") from None
-        try:
+        with _closed_on_failure(db, psycopg.Error, lambda exc: _open_error(target, exc)):
             if synchronous == "full":
                 db.execute("SET synchronous_commit = on")
             _prepare(db, target)
             holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
             epoch, clean = _take_lease(db, target, holder)
             journal = cls(target, db, holder, epoch, clean)
-        except psycopg.Error as exc:
-            db.close()
-            raise _open_error(target, exc) from None
-        except BaseException:
-            db.close()
-            raise
         journal._start_renewer()
         return journal
 
-    def _scalar(self, sql: str, *args: Any) -> int:
-        row = self._pg.execute(sql, args).fetchone()
-        return int(row[0]) if row and row[0] is not None else 0
+    # --- the database under Journal's reading and writing ---------------------------------------------
+
+    def _reader(self) -> Any:
+        return self._pg
+
+    @contextmanager
+    def _writing(self) -> Iterator[Any]:
+        """A transaction that first renews the lease at our epoch (``_fence``): a successor that
+        took the shard meanwhile sees nothing of it."""
+        with self._pg.transaction():
+            cur = self._pg.cursor()
+            self._fence(cur)
+            yield cur
+
+    def _was_clean(self) -> bool:
+        return self._clean_at_take
 
     # --- the lease ---------------------------------------------------------------------------------
 
@@ -310,149 +363,57 @@ class PgJournal(Journal):
         if renewer is not None and renewer is not threading.current_thread():
             renewer.join(timeout=self.target.lease_ttl_s + 5)
 
-    # --- recovery ------------------------------------------------------------------------------------
-
-    def read_recovery(self) -> RecoveryPlan:
-        plan = RecoveryPlan(clean=self._was_clean)
-        rows = self._pg.execute(
-            "SELECT run_id, session, directory, generation, parent_run_id, state, epoch, resume_count"
-            " FROM rs_runs WHERE shard = %s AND state != 'finished' ORDER BY seq",
-            (self.shard,),
-        ).fetchall()
-        for run_id, session, directory, generation, parent, state, epoch, resumes in rows:
-            parts = self._settled_parts(run_id)
-            open_phase = next(
-                (p.phase for p in parts if p.phase is not None and p.state is PartState.INTERRUPTED), None
-            )
-            withdrawn, asks = self._settled_asks(run_id, session)
-            plan.runs.append(
-                RecoveredRun(
-                    run_id=run_id,
-                    session=session,
-                    directory=directory,
-                    generation=generation if state != "queued" else None,
-                    parent_run_id=parent,
-                    phase=open_phase,
-                    parts=parts,
-                    withdrawn_asks=withdrawn,
-                    asks=asks,
-                    epoch=None if epoch is None or state == "queued" else int(epoch),
-                    resume_count=int(resumes or 0),
-                )
-            )
-        plan.pending_actions = [
-            (int(boot), str(action_id))
-            for boot, action_id in self._pg.execute(
-                "SELECT boot, action_id FROM rs_actions WHERE shard = %s AND completed = 0 ORDER BY seq",
-                (self.shard,),
-            ).fetchall()
-        ]
-        return plan
-
-    def _settled_parts(self, run_id: str) -> tuple[PartSnapshot, ...]:
-        rows = self._pg.execute(
-            "SELECT part_key, tool, state, tool_started FROM rs_parts WHERE shard = %s AND run_id = %s"
-            " ORDER BY position",
-            (self.shard, run_id),
-        ).fetchall()
-        return _settle_part_rows(rows)
-
-    def _settled_asks(self, run_id: str, session: str) -> tuple[tuple[str, ...], tuple[AskSnapshot, ...]]:
-        rows = self._pg.execute(
-            "SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM rs_asks"
-            " WHERE shard = %s AND run_id = %s ORDER BY seq",
-            (self.shard, run_id),
-        ).fetchall()
-        return _settle_ask_rows(rows, run_id, session)
-
-    def settle(self, plan: RecoveryPlan) -> None:
-        """Every unfinished run ends interrupted/crash, pending closes count as completed: one
-        fenced transaction, so a successor that lost the lease meanwhile settles nothing."""
-        with self._pg.transaction():
-            cur = self._pg.cursor()
-            self._fence(cur)
-            for run in plan.runs:
-                self._finished_order += 1
-                cur.execute(
-                    "UPDATE rs_runs SET state = 'finished', outcome = 'interrupted', reason = 'crash',"
-                    " origin = 'crash', finished_order = %s WHERE shard = %s AND run_id = %s",
-                    (self._finished_order, self.shard, run.run_id),
-                )
-                cur.execute("DELETE FROM rs_parts WHERE shard = %s AND run_id = %s", (self.shard, run.run_id))
-                cur.execute("DELETE FROM rs_asks WHERE shard = %s AND run_id = %s", (self.shard, run.run_id))
-            cur.execute(
-                "UPDATE rs_actions SET completed = 1, result = COALESCE(result, 'completed')"
-                " WHERE shard = %s",
-                (self.shard,),
-            )
+    # --- recovery and writing: Journal's, over this database's statements ---------------------------
 
     def begin_boot(self) -> None:
-        with self._pg.transaction():
-            cur = self._pg.cursor()
-            self._fence(cur)
+        with self._writing() as cur:
             cur.execute(
                 "UPDATE rs_leases SET clean = 0 WHERE shard = %s AND epoch = %s", (self.shard, self.boot)
             )
 
-    # --- writing ---------------------------------------------------------------------------------------
-
     def apply(self, events: Iterable[Mapping[str, Any]]) -> None:
-        """A batch in one transaction that first renews the lease at our epoch (``_fence``)."""
-        with self._pg.transaction():
-            cur = self._pg.cursor()
-            self._fence(cur)
-            for event in events:
-                handler = _HANDLERS.get(event.get("type", ""))
-                if handler is not None:
-                    handler(self, cur, event)
-            if self._since_compaction >= 256:
-                self._compact_rows(cur)
+        super().apply(events)
         self.batches += 1
-
-    def _compact_rows(self, cur: Any) -> None:
-        self._since_compaction = 0
-        floor = self._finished_order - self.retain_finished
-        if floor > 0:
-            cur.execute(
-                "DELETE FROM rs_runs WHERE shard = %s AND finished_order IS NOT NULL"
-                " AND finished_order <= %s",
-                (self.shard, floor),
-            )
-        cur.execute(
-            "DELETE FROM rs_actions WHERE shard = %s AND completed = 1 AND boot < %s", (self.shard, self.boot)
-        )
 
     def close(self, *, clean: bool) -> None:
         """Let the lease go (a successor may take it at once, told by NOTIFY); ``clean`` records a
         clean shutdown first, in the same fenced transaction. A journal whose lease was lost writes
         nothing: not even its clean mark."""
-        if self._closed:
-            return
-        self._closed = True
-        self._stop_renewer()
-        try:
-            if self._lost is None:
-                with self._pg.transaction():
-                    cur = self._pg.cursor()
-                    self._fence(cur)
-                    cur.execute(
-                        "UPDATE rs_leases SET clean = %s, holder = NULL, owner_url = NULL,"
-                        " expires_at = clock_timestamp() WHERE shard = %s AND epoch = %s",
-                        (1 if clean else 0, self.shard, self.boot),
-                    )
-                    cur.execute(
-                        "UPDATE rs_epochs SET released_at = clock_timestamp()"
-                        " WHERE shard = %s AND epoch = %s",
-                        (self.shard, self.boot),
-                    )
-                    _notify(cur, self.shard, self.boot, None, None, "released")
-        finally:
-            self._pg.close()
+        self._let_go(
+            "released",
+            (
+                "UPDATE rs_leases SET clean = %s, holder = NULL, owner_url = NULL,"
+                " expires_at = clock_timestamp() WHERE shard = %s AND epoch = %s",
+                (1 if clean else 0, self.shard, self.boot),
+            ),
+            (
+                "UPDATE rs_epochs SET released_at = clock_timestamp() WHERE shard = %s AND epoch = %s",
+                (self.shard, self.boot),
+            ),
+            fenced=True,
+        )
 
     def abandon(self) -> None:
         """As a killed process, as far as the journal goes: no clean mark, nothing more written.
         The lease is let go (expired now, epoch kept) when the database can still be told, as a
         kill lets go of an SQLite file's lock; a real kill leaves it to expire at its TTL."""
+        try:
+            self._let_go(
+                "abandoned",
+                (
+                    "UPDATE rs_leases SET expires_at = clock_timestamp()"
+                    " WHERE shard = %s AND epoch = %s AND holder = %s",
+                    (self.shard, self.boot, self.holder),
+                ),
+                fenced=False,
+            )
+        except psycopg.Error:
+            pass
+
+    def _let_go(self, what: str, *statements: tuple[str, tuple[Any, ...]], fenced: bool) -> None:
+        """The journal's last transaction (once; none once the lease was lost): ``statements`` and
+        the NOTIFY telling ``what`` became of the lease, fenced if asked; then the renewer stops and
+        the connection closes, whatever the transaction did."""
         if self._closed:
             return
         self._closed = True
@@ -461,14 +422,11 @@ class PgJournal(Journal):
             if self._lost is None:
                 with self._pg.transaction():
                     cur = self._pg.cursor()
-                    cur.execute(
-                        "UPDATE rs_leases SET expires_at = clock_timestamp()"
-                        " WHERE shard = %s AND epoch = %s AND holder = %s",
-                        (self.shard, self.boot, self.holder),
-                    )
-                    _notify(cur, self.shard, self.boot, None, None, "abandoned")
-        except psycopg.Error:
-            pass
+                    if fenced:
+                        self._fence(cur)
+                    for sql, params in statements:
+                        cur.execute(sql, params)
+                    _notify(cur, self.shard, self.boot, None, None, what)
         finally:
             self._pg.close()
 
@@ -483,19 +441,8 @@ class PgJournal(Journal):
         return _open_error(self.target, exc)
 
     def statistics(self) -> dict[str, int]:
-        shard = self.shard
         return {
-            "runs": self._scalar("SELECT COUNT(*) FROM rs_runs WHERE shard = %s", shard),
-            "unfinished_runs": self._scalar(
-                "SELECT COUNT(*) FROM rs_runs WHERE shard = %s AND state != 'finished'", shard
-            ),
-            "parts": self._scalar("SELECT COUNT(*) FROM rs_parts WHERE shard = %s", shard),
-            "open_asks": self._scalar(
-                "SELECT COUNT(*) FROM rs_asks WHERE shard = %s AND state = 'open'", shard
-            ),
-            "pending_actions": self._scalar(
-                "SELECT COUNT(*) FROM rs_actions WHERE shard = %s AND completed = 0", shard
-            ),
+            **super().statistics(),
             "lease_epoch": self.boot,
             "lease_renewals": self.renewals,
             "lease_lost": int(self._lost is not None),
@@ -634,175 +581,3 @@ def _open_error(target: JournalTarget, exc: BaseException) -> Exception:
     if state.startswith(("53", "58")) or state in ("25006", "42501"):  # no space, I/O, read-only, no right
         return JournalFailed(target.display, _pg_text(exc), at_start=True)
     return JournalUnreadable(f"journal {target.display!r} is not a usable journal: {_pg_text(exc)}")
-
-
-# --- events into rows (the same handlers as the SQLite journal's, in PostgreSQL's SQL) -------------------
-
-
-def _on_run_queued(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    cur.execute("DELETE FROM rs_runs WHERE shard = %s AND run_id = %s", (j.shard, e["run_id"]))
-    cur.execute(
-        "INSERT INTO rs_runs (shard, run_id, session, state, parent_run_id, resume_of, resume_count)"
-        " VALUES (%s, %s, %s, 'queued', %s, %s, %s)",
-        (
-            j.shard,
-            e["run_id"],
-            e["session"],
-            e.get("parent_run_id"),
-            e.get("resume_of"),
-            e.get("resume_count", 0),
-        ),
-    )
-
-
-def _on_run_started(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    cur.execute(
-        "INSERT INTO rs_runs (shard, run_id, session, directory, generation, parent_run_id, resume_of, state,"
-        " epoch, resume_count) VALUES (%s, %s, %s, %s, %s, %s, %s, 'active', %s, %s)"
-        " ON CONFLICT (shard, run_id) DO UPDATE SET session = excluded.session,"
-        " directory = excluded.directory,"
-        " generation = excluded.generation, parent_run_id = excluded.parent_run_id,"
-        " resume_of = excluded.resume_of, state = 'active', outcome = NULL, reason = NULL,"
-        " origin = NULL, action_id = NULL, finished_order = NULL, epoch = excluded.epoch,"
-        " resume_count = excluded.resume_count",
-        (
-            j.shard,
-            e["run_id"],
-            e["session"],
-            e["directory"],
-            e["generation"],
-            e.get("parent_run_id"),
-            e.get("resume_of"),
-            e.get("epoch"),
-            e.get("resume_count", 0),
-        ),
-    )
-    if j._parts.pop(e["run_id"], None) is not None:
-        cur.execute("DELETE FROM rs_parts WHERE shard = %s AND run_id = %s", (j.shard, e["run_id"]))
-
-
-def _on_part(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    key = str(e.get("call_id") or e.get("part_id") or e.get("index") or e.get("tool"))
-    keys = j._parts.setdefault(e["run_id"], {})
-    position = keys.setdefault(key, len(keys))
-    cur.execute(
-        "INSERT INTO rs_parts (shard, run_id, part_key, position, tool, state, phase, tool_started)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-        " ON CONFLICT (shard, run_id, part_key) DO UPDATE SET state = excluded.state, phase = excluded.phase,"
-        " tool_started = excluded.tool_started",
-        (
-            j.shard,
-            e["run_id"],
-            key,
-            position,
-            e["tool"],
-            e["state"],
-            e.get("phase"),
-            _may_have_run(e),
-        ),
-    )
-
-
-def _on_run_finished(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    j._finished_order += 1
-    j._since_compaction += 1
-    cur.execute(
-        "UPDATE rs_runs SET state = 'finished', outcome = %s, reason = %s, origin = %s, action_id = %s,"
-        " finished_order = %s WHERE shard = %s AND run_id = %s",
-        (
-            e["outcome"],
-            e.get("reason"),
-            e.get("origin"),
-            e.get("action_id"),
-            j._finished_order,
-            j.shard,
-            e["run_id"],
-        ),
-    )
-    if j._parts.pop(e["run_id"], None) is not None:
-        cur.execute("DELETE FROM rs_parts WHERE shard = %s AND run_id = %s", (j.shard, e["run_id"]))
-    if j._asking.pop(e["run_id"], 0):
-        cur.execute("DELETE FROM rs_asks WHERE shard = %s AND run_id = %s", (j.shard, e["run_id"]))
-
-
-def _on_ask_requested(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    payload = e.get("payload")
-    cur.execute("DELETE FROM rs_asks WHERE shard = %s AND ask_id = %s", (j.shard, e["ask_id"]))
-    cur.execute(
-        "INSERT INTO rs_asks (shard, ask_id, run_id, state, payload, kind, tool, call_id, withdraw_reason)"
-        " VALUES (%s, %s, %s, 'open', %s, %s, %s, %s, NULL)",
-        (
-            j.shard,
-            e["ask_id"],
-            e["run_id"],
-            None if payload is None else json.dumps(payload),
-            e.get("kind"),
-            e.get("tool"),
-            e.get("call_id"),
-        ),
-    )
-    j._asking[e["run_id"]] = j._asking.get(e["run_id"], 0) + 1
-
-
-def _on_ask_replied(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    cur.execute(
-        "UPDATE rs_asks SET state = 'replied' WHERE shard = %s AND ask_id = %s", (j.shard, e["ask_id"])
-    )
-
-
-def _on_ask_dismissed(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    cur.execute(
-        "UPDATE rs_asks SET state = 'dismissed' WHERE shard = %s AND ask_id = %s", (j.shard, e["ask_id"])
-    )
-
-
-def _on_ask_withdrawn(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    cur.execute(
-        "UPDATE rs_asks SET state = 'withdrawn', withdraw_reason = %s WHERE shard = %s AND ask_id = %s",
-        (e.get("reason"), j.shard, e["ask_id"]),
-    )
-
-
-def _on_lifecycle_requested(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    cur.execute(
-        "INSERT INTO rs_actions (shard, boot, action_id, what, mode, origin, directories)"
-        " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-        (
-            j.shard,
-            j.boot,
-            e["action_id"],
-            e.get("do"),
-            e.get("mode"),
-            e.get("origin"),
-            json.dumps(e.get("directories")),
-        ),
-    )
-
-
-def _on_lifecycle_completed(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    cur.execute(
-        "UPDATE rs_actions SET completed = 1 WHERE shard = %s AND boot = %s AND action_id = %s",
-        (j.shard, j.boot, e["action_id"]),
-    )
-
-
-def _on_action_result(j: PgJournal, cur: Any, e: Mapping[str, Any]) -> None:
-    cur.execute(
-        "UPDATE rs_actions SET result = %s WHERE shard = %s AND boot = %s AND action_id = %s",
-        (e["result"], j.shard, j.boot, e["action_id"]),
-    )
-
-
-_HANDLERS: Final[dict[str, Callable[[PgJournal, Any, Mapping[str, Any]], None]]] = {
-    "run.queued": _on_run_queued,
-    "run.started": _on_run_started,
-    "run.part.updated": _on_part,
-    "run.finished": _on_run_finished,
-    "ask.requested": _on_ask_requested,
-    "ask.replied": _on_ask_replied,
-    "ask.dismissed": _on_ask_dismissed,
-    "ask.withdrawn": _on_ask_withdrawn,
-    "lifecycle.requested": _on_lifecycle_requested,
-    "lifecycle.completed": _on_lifecycle_completed,
-    "action.result": _on_action_result,
-}
