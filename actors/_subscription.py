@@ -103,10 +103,12 @@ class Subscription:
         return items
 
     def __iter__(self) -> Iterator[Event]:
-        """Every event until the subscription is closed (blocks between events)."""
+        """Every event until the subscription is closed (blocks between events, however long)."""
         while True:
             try:
                 yield self.get(timeout=3600.0)
+            except SupervisorTimeout:  # an hour with no event: wait on
+                continue
             except EOFError:
                 return
 
