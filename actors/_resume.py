@@ -28,9 +28,10 @@ import asyncio
 import inspect
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any, Protocol
@@ -144,29 +145,12 @@ def offer_resumes(
     """Offer each run the core marked ``offered`` to ``callback`` (on a thread, bounded by
     ``timeout`` seconds), start each continuation, and report every run under the policy."""
     offers: list[ResumeOffer] = []
-    for event in supervisor.recovered():
-        if event.resume is None:
-            continue
-        if event.resume is ResumeVerdict.EXHAUSTED:
-            offers.append(_exhausted(event))
-            continue
-        answer, error = _ask_on_thread(supervisor.threads, callback, event, timeout)
-        if error is None and inspect.isawaitable(answer):
-            _close_awaitable(answer)
-            answer, error = (
-                None,
-                "the resume callback returned an awaitable: a sync supervisor takes a plain answer",
-            )
-        offer = _checked(event, answer, error)
-        if offer is None:
-            assert isinstance(answer, Continuation)
-            try:
-                handle = supervisor.start_run(answer.body, **_options(event, answer))
-            except SupervisorError as refused:
-                offer = _failed(event, f"the continuation's start was refused: {refused}")
-            else:
-                offer = _resumed(event, handle.run_id)
-        offers.append(_told(offer))
+    for step in _offering(supervisor.recovered(), offers):
+        if isinstance(step, _Ask):
+            step.answer, step.error = _ask_on_thread(supervisor.threads, callback, step.event, timeout)
+        else:
+            with step.starting():
+                step.run_id = supervisor.start_run(step.continuation.body, **step.options).run_id
     return tuple(offers)
 
 
@@ -176,35 +160,67 @@ async def offer_resumes_async(
     """``offer_resumes`` for an asyncio supervisor: an ``async def`` callback (or one that returns
     an awaitable) runs as a task on this loop, a plain one on a thread; each bounded by ``timeout``."""
     offers: list[ResumeOffer] = []
-    for event in supervisor.recovered():
+    for step in _offering(supervisor.recovered(), offers):
+        if isinstance(step, _Ask):
+            step.answer, step.error = await _ask_on_loop(supervisor.threads, callback, step.event, timeout)
+        else:
+            with step.starting():
+                step.run_id = (await supervisor.start_run(step.continuation.body, **step.options)).run_id
+    return tuple(offers)
+
+
+# --- the offering, once for both facades: what to ask, what to start, what became of each -------------
+
+
+@dataclass(slots=True)
+class _Ask:
+    """Ask the callback about ``event``; the facade puts its answer (or why there is none) here."""
+
+    event: RunRecovered
+    answer: Any = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class _Start:
+    """Start ``continuation`` with ``options``; the facade puts the started run's id here, inside
+    ``starting()`` (which records a refused start)."""
+
+    continuation: Continuation
+    options: dict[str, Any]
+    run_id: str | None = None
+    refused: str | None = None
+
+    @contextmanager
+    def starting(self) -> Iterator[None]:
+        try:
+            yield
+        except SupervisorError as refused:
+            self.refused = f"the continuation's start was refused: {refused}"
+
+
+def _offering(recovered: Iterable[RunRecovered], offers: list[ResumeOffer]) -> Iterator[_Ask | _Start]:
+    """The steps a facade carries out, in order, each done before the next is asked for; what
+    became of every run under the policy is appended to ``offers`` (and logged) as it is known."""
+    for event in recovered:
         if event.resume is None:
             continue
         if event.resume is ResumeVerdict.EXHAUSTED:
             offers.append(_exhausted(event))
             continue
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        answer: Any
-        error: str | None
-        if inspect.iscoroutinefunction(callback):
-            answer, error = await _await_bounded(callback(event), timeout)
-        else:
-            started: Future[Any] = Future()
-            _spawn(supervisor.threads, callback, event, started)
-            answer, error = await _await_bounded(asyncio.wrap_future(started), timeout, thread=True)
-            if error is None and inspect.isawaitable(answer):
-                answer, error = await _await_bounded(answer, max(0.0, deadline - loop.time()))
-        offer = _checked(event, answer, error)
+        ask = _Ask(event)
+        yield ask
+        offer = _checked(event, ask.answer, ask.error)
         if offer is None:
-            assert isinstance(answer, Continuation)
-            try:
-                handle = await supervisor.start_run(answer.body, **_options(event, answer))
-            except SupervisorError as refused:
-                offer = _failed(event, f"the continuation's start was refused: {refused}")
+            assert isinstance(ask.answer, Continuation)
+            start = _Start(ask.answer, _options(event, ask.answer))
+            yield start
+            if start.refused is not None:
+                offer = _failed(event, start.refused)
             else:
-                offer = _resumed(event, handle.run_id)
+                assert start.run_id is not None
+                offer = _resumed(event, start.run_id)
         offers.append(_told(offer))
-    return tuple(offers)
 
 
 _KEPT: weakref.WeakKeyDictionary[object, tuple[ResumeOffer, ...]] = weakref.WeakKeyDictionary()
@@ -254,14 +270,36 @@ def _settle(future: Future[Any], answer: object = None, *, error: BaseException 
 def _ask_on_thread(
     threads: ThreadBook, callback: ResumeCallback, event: RunRecovered, timeout: float
 ) -> tuple[Any, str | None]:
+    """The sync facade's asking: on a thread, waited for ``timeout`` seconds at most."""
     answer: Future[Any] = Future()
     _spawn(threads, callback, event, answer)
     try:
-        return answer.result(timeout=timeout), None
+        result = answer.result(timeout=timeout)
     except FutureTimeout:
         return None, _overran(timeout)
     except Exception as exc:
         return None, _raised(exc)
+    if inspect.isawaitable(result):
+        _close_awaitable(result)
+        return None, "the resume callback returned an awaitable: a sync supervisor takes a plain answer"
+    return result, None
+
+
+async def _ask_on_loop(
+    threads: ThreadBook, callback: AsyncResumeCallback, event: RunRecovered, timeout: float
+) -> tuple[Any, str | None]:
+    """The asyncio facade's asking: an ``async def`` callback as a task on this loop, a plain one on
+    a thread (and an awaitable it returns on this loop), all within ``timeout`` seconds."""
+    if inspect.iscoroutinefunction(callback):
+        return await _await_bounded(callback(event), timeout)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    started: Future[Any] = Future()
+    _spawn(threads, callback, event, started)
+    answer, error = await _await_bounded(asyncio.wrap_future(started), timeout, thread=True)
+    if error is None and inspect.isawaitable(answer):
+        return await _await_bounded(answer, max(0.0, deadline - loop.time()))
+    return answer, error
 
 
 async def _await_bounded(

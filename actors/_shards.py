@@ -450,17 +450,11 @@ class Coordinator:
         """``dispose_all`` on every shard (or those named) at once, through each live owner's HTTP host;
         returns once every shard's close has completed or ``timeout`` s have passed, naming each
         shard's outcome (a shard with no live owner is named as such)."""
-        owners = self.directory.owners()
-        names = sorted(owners) if shards is None else list(shards)
-        closers: dict[str, ShardCloser] = {}
-        for name in names:
-            owner = owners.get(name)
-            if owner is None or not owner.live or owner.url is None:
-                closers[name] = _NoOwner(owner.epoch if owner is not None else None)
-            else:
-                closers[name] = HttpShard(owner.url, headers=self.headers, epoch=owner.epoch)
+        closers = self._closers(
+            shards, lambda owner, url: HttpShard(url, headers=self.headers, epoch=owner.epoch)
+        )
         return global_dispose_all(
-            closers, action_id=action_id or f"g-{uuid.uuid4().hex[:12]}", timeout=timeout, on_answer=on_answer
+            closers, action_id=_global_id(action_id), timeout=timeout, on_answer=on_answer
         )
 
     def shutdown(
@@ -476,21 +470,35 @@ class Coordinator:
         enforces it alone; a shard's shutdown has completed when its lease was let go (the owner
         directory says so). The result names every shard's outcome, once, as ``dispose_all``'s."""
         deadline = time.monotonic() + timeout
+        closers = self._closers(
+            shards, lambda owner, _url: _HttpShutdown(owner, self.headers, self.directory.url, deadline)
+        )
+        return global_dispose_all(
+            closers,
+            action_id=_global_id(action_id),
+            timeout=max(0.0, deadline - time.monotonic()) + 5.0,  # the owners' own stop time past it
+            on_answer=on_answer,
+        )
+
+    def _closers(
+        self, shards: Iterable[str] | None, reach: Callable[[Owner, str], ShardCloser]
+    ) -> dict[str, ShardCloser]:
+        """Every shard (or those named), each with what closes it: ``reach`` of its live owner and
+        that owner's URL, or a shard with no live owner named as such."""
         owners = self.directory.owners()
-        names = sorted(owners) if shards is None else list(shards)
         closers: dict[str, ShardCloser] = {}
-        for name in names:
+        for name in sorted(owners) if shards is None else list(shards):
             owner = owners.get(name)
             if owner is None or not owner.live or owner.url is None:
                 closers[name] = _NoOwner(owner.epoch if owner is not None else None)
             else:
-                closers[name] = _HttpShutdown(owner, self.headers, self.directory.url, deadline)
-        return global_dispose_all(
-            closers,
-            action_id=action_id or f"g-{uuid.uuid4().hex[:12]}",
-            timeout=max(0.0, deadline - time.monotonic()) + 5.0,  # the owners' own stop time past it
-            on_answer=on_answer,
-        )
+                closers[name] = reach(owner, owner.url)
+        return closers
+
+
+def _global_id(action_id: str | None) -> str:
+    """The action id a global close goes by on every shard: the caller's, else a new one."""
+    return action_id or f"g-{uuid.uuid4().hex[:12]}"
 
 
 class _HttpShutdown:
