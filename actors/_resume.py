@@ -349,12 +349,7 @@ def _checked(event: RunRecovered, answer: object, error: str | None) -> ResumeOf
     if error is not None:
         return _failed(event, error)
     if answer is None:
-        return ResumeOffer(
-            run_id=event.run_id,
-            session=event.session,
-            result=ResumeResult.DECLINED,
-            resume_count=event.resume_count,
-        )
+        return _offer(event, ResumeResult.DECLINED)
     if not isinstance(answer, Continuation):
         return _failed(
             event, f"the resume callback answered {type(answer).__name__}, not a Continuation or None"
@@ -388,31 +383,27 @@ def _exhausted(event: RunRecovered) -> ResumeOffer:
         event.session,
         event.resume_count,
     )
-    return ResumeOffer(
-        run_id=event.run_id,
-        session=event.session,
-        result=ResumeResult.EXHAUSTED,
-        resume_count=event.resume_count,
-    )
+    return _offer(event, ResumeResult.EXHAUSTED)
 
 
 def _failed(event: RunRecovered, error: str) -> ResumeOffer:
-    return ResumeOffer(
-        run_id=event.run_id,
-        session=event.session,
-        result=ResumeResult.FAILED,
-        resume_count=event.resume_count,
-        error=error,
-    )
+    return _offer(event, ResumeResult.FAILED, error=error)
 
 
 def _resumed(event: RunRecovered, run_id: str) -> ResumeOffer:
+    return _offer(event, ResumeResult.RESUMED, continued_by=run_id)
+
+
+def _offer(
+    event: RunRecovered, result: ResumeResult, *, continued_by: str | None = None, error: str | None = None
+) -> ResumeOffer:
     return ResumeOffer(
         run_id=event.run_id,
         session=event.session,
-        result=ResumeResult.RESUMED,
+        result=result,
         resume_count=event.resume_count,
-        continued_by=run_id,
+        continued_by=continued_by,
+        error=error,
     )
 
 
