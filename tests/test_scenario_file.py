@@ -889,12 +889,7 @@ def _action_case(key: str, case_id: str, **keys: Any) -> Any:
         _action_case("actions[0].do", "unknown do", do="explode"),
         _action_case("actions[0].when", "when not a string", when=1, do="shutdown"),
         _action_case(
-            "actions[0].gate",
-            "gate on dispose",
-            do="dispose",
-            directory="/p",
-            mode="maintenance",
-            gate="g1",
+            "actions[0].gate", "gate on dispose", do="dispose", directory="/p", mode="maintenance", gate="g1"
         ),
         _action_case(
             "actions[0].directory",
@@ -907,11 +902,7 @@ def _action_case(key: str, case_id: str, **keys: Any) -> Any:
         _action_case("actions[0].mode", "mode on shutdown", do="shutdown", mode="maintenance"),
         _action_case("actions[0].origin", "origin on start_run", do="start_run", run="m1", origin="x"),
         _action_case(
-            "actions[0].grace_ms",
-            "grace_ms on a close",
-            do="dispose_all",
-            mode="maintenance",
-            grace_ms=10,
+            "actions[0].grace_ms", "grace_ms on a close", do="dispose_all", mode="maintenance", grace_ms=10
         ),
         _action_case("actions[0].run", "run on open_gate", do="open_gate", gate="g1", run="r1"),
         _action_case("actions[0].answer", "answer on cancel_form", do="cancel_form", run="r1", answer="x"),
@@ -923,13 +914,7 @@ def _action_case(key: str, case_id: str, **keys: Any) -> Any:
             answer="x",
             message="y",
         ),
-        _action_case(
-            "actions[0].decision",
-            "decision on cancel",
-            do="cancel",
-            run="r1",
-            decision="approve",
-        ),
+        _action_case("actions[0].decision", "decision on cancel", do="cancel", run="r1", decision="approve"),
         _action_case("actions[0].mode", "dispose without mode", do="dispose", directory="/p"),
         _action_case("actions[0].mode", "dispose_all without mode", do="dispose_all"),
         _action_case("actions[0].mode", "reload without mode", do="reload", directory="/p"),
@@ -937,12 +922,7 @@ def _action_case(key: str, case_id: str, **keys: Any) -> Any:
         _action_case("actions[0].mode", "unknown mode", do="dispose_all", mode="gentle"),
         _action_case("actions[0].mode", "shutdown as a close mode", do="dispose_all", mode="shutdown"),
         _action_case("actions[0].mode", "mode not a string", do="dispose_all", mode=1),
-        _action_case(
-            "actions[0].directory",
-            "dispose without directory",
-            do="dispose",
-            mode="maintenance",
-        ),
+        _action_case("actions[0].directory", "dispose without directory", do="dispose", mode="maintenance"),
         _action_case("actions[0].directory", "reload without directory", do="reload", mode="maintenance"),
         _action_case(
             "actions[0].directory",
@@ -965,23 +945,17 @@ def _action_case(key: str, case_id: str, **keys: Any) -> Any:
             decision="approve",
         ),
         _action_case(
-            "actions[0].decision",
-            "reply_permission without decision",
-            do="reply_permission",
-            run="r1",
+            "actions[0].decision", "reply_permission without decision", do="reply_permission", run="r1"
         ),
         _action_case(
-            "actions[0].decision",
-            "unknown decision",
-            do="reply_permission",
-            run="r1",
-            decision="yes",
+            "actions[0].decision", "unknown decision", do="reply_permission", run="r1", decision="yes"
         ),
         _action_case("actions[0].run", "answer_form without run", do="answer_form", answer="x"),
         _action_case("actions[0].answer", "answer_form without answer", do="answer_form", run="r1"),
+        # a list of one entry per question is an answer; one whose picks hold a list is not
         _action_case(
             "actions[0].answer",
-            "answer whose picks hold a list",  # a list of one entry per question is an answer
+            "answer whose picks hold a list",
             do="answer_form",
             run="r1",
             answer=[["a", ["b"]]],
