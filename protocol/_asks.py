@@ -28,7 +28,6 @@ register of asks.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from run_supervisor.protocol._commands import Command, DeliverAnswer
@@ -51,8 +50,8 @@ from run_supervisor.protocol._events import (
     RunPartUpdated,
 )
 from run_supervisor.protocol._parts import PartSnapshot, part_snapshot
-from run_supervisor.protocol._payloads import AskPayload, AskSnapshot, FormAnswer, form_answer_problem
-from run_supervisor.protocol._records import Journal, _Part, _Run
+from run_supervisor.protocol._payloads import AskSnapshot, FormAnswer, form_answer_problem
+from run_supervisor.protocol._records import Ask, Journal, _Part, _Run
 from run_supervisor.protocol._requests import (
     AnswerForm,
     AskRaised,
@@ -70,41 +69,9 @@ from run_supervisor.protocol._rules import (
     next_ask_state,
 )
 
-__all__ = ["Ask", "AskBook", "AsksMixin", "part_view"]
+__all__ = ["AskBook", "AsksMixin", "part_view"]
 
 _OK = RequestOutcome(result=RequestResult.OK)
-
-
-@dataclass(slots=True)
-class Ask:
-    """One ask, as the core holds it."""
-
-    ask_id: str
-    run_id: str
-    session: str
-    kind: AskKind
-    tool: str | None
-    call_id: str | None
-    payload: AskPayload
-    part: str | None = None
-    """The call id of the run's tool part this ask belongs to (None: not tied to a part)."""
-    state: AskState = AskState.OPEN
-    withdraw_reason: WithdrawReason | None = None
-    interrupt_reason: InterruptReason | None = None
-    """For ``interrupted``: what interrupted the run."""
-
-    def snapshot(self) -> AskSnapshot:
-        return AskSnapshot(
-            ask_id=self.ask_id,
-            run_id=self.run_id,
-            session=self.session,
-            kind=self.kind,
-            state=self.state,
-            tool=self.tool,
-            call_id=self.call_id,
-            payload=self.payload,
-            withdraw_reason=self.withdraw_reason,
-        )
 
 
 class AskBook:

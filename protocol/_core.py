@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from run_supervisor.protocol._asks import Ask, AskBook, AsksMixin, part_view
+from run_supervisor.protocol._asks import AskBook, AsksMixin, part_view
 from run_supervisor.protocol._commands import (
     AbandonRun,
     Command,
@@ -65,7 +65,16 @@ from run_supervisor.protocol._events import (
 )
 from run_supervisor.protocol._lifecycle import ActionSnapshot, LifecycleMixin, _Action
 from run_supervisor.protocol._parts import RUN_ENDED_ORIGIN, RUN_FAILED_ORIGIN, PartSnapshot
-from run_supervisor.protocol._records import Journal, _Directory, _Instance, _Interrupt, _Part, _Run, _Session
+from run_supervisor.protocol._records import (
+    Ask,
+    Journal,
+    _Directory,
+    _Instance,
+    _Interrupt,
+    _Part,
+    _Run,
+    _Session,
+)
 from run_supervisor.protocol._requests import (
     AnswerForm,
     AskRaised,

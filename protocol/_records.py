@@ -9,24 +9,56 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from run_supervisor.protocol._enums import (
     AskKind,
+    AskState,
     InstanceState,
     InterruptReason,
     PartState,
     Phase,
     QueuePolicy,
     RunState,
+    WithdrawReason,
 )
 from run_supervisor.protocol._parts import PartSnapshot
+from run_supervisor.protocol._payloads import AskPayload, AskSnapshot
 from run_supervisor.protocol._rules import UNFINISHED_PART_STATES, BodyState, RunTrigger
 
-if TYPE_CHECKING:
-    from run_supervisor.protocol._asks import Ask
+__all__ = ["Ask", "Journal", "_Directory", "_Instance", "_Interrupt", "_Part", "_Run", "_Session"]
 
-__all__ = ["Journal", "_Directory", "_Instance", "_Interrupt", "_Part", "_Run", "_Session"]
+
+@dataclass(slots=True)
+class Ask:
+    """One ask, as the core holds it."""
+
+    ask_id: str
+    run_id: str
+    session: str
+    kind: AskKind
+    tool: str | None
+    call_id: str | None
+    payload: AskPayload
+    part: str | None = None
+    """The call id of the run's tool part this ask belongs to (None: not tied to a part)."""
+    state: AskState = AskState.OPEN
+    withdraw_reason: WithdrawReason | None = None
+    interrupt_reason: InterruptReason | None = None
+    """For ``interrupted``: what interrupted the run."""
+
+    def snapshot(self) -> AskSnapshot:
+        return AskSnapshot(
+            ask_id=self.ask_id,
+            run_id=self.run_id,
+            session=self.session,
+            kind=self.kind,
+            state=self.state,
+            tool=self.tool,
+            call_id=self.call_id,
+            payload=self.payload,
+            withdraw_reason=self.withdraw_reason,
+        )
 
 
 @dataclass(slots=True)
