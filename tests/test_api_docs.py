@@ -10,14 +10,14 @@ from pathlib import Path
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 
 
-def test_the_typed_host_example_runs() -> None:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "typed_host.py")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+def run_example(name: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=60, check=False
     )
+
+
+def test_the_typed_host_example_runs() -> None:
+    done = run_example("typed_host.py")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == [
         "bash ran",
@@ -26,13 +26,7 @@ def test_the_typed_host_example_runs() -> None:
 
 
 def test_the_asyncio_host_example_runs_async_bodies_closes_and_an_event_stream() -> None:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "asyncio_host.py")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_example("asyncio_host.py")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     for expected in ("close: deferred, waiting for run-1", "tool card: bash ran", "second run: user_cancel"):
