@@ -4,33 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
 
-import httpx
 import pytest
-from wire_support import Served, of_type, served, sse
+from wire_support import Served, of_type, report, sse
+from wire_support import run_served as run
+from wire_support import start_external as start
 
 from run_supervisor.actors import InvalidRequest, Supervisor
 from run_supervisor.actors._errors import raise_for_rejection
 from run_supervisor.actors.hosts import EventHub
 from run_supervisor.protocol import CancelRun, InterruptReason
-
-
-def run(scenario: Callable[[Served], Awaitable[None]], **kwargs: Any) -> None:
-    with served(**kwargs) as srv:
-        asyncio.run(asyncio.wait_for(scenario(srv), 45))
-
-
-async def start(client: httpx.AsyncClient, run_id: str, session: str, **extra: Any) -> None:
-    answer = await client.post(
-        "/runs", json={"run_id": run_id, "session": session, "directory": "/w/a", **extra}
-    )
-    assert answer.status_code == 201, answer.text
-
-
-async def report(client: httpx.AsyncClient, run_id: str, **fields: Any) -> httpx.Response:
-    return await client.post(f"/runs/{run_id}/reports", json=fields)
 
 
 def test_a_client_that_vanishes_mid_run_is_interrupted_with_reason_timeout_after_its_lease() -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,3 +192,25 @@ def chromium(url: str, user_data_dir: str, *extra: str, timeout: float = 90.0) -
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+# External runs over HTTP: one served host per test, a scenario coroutine bounded in time.
+
+
+def run_served(scenario: Callable[[Served], Awaitable[None]], **kwargs: Any) -> None:
+    """Play ``scenario`` against a host ``served(**kwargs)``, within 45 s."""
+    with served(**kwargs) as srv:
+        asyncio.run(asyncio.wait_for(scenario(srv), 45))
+
+
+async def start_external(client: httpx.AsyncClient, run_id: str, session: str, **extra: Any) -> None:
+    """Open external run ``run_id`` in ``session`` over /w/a (201)."""
+    answer = await client.post(
+        "/runs", json={"run_id": run_id, "session": session, "directory": "/w/a", **extra}
+    )
+    assert answer.status_code == 201, answer.text
+
+
+async def report(client: httpx.AsyncClient, run_id: str, **fields: Any) -> httpx.Response:
+    """One report of an external run."""
+    return await client.post(f"/runs/{run_id}/reports", json=fields)
