@@ -31,7 +31,7 @@ from run_supervisor.actors._errors import (
     SupervisorError,
     SupervisorTimeout,
 )
-from run_supervisor.actors._instance_actor import InstanceHooks
+from run_supervisor.actors._instance_actor import HooksOnLoop, InstanceHooks
 from run_supervisor.actors._link import Link, link_of
 from run_supervisor.actors._relay import complete
 from run_supervisor.actors._resume import (
@@ -202,30 +202,6 @@ class AsyncInstanceHooks(Protocol):
         ...
 
 
-class _HooksOnLoop:
-    """Async hooks seen as sync ones by the instance actor's hook thread: each call runs the
-    coroutine on the host's loop and waits for it there (on the hook thread, never on the loop),
-    so the budgets are the instance actor's own, as for sync hooks."""
-
-    def __init__(self, hooks: AsyncInstanceHooks, loop: asyncio.AbstractEventLoop) -> None:
-        self._hooks = hooks
-        self._loop = loop
-
-    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        try:
-            running = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        except RuntimeError:  # the host's loop has ended: nothing can run the hook now
-            coroutine.close()
-            raise RuntimeError("the event loop the async hooks run on has ended") from None
-        return running.result()
-
-    def load(self, directory: str, generation: int) -> Any:
-        return self._run(self._hooks.load(directory, generation))
-
-    def dispose(self, directory: str, generation: int, cache: Any) -> None:
-        self._run(self._hooks.dispose(directory, generation, cache))
-
-
 def _on_loop(
     hooks: InstanceHooks | AsyncInstanceHooks | None, loop: asyncio.AbstractEventLoop
 ) -> InstanceHooks | None:
@@ -239,7 +215,7 @@ def _on_loop(
     if not all(kinds.values()):
         sync = next(name for name, is_async in kinds.items() if not is_async)
         raise InvalidRequest(f"hooks: load and dispose must both be async def, or both not ({sync} is not)")
-    return _HooksOnLoop(cast("AsyncInstanceHooks", hooks), loop)
+    return HooksOnLoop(cast("AsyncInstanceHooks", hooks), loop)
 
 
 def _cancel_again(frame: FrameType | None) -> None:

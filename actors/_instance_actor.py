@@ -8,15 +8,22 @@ raises or overruns its budget still closes the instance, with an error the super
 dispose that arrives while the load still runs waits for the load (until the load's deadline), then
 gives the dispose hook its budget; should the load return later than that, the hook thread still
 disposes what it made.
+
+Async hooks (``HooksOnLoop``: coroutines and the host's loop) need no hook thread: each hook is a
+task on that loop, and its end is picked up by a callback, the same steps in the same order. No
+thread ever waits for such a task, so a loop that ends before a hook ran (``asyncio.run`` closing
+it with the hook's task, or its call, still queued) leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+from collections.abc import Coroutine
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import pykka
 
@@ -25,7 +32,9 @@ from run_supervisor.actors._logging import logger
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.protocol import DisposeDone, DisposeInstance
 
-__all__ = ["Dispose", "InstanceActor", "InstanceHooks", "NoInstanceHooks"]
+__all__ = ["Dispose", "HooksOnLoop", "InstanceActor", "InstanceHooks", "NoInstanceHooks"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +69,37 @@ class NoInstanceHooks:
         return None
 
 
+class _AsyncHooks(Protocol):
+    async def load(self, directory: str, generation: int) -> Any: ...
+
+    async def dispose(self, directory: str, generation: int, cache: Any) -> None: ...
+
+
+class HooksOnLoop:
+    """Async hooks and the loop they run on (the one that awaited ``AsyncSupervisor.start``). The
+    instance actor runs each coroutine as a task there and keeps no thread for it; the budgets are
+    the actor's own, as for sync hooks. ``load`` and ``dispose`` are the same hooks seen as sync
+    ones, for a caller on another thread (they wait for the task there, never on the loop)."""
+
+    def __init__(self, hooks: _AsyncHooks, loop: asyncio.AbstractEventLoop) -> None:
+        self.hooks = hooks
+        self.loop = loop
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+        """Schedule the coroutine as a task on the loop; ``RuntimeError`` if the loop has ended."""
+        try:
+            return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        except RuntimeError:  # the host's loop has closed: nothing can run the hook now
+            coroutine.close()
+            raise RuntimeError("the event loop the async hooks run on has ended") from None
+
+    def load(self, directory: str, generation: int) -> Any:
+        return self.run(self.hooks.load(directory, generation)).result()
+
+    def dispose(self, directory: str, generation: int, cache: Any) -> None:
+        self.run(self.hooks.dispose(directory, generation, cache)).result()
+
+
 @dataclass(frozen=True, slots=True)
 class Dispose:
     """The supervisor's order to close: the core's command, plus shutdown's deadline if one runs
@@ -71,6 +111,14 @@ class Dispose:
 
 def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
+
+
+def _error_of(task: Future[Any], hook: str) -> str | None:
+    """How a hook's finished task ended, as ``_host_code`` words it (None: it returned)."""
+    if task.cancelled():
+        return f"the {hook} hook was cancelled"
+    exc = task.exception()
+    return None if exc is None else _describe(exc)
 
 
 class InstanceActor(pykka.ThreadingActor):
@@ -107,10 +155,18 @@ class InstanceActor(pykka.ThreadingActor):
         self._dispose_wanted = False
         self._disposed = threading.Event()
         self._dispose_error: str | None = None
+        self._on_loop = hooks if isinstance(hooks, HooksOnLoop) else None
+        self._dispose_lock = threading.Lock()  # the load's end and the order race to start the dispose
+        self._dispose_begun = False
+        self.hook_thread: threading.Thread | None = None
+        """The thread the sync hooks run on (None for async hooks: they are tasks on their loop)."""
+        # Started here, before the actor's own thread: the load begins as soon as the core decided it.
+        if self._on_loop is not None:
+            self._load_on_loop(self._on_loop)
+            return
         self.hook_thread = threading.Thread(
             target=self._host_code, name=f"run-supervisor-instance-{generation}", daemon=True
         )
-        # Started here, before the actor's own thread: the load begins as soon as the core decided it.
         self._threads.add(self.hook_thread, f"the load hook of {self._name()}")
         self.hook_thread.start()
 
@@ -140,16 +196,7 @@ class InstanceActor(pykka.ThreadingActor):
         except BaseException as exc:  # contained: host code must not stop every actor
             error = _describe(exc)
             logger.opt(exception=True).warning(f"loading {self._name()} failed")
-        if error is None and time.monotonic() > self.load_deadline:
-            error = self._overran()  # too late: whoever waited has counted it failed already
-        self.load_error = error
-        self._loaded.set()
-        self._load_done.open()
-        if self._loaded_future is not None:
-            try:
-                self._loaded_future.set_result(error)
-            except InvalidStateError:
-                pass
+        self._load_returned(error)
         self._threads.label(me, None)
         self._order.wait()
         if not self._dispose_wanted:
@@ -162,8 +209,64 @@ class InstanceActor(pykka.ThreadingActor):
         self._threads.label(me, None)
         self._disposed.set()
 
+    def _load_returned(self, error: str | None) -> None:
+        """The load hook has ended (``error``: it raised): say so to whoever waits for it."""
+        if error is None and time.monotonic() > self.load_deadline:
+            error = self._overran()  # too late: whoever waited has counted it failed already
+        self.load_error = error
+        self._loaded.set()
+        self._load_done.open()
+        if self._loaded_future is not None:
+            try:
+                self._loaded_future.set_result(error)
+            except InvalidStateError:
+                pass
+
     def _overran(self) -> str:
         return f"the load hook overran its {self._load_budget_ms} ms budget"
+
+    # --- async hooks: tasks on the host's loop, and callbacks when they end --------------------
+    # The callbacks run on the loop's thread (or here, if the task has ended already): they only set
+    # flags and futures, and schedule the next task; nothing on this side waits on the loop.
+
+    def _load_on_loop(self, on_loop: HooksOnLoop) -> None:
+        try:
+            task = on_loop.run(on_loop.hooks.load(self.directory, self.generation))
+        except RuntimeError as exc:
+            self._load_returned(_describe(exc))
+            return
+        task.add_done_callback(self._load_task_ended)
+
+    def _load_task_ended(self, task: Future[Any]) -> None:
+        error = _error_of(task, "load")
+        if error is None:
+            self._cache = task.result()
+        else:
+            logger.warning(f"loading {self._name()} failed: {error}")
+        self._load_returned(error)
+        self._dispose_on_loop_if_due()
+
+    def _dispose_on_loop_if_due(self) -> None:
+        """Start the dispose task once both the order and the load's end have come (either may be
+        last: whichever is runs this, and the lock lets only one of them start it)."""
+        on_loop = self._on_loop
+        if on_loop is None:
+            return
+        with self._dispose_lock:
+            if self._dispose_begun or not (self._dispose_wanted and self._loaded.is_set()):
+                return
+            self._dispose_begun = True
+        try:
+            task = on_loop.run(on_loop.hooks.dispose(self.directory, self.generation, self._cache))
+        except RuntimeError as exc:
+            self._dispose_error = _describe(exc)
+            self._disposed.set()
+            return
+        task.add_done_callback(self._dispose_task_ended)
+
+    def _dispose_task_ended(self, task: Future[None]) -> None:
+        self._dispose_error = _error_of(task, "dispose")
+        self._disposed.set()
 
     def _load_result(self) -> Any:
         """The cache, or ``_LoadFailed`` (the load raised, overran, or still runs past its deadline)."""
@@ -197,6 +300,7 @@ class InstanceActor(pykka.ThreadingActor):
         command = order.command
         self._dispose_wanted = True
         self._order.set()
+        self._dispose_on_loop_if_due()
         if not command.report:
             self.stop()
             return
@@ -212,7 +316,7 @@ class InstanceActor(pykka.ThreadingActor):
                 error = self._dispose_error
             else:
                 error = f"the dispose hook overran its {command.budget_ms} ms budget"
-        if not self._disposed.is_set():
+        if not self._disposed.is_set() and self.hook_thread is not None:
             # Overran and reported: shutdown will not wait for it again (it still names it in overran).
             self._threads.abandoned.add(self.hook_thread)
         try:
