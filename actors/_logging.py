@@ -21,7 +21,6 @@ for a host on loguru that wants pykka's records in its sinks too, under ``run_su
 
 from __future__ import annotations
 
-import logging
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
@@ -83,27 +82,32 @@ class _ThenSilence:
         return getattr(self._loader, name)
 
 
-class _ToLoguru(logging.Handler):
-    def emit(self, record: logging.LogRecord) -> None:
-        level: str | int
-        try:
-            level = logger.level(record.levelname).name
-        except ValueError:
-            level = record.levelno
-        logger.patch(lambda r: r.update({"name": "run_supervisor.pykka"})).opt(exception=record.exc_info).log(
-            level, record.getMessage()
-        )
-
-
 def bridge_pykka_logging() -> None:
     """Opt in: pykka's standard-library records also reach loguru (under ``run_supervisor.pykka``).
     Adds one handler to the ``pykka`` logger, once; never called by the library itself."""
+    import logging
+
+    class ToLoguru(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            level: str | int
+            try:
+                level = logger.level(record.levelname).name
+            except ValueError:
+                level = record.levelno
+            logger.patch(lambda r: r.update({"name": "run_supervisor.pykka"})).opt(
+                exception=record.exc_info
+            ).log(level, record.getMessage())
+
     pykka_logger = logging.getLogger("pykka")
-    if not any(isinstance(h, _ToLoguru) for h in pykka_logger.handlers):
-        pykka_logger.addHandler(_ToLoguru())
+    if not any(getattr(h, "run_supervisor_bridge", False) for h in pykka_logger.handlers):
+        bridge = ToLoguru()
+        bridge.run_supervisor_bridge = True  # type: ignore[attr-defined]
+        pykka_logger.addHandler(bridge)
 
 
 def _to_stdlib(message: Message) -> None:
+    import logging  # here, not at import: the library's import loads no more than it needs
+
     record = message.record
     name = record["name"] or _NAMESPACE
     target = logging.getLogger(name)
