@@ -61,10 +61,11 @@ def test_the_protocol_exports_only_what_it_defines() -> None:
     assert foreign == {}
 
 
-def test_the_protocol_imports_without_pykka_or_threads() -> None:
+def test_the_protocol_imports_without_pykka_loguru_or_threads() -> None:
     done = _python(
         "import sys, threading; import run_supervisor.protocol; "
         "assert 'pykka' not in sys.modules, 'protocol pulled in pykka'; "
+        "assert 'loguru' not in sys.modules, 'protocol pulled in loguru'; "
         "assert threading.active_count() == 1"
     )
     assert done.returncode == 0, done.stderr
