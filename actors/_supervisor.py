@@ -277,6 +277,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         # batch's events and answers are delivered, so the threads they wake never run ahead of the
         # callers and subscribers the batch wakes.
         self._after: list[Callable[[], object]] = []
+        self._closing: set[tuple[str, int]] = set()  # closes decided at once, ``_dispose`` not yet run
 
     def on_start(self) -> None:
         self._threads.add(threading.current_thread())
@@ -333,6 +334,7 @@ class SessionSupervisor(pykka.ThreadingActor):
         except BaseException:
             logger.opt(exception=True).error("the supervisor could not publish a batch")
         finally:
+            self._closing.clear()  # every staged message was carried out (or failed): none is left
             self._deliver()
 
     def _deliver(self) -> None:
@@ -347,7 +349,9 @@ class SessionSupervisor(pykka.ThreadingActor):
 
     def _receive(self, message: Any) -> None:
         if isinstance(message, _REPORTS):
-            self._staged.append((message, self.core.report(message), None))
+            commands = self.core.report(message)
+            self._staged.append((message, commands, None))
+            self._close_at_once(commands)
             if isinstance(message, LoadDone):
                 self._loaded_answer(message)
         elif isinstance(message, Submit):
@@ -402,6 +406,27 @@ class SessionSupervisor(pykka.ThreadingActor):
                     self._finishing[request.run_id] = (message.finished, request.session, request.directory)
             else:
                 message.run.ref.stop(block=False)
+        self._close_at_once(commands)
+
+    def _close_at_once(self, commands: list[Command]) -> None:
+        """With no dispose hook, an instance whose (empty) load has returned is closed as soon as the
+        core disposes of it: its ``DisposeDone`` is decided now and joins this batch, published once
+        with the message that disposed it (no second publication, no hop). ``_dispose`` then only
+        lets the instance's actor go."""
+        if not self._no_hooks:
+            return
+        for command in commands:
+            if type(command) is not DisposeInstance or not command.report:
+                continue
+            key = (command.directory, command.generation)
+            loaded = self._loaded.get(key)
+            if key not in self._instances or key in self._closing or loaded is None or not loaded.done():
+                continue
+            done = DisposeDone(directory=command.directory, generation=command.generation)
+            more = self.core.report(done)
+            self._closing.add(key)
+            self._staged.append((done, more, None))
+            self._close_at_once(more)
 
     # --- carrying out the core's commands ----------------------------------------------------
 
@@ -536,15 +561,20 @@ class SessionSupervisor(pykka.ThreadingActor):
         if loading is not None and loading.generation == command.generation:
             del self._loads[command.directory]
         if ref is None:
-            if command.report:
+            if command.report and key not in self._closing:
                 self.actor_ref.tell(DisposeDone(directory=command.directory, generation=command.generation))
+            self._closing.discard(key)
             return
         if command.report and self._no_hooks and loaded is not None and loaded.done():
             # No dispose hook, and the (empty) load has returned: closed now. The core learns it in
-            # this same batch (no two hops); the actor is told to stop without reporting once the
-            # batch is delivered (its two threads then wake behind whoever waits for the close).
+            # this same batch (no two hops: decided with the message that disposed it, if it could be
+            # then, ``_close_at_once``); the actor is told to stop without reporting once the batch is
+            # delivered (its two threads then wake behind whoever waits for the close).
             quiet = Dispose(msgspec.structs.replace(command, report=False), self._deadline)
             self._after.append(_Tell(ref, quiet))
+            if key in self._closing:
+                self._closing.discard(key)
+                return
             done = DisposeDone(directory=command.directory, generation=command.generation)
             self._staged.append((done, self.core.report(done), None))
             return
