@@ -25,12 +25,10 @@ last one's attempt and message.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-from run_supervisor.protocol._commands import ArmDeadline, Command, DisarmDeadline
-from run_supervisor.protocol._enums import InterruptReason, RunState, SessionStatus
-from run_supervisor.protocol._events import Event, SessionStatusChanged
+from run_supervisor.protocol._commands import ArmDeadline, DisarmDeadline
+from run_supervisor.protocol._core_state import CoreState
+from run_supervisor.protocol._enums import RunState, SessionStatus
+from run_supervisor.protocol._events import SessionStatusChanged
 from run_supervisor.protocol._records import _Run, _Session
 from run_supervisor.protocol._requests import DeadlineExpired, RetryReport
 from run_supervisor.protocol._rules import (
@@ -50,20 +48,9 @@ from run_supervisor.protocol._rules import (
 __all__ = ["DeadlinesMixin"]
 
 
-class DeadlinesMixin:
-    """Run deadlines and the session's retry status. Mixed into ``SupervisorCore``."""
-
-    if TYPE_CHECKING:  # what this part uses of the rest of the core (``protocol._core``)
-        _out: list[Command]
-        _runs: dict[str, _Run]
-        _sessions: dict[str, _Session]
-        _touch: Callable[[object], None]
-        retry_budget: tuple[int | None, int | None] | None
-
-        def _next_seq(self) -> int: ...
-        def _emit(self, event: Event) -> None: ...
-        def _ignore(self) -> None: ...
-        def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
+class DeadlinesMixin(CoreState):
+    """Run deadlines and the session's retry status. Mixed into ``SupervisorCore``; what it uses of
+    the rest of the core is ``CoreState``'s."""
 
     # --- deadlines -----------------------------------------------------------------------------
 

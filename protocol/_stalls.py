@@ -19,13 +19,13 @@ runs it waits for are interrupted with ``lifecycle_interrupt`` and the action's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from run_supervisor.protocol._enums import InterruptReason, RejectCode
-from run_supervisor.protocol._events import Event, LifecycleConfirmed, RunStalled, RunUnstalled
+from run_supervisor.protocol._core_state import CoreState
+from run_supervisor.protocol._enums import RejectCode
+from run_supervisor.protocol._events import LifecycleConfirmed, RunStalled, RunUnstalled
 from run_supervisor.protocol._records import _Run
 from run_supervisor.protocol._requests import (
     CloseOutcome,
@@ -48,39 +48,17 @@ from run_supervisor.protocol._rules import (
 if TYPE_CHECKING:
     from run_supervisor.protocol._asks import AskBook
     from run_supervisor.protocol._lifecycle import _Action
-    from run_supervisor.protocol._records import _Directory, _Instance, _Session
 
 __all__ = ["StallsMixin"]
 
 
-class StallsMixin:
+class StallsMixin(CoreState):
     """Stalls and confirms. Mixed into ``SupervisorCore``."""
 
-    if TYPE_CHECKING:  # what this part uses of the rest of the core (``protocol._core``)
-        _runs: dict[str, _Run]
-        _sessions: dict[str, _Session]
-        _dirs: dict[str, _Directory]
+    if TYPE_CHECKING:  # what this part uses of other parts' own (the rest is ``CoreState``'s)
         _actions: dict[str, _Action]
-        _action_count: int
         _asks: AskBook
-        _touch: Callable[[object], None]
 
-        def _next_seq(self) -> int: ...
-        def _emit(self, event: Event) -> None: ...
-        def _ignore(self) -> None: ...
-        def _reply(self, reply_to: Any, answer: CloseOutcome) -> None: ...
-        def _reject(self, reply_to: Any, code: RejectCode, error: str, *, close: bool = False) -> None: ...
-        def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
-        def _active_runs(self, instance: _Instance) -> list[str]: ...
-        def _interrupt_each(
-            self,
-            run_ids: Iterable[str],
-            reason: InterruptReason,
-            origin: str,
-            action_id: str,
-            grace_ms: int | None = None,
-        ) -> None: ...
-        def _progressed(self, run: _Run) -> None: ...
         @staticmethod
         def _close_outcome(action: _Action) -> CloseOutcome: ...
 
@@ -147,9 +125,7 @@ class StallsMixin:
         """``run`` just left ``active`` (``_move_run``): a stalled flag goes with it, announced."""
         if run.stalled and run.state not in STALLABLE_RUN_STATES:
             self._move_stall(run, StallTrigger.LEFT_ACTIVE)
-            self._emit(
-                RunUnstalled(seq=self._next_seq(), run_id=run.id, session=run.session, progress=False)
-            )
+            self._emit(RunUnstalled(seq=self._next_seq(), run_id=run.id, session=run.session, progress=False))
 
     def _move_stall(self, run: _Run, trigger: StallTrigger) -> bool:
         """Every move of a run's stalled flag goes through here; True if it changed."""

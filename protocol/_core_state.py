@@ -1,0 +1,92 @@
+"""The state every part of the decision core shares, declared once.
+
+``SupervisorCore`` is one class made of parts (the asks, the lifecycle, the stalls, the deadlines:
+``protocol._asks``, ``_lifecycle``, ``_stalls``, ``_deadlines``), each deciding with the core's
+tables and with a few moves of the others. :class:`CoreState` is their common base: it names those
+tables and moves, with their types, for the type checker; ``SupervisorCore.__init__`` sets the
+tables, and the core or the part that owns a move defines it. At run time it is an empty class.
+
+Only what the records' floor and below can name is here (runs, sessions, directories, instances,
+commands, events, the rules' triggers), so no module of the core stands in an import circle; a part
+that uses another part's own types (the asks' book, the lifecycle's actions) declares that alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from run_supervisor.protocol._commands import Command
+    from run_supervisor.protocol._enums import (
+        CloseMode,
+        InterruptReason,
+        LoadCause,
+        RejectCode,
+        ReloadPolicy,
+        RunState,
+    )
+    from run_supervisor.protocol._events import Event
+    from run_supervisor.protocol._records import Journal, _Directory, _Instance, _Run, _Session
+    from run_supervisor.protocol._requests import CloseOutcome, RequestOutcome
+    from run_supervisor.protocol._rules import InstanceTrigger, RunTrigger
+
+__all__ = ["CoreState"]
+
+
+class CoreState:
+    """What the parts of ``SupervisorCore`` use of it (see the module's docstring)."""
+
+    if TYPE_CHECKING:
+        # --- the tables (set by ``SupervisorCore.__init__``) ---
+        _out: list[Command]
+        _runs: dict[str, _Run]
+        _sessions: dict[str, _Session]
+        _dirs: dict[str, _Directory]
+        _action_count: int
+        _deadline_passed: bool
+        _closed: bool
+        _journal: Journal
+        _touch: Callable[[object], None]
+        _grants: dict[tuple[str, str], None]
+        _config: dict[str, str]
+        _deferred_loads: dict[str, tuple[str, ReloadPolicy, CloseMode]]
+        reload_policy: ReloadPolicy
+        retry_budget: tuple[int | None, int | None] | None
+
+        # --- the moves (defined by the core, or by the part named) ---
+        def _next_seq(self) -> int: ...
+        def _emit(self, event: Event) -> None: ...
+        def _ignore(self) -> None: ...
+        def _reply(self, reply_to: Any, answer: CloseOutcome | RequestOutcome) -> None: ...
+        def _reject(self, reply_to: Any, code: RejectCode, error: str, *, close: bool = False) -> None: ...
+        def _known_unfinished(self, run_id: str, reply_to: Any, verb: str) -> _Run | None: ...
+        def _move_run(self, run: _Run, trigger: RunTrigger) -> RunState: ...
+        def _move_instance(self, instance: _Instance, trigger: InstanceTrigger) -> None: ...
+        def _interrupt(
+            self,
+            run: _Run,
+            reason: InterruptReason,
+            origin: str,
+            action: str | None,
+            grace_ms: int | None = None,
+        ) -> None: ...
+        def _decide_interrupt(
+            self, run: _Run, reason: InterruptReason, origin: str, action: str | None
+        ) -> None: ...
+        def _end_unstarted(
+            self, run: _Run, reason: InterruptReason, origin: str, action: str | None
+        ) -> None: ...
+        def _abandon(self, run: _Run) -> None: ...
+        def _finish(self, run: _Run) -> None: ...
+        def _load(self, name: str, cause: LoadCause) -> _Instance: ...
+        def _progressed(self, run: _Run) -> None: ...  # the deadlines'
+        def _active_runs(self, instance: _Instance) -> list[str]: ...  # the lifecycle's
+        def _interrupt_each(  # the lifecycle's
+            self,
+            run_ids: Iterable[str],
+            reason: InterruptReason,
+            origin: str,
+            action_id: str,
+            grace_ms: int | None = None,
+        ) -> None: ...
