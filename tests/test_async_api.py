@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -146,17 +146,21 @@ def test_a_failing_load_at_an_async_start_raises_load_failed_and_leaves_nothing_
     run_async(host)
 
 
-def _rejections_sync(sup: Supervisor) -> list[type[BaseException]]:
-    seen: list[type[BaseException]] = []
-    sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done").wait(timeout=5)
-    calls: list[Callable[[], object]] = [
+def _mistakes(sup: Any) -> list[Callable[[], Any]]:
+    """The same five wrong calls on either facade (the async one's give awaitables)."""
+    return [
         lambda: sup.cancel("nobody"),
         lambda: sup.cancel("done"),
         lambda: sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done"),
         lambda: sup.answer_form(run_id="done", answer="yes"),
         lambda: sup.close("dispose", mode="maintenance", origin="t", directory="/nowhere"),
     ]
-    for call in calls:
+
+
+def _rejections_sync(sup: Supervisor) -> list[type[BaseException]]:
+    seen: list[type[BaseException]] = []
+    sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done").wait(timeout=5)
+    for call in _mistakes(sup):
         try:
             call()
         except SupervisorError as exc:
@@ -172,14 +176,7 @@ def _rejections_sync(sup: Supervisor) -> list[type[BaseException]]:
 async def _rejections_async(sup: AsyncSupervisor) -> list[type[BaseException]]:
     seen: list[type[BaseException]] = []
     await (await sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done")).wait(5)
-    calls: list[Callable[[], Awaitable[object]]] = [
-        lambda: sup.cancel("nobody"),
-        lambda: sup.cancel("done"),
-        lambda: sup.start_run(lambda ctx: None, session="s", directory="/w/a", run_id="done"),
-        lambda: sup.answer_form(run_id="done", answer="yes"),
-        lambda: sup.close("dispose", mode="maintenance", origin="t", directory="/nowhere"),
-    ]
-    for call in calls:
+    for call in _mistakes(sup):
         try:
             await call()
         except SupervisorError as exc:
