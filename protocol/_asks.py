@@ -27,10 +27,10 @@ register of asks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from run_supervisor.protocol._commands import Command, DeliverAnswer
+from run_supervisor.protocol._commands import DeliverAnswer
+from run_supervisor.protocol._core_state import CoreState
 from run_supervisor.protocol._enums import (
     AskKind,
     AskState,
@@ -46,7 +46,6 @@ from run_supervisor.protocol._events import (
     AskReplied,
     AskRequested,
     AskWithdrawn,
-    Event,
     RunPartUpdated,
 )
 from run_supervisor.protocol._parts import PartSnapshot, part_snapshot
@@ -172,25 +171,11 @@ def part_view(part: _Part) -> PartSnapshot:
     )
 
 
-class AsksMixin:
+class AsksMixin(CoreState):
     """Asks and tool-part announcements. Mixed into ``SupervisorCore``."""
 
-    if TYPE_CHECKING:  # what the asks use of the rest of the core (``protocol._core``)
-        _out: list[Command]
-        _runs: dict[str, _Run]
+    if TYPE_CHECKING:  # what this part holds of its own (the rest it uses is ``CoreState``'s)
         _asks: AskBook
-        _touch: Callable[[object], None]
-        _grants: dict[tuple[str, str], None]
-        _journal: Journal
-
-        def _next_seq(self) -> int: ...
-        def _emit(self, event: Event) -> None: ...
-        def _reply(self, reply_to: Any, answer: RequestOutcome) -> None: ...
-        def _reject(self, reply_to: Any, code: RejectCode, error: str, *, close: bool = False) -> None: ...
-        def _ignore(self) -> None: ...
-        def _interrupt(self, run: _Run, reason: InterruptReason, origin: str, action: str | None) -> None: ...
-        def _known_unfinished(self, run_id: str, reply_to: Any, verb: str) -> _Run | None: ...
-        def _progressed(self, run: _Run) -> None: ...
 
     # --- queries -------------------------------------------------------------------------------
 

@@ -12,13 +12,14 @@ actions, and the core calls ``_closed_instance`` whenever an instance closes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from run_supervisor.protocol._commands import Command, DisposeInstance, StartGraceTimer
+from run_supervisor.protocol._commands import DisposeInstance, StartGraceTimer
+from run_supervisor.protocol._core_state import CoreState
 from run_supervisor.protocol._enums import (
     ActionState,
     CloseAction,
@@ -34,13 +35,12 @@ from run_supervisor.protocol._enums import (
 )
 from run_supervisor.protocol._events import (
     ActionResult,
-    Event,
     InstanceClosed,
     LifecycleCompleted,
     LifecycleDeferred,
     LifecycleRequested,
 )
-from run_supervisor.protocol._records import Journal, _Directory, _Instance, _Run, _Session
+from run_supervisor.protocol._records import _Directory, _Instance, _Run
 from run_supervisor.protocol._requests import CloseOutcome, CloseRequest, GraceExpired, Shutdown
 from run_supervisor.protocol._rules import (
     ANSWERED_ACTION_STATES,
@@ -54,7 +54,6 @@ from run_supervisor.protocol._rules import (
     CloseScope,
     InstanceTrigger,
     ReloadLoad,
-    RunTrigger,
     fingerprint_unchanged,
     next_action_state,
     reload_loads,
@@ -115,52 +114,12 @@ class _Action:
         return self.state is ActionState.COMPLETED
 
 
-class LifecycleMixin:
+class LifecycleMixin(CoreState):
     """Closes and shutdowns: cover, answer, join, complete. Mixed into ``SupervisorCore``."""
 
-    if TYPE_CHECKING:  # what the lifecycle uses of the rest of the core (``protocol._core``)
-        _out: list[Command]
-        _runs: dict[str, _Run]
-        _sessions: dict[str, _Session]
-        _dirs: dict[str, _Directory]
+    if TYPE_CHECKING:  # what this part holds of its own (the rest it uses is ``CoreState``'s)
         _actions: dict[str, _Action]
-        _action_count: int
         _shutdown: _Action | None
-        _deadline_passed: bool
-        _closed: bool
-        _journal: Journal
-        _touch: Callable[[object], None]
-        _config: dict[str, str]
-        _deferred_loads: dict[str, tuple[str, ReloadPolicy, CloseMode]]
-        reload_policy: ReloadPolicy
-
-        def _next_seq(self) -> int: ...
-        def _emit(self, event: Event) -> None: ...
-        def _reply(self, reply_to: Any, answer: CloseOutcome) -> None: ...
-        def _reject(self, reply_to: Any, code: RejectCode, error: str, *, close: bool = False) -> None: ...
-        def _ignore(self) -> None: ...
-        def _move_run(self, run: _Run, trigger: RunTrigger) -> RunState: ...
-        def _move_instance(self, instance: _Instance, trigger: InstanceTrigger) -> None: ...
-        def _interrupt(
-            self,
-            run: _Run,
-            reason: InterruptReason,
-            origin: str,
-            action: str | None,
-            grace_ms: int | None = None,
-        ) -> None: ...
-        def _abandon(self, run: _Run) -> None: ...
-        def _decide_interrupt(
-            self, run: _Run, reason: InterruptReason, origin: str, action: str | None
-        ) -> None: ...
-        def _finish(self, run: _Run) -> None: ...
-        def _end_unstarted(
-            self, run: _Run, reason: InterruptReason, origin: str, action: str | None
-        ) -> None: ...
-        def _load(self, name: str, cause: LoadCause) -> _Instance: ...
-        def _retire(self, instance: _Instance) -> None: ...
-        def _dispose(self, instance: _Instance) -> None: ...
-        def _directory_closed(self, directory: _Directory) -> None: ...
 
     # --- requests ----------------------------------------------------------------------------
 
