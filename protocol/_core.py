@@ -947,12 +947,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         return run
 
     def _interrupt(
-        self,
-        run: _Run,
-        reason: InterruptReason,
-        origin: str,
-        action: str | None,
-        grace_ms: int | None = None,
+        self, run: _Run, reason: InterruptReason, origin: str, action: str | None, grace_ms: int | None = None
     ) -> None:
         """Decide an interrupt of an active run now; it takes effect when its body stops, or when
         its grace (``grace_ms``, else the run's, else the core's) has passed without it."""

@@ -4,7 +4,8 @@
 ``protocol._asks``, ``_lifecycle``, ``_stalls``, ``_deadlines``), each deciding with the core's
 tables and with a few moves of the others. :class:`CoreState` is their common base: it names those
 tables and moves, with their types, for the type checker; ``SupervisorCore.__init__`` sets the
-tables, and the core or the part that owns a move defines it. At run time it is an empty class.
+tables, and the core or the part that owns a move defines it. The few moves more than one part
+makes are defined here.
 
 Only what the records' floor and below can name is here (runs, sessions, directories, instances,
 commands, events, the rules' triggers), so no module of the core stands in an import circle; a part
@@ -16,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from run_supervisor.protocol._enums import RunState
+
 if TYPE_CHECKING:
     from run_supervisor.protocol._commands import Command
     from run_supervisor.protocol._enums import (
@@ -24,7 +27,6 @@ if TYPE_CHECKING:
         LoadCause,
         RejectCode,
         ReloadPolicy,
-        RunState,
     )
     from run_supervisor.protocol._events import Event
     from run_supervisor.protocol._records import Journal, _Directory, _Instance, _Run, _Session
@@ -84,12 +86,24 @@ class CoreState:
         def _dispose(self, instance: _Instance) -> None: ...
         def _directory_closed(self, directory: _Directory) -> None: ...
         def _progressed(self, run: _Run) -> None: ...  # the deadlines'
-        def _active_runs(self, instance: _Instance) -> list[str]: ...  # the lifecycle's
-        def _interrupt_each(  # the lifecycle's
-            self,
-            run_ids: Iterable[str],
-            reason: InterruptReason,
-            origin: str,
-            action_id: str,
-            grace_ms: int | None = None,
-        ) -> None: ...
+
+    # --- moves more than one part makes (the lifecycle's closes, the stalls' confirm) ---
+
+    def _active_runs(self, instance: _Instance) -> list[str]:
+        """The instance's active runs, in order; taken before interrupting any of them, since a
+        parent's interrupt also interrupts its children (pinned to the same instance)."""
+        return [run_id for run_id in sorted(instance.runs) if self._runs[run_id].state is RunState.ACTIVE]
+
+    def _interrupt_each(
+        self,
+        run_ids: Iterable[str],
+        reason: InterruptReason,
+        origin: str,
+        action_id: str,
+        grace_ms: int | None = None,
+    ) -> None:
+        """Interrupt each run still active (a parent's interrupt may have reached a child already)."""
+        for run_id in run_ids:
+            run = self._runs[run_id]
+            if run.state is RunState.ACTIVE:
+                self._interrupt(run, reason, origin, action_id, grace_ms)

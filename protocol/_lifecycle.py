@@ -411,25 +411,6 @@ class LifecycleMixin(CoreState):
         self._touch(action)
         action.state = next_action_state(action.state, trigger)
 
-    def _active_runs(self, instance: _Instance) -> list[str]:
-        """The instance's active runs, in order; taken before interrupting any of them, since a
-        parent's interrupt also interrupts its children (pinned to the same instance)."""
-        return [run_id for run_id in sorted(instance.runs) if self._runs[run_id].state is RunState.ACTIVE]
-
-    def _interrupt_each(
-        self,
-        run_ids: Iterable[str],
-        reason: InterruptReason,
-        origin: str,
-        action_id: str,
-        grace_ms: int | None = None,
-    ) -> None:
-        """Interrupt each run still active (a parent's interrupt may have reached a child already)."""
-        for run_id in run_ids:
-            run = self._runs[run_id]
-            if run.state is RunState.ACTIVE:
-                self._interrupt(run, reason, origin, action_id, grace_ms)
-
     def _cover(
         self,
         action: _Action,
