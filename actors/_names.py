@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, MutableMapping
 from importlib import import_module
-from importlib.util import find_spec
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -26,9 +25,8 @@ _BLOCK = "TYPE_CHECKING or not _HOMES"
 
 def homes(file: str) -> dict[str, str]:
     """Each name the ``if TYPE_CHECKING or not _HOMES:`` block of the module at ``file`` imports, with the
-    module it comes from, in the block's order (``from package import *``: each name of that package,
-    read from its own source the same way, so it is not imported yet); empty when the source cannot be
-    read."""
+    module it comes from, in the block's order (``from package import *``: each name of that package's
+    ``__all__``, a package as lazy as this one); empty when the source cannot be read."""
     try:
         source = Path(file).read_text(encoding="utf-8")
     except OSError:
@@ -39,18 +37,11 @@ def homes(file: str) -> dict[str, str]:
             for statement in block.body:
                 if isinstance(statement, ast.ImportFrom) and statement.module:
                     for alias in statement.names:
-                        if alias.name == "*":  # every name of that package, from it (not imported yet)
-                            found |= dict.fromkeys(_names_of(statement.module), statement.module)
+                        if alias.name == "*":  # every name of that (lazy) package, from it
+                            found |= dict.fromkeys(import_module(statement.module).__all__, statement.module)
                         else:
                             found[alias.asname or alias.name] = statement.module
     return found
-
-
-def _names_of(package: str) -> list[str]:
-    """The names of ``package``: read from its source as ``homes`` reads them, else its ``__all__``."""
-    spec = find_spec(package)
-    found = homes(spec.origin) if spec is not None and spec.origin else {}
-    return list(found) if found else list(import_module(package).__all__)
 
 
 def lazy(
