@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from scenario_support import action, run, story
 from wire_support import Served, served
 
 from run_supervisor.actors import (
@@ -511,40 +512,24 @@ def test_a_crash_while_a_load_is_deferred_recovers_the_run_and_the_next_start_lo
 
 # --- the scenario format ------------------------------------------------------------------------------
 
-_DOC = """
-name = "t"
-directories = ["/p"]
-{top}
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/p"
-steps = [{{ kind = "model", gate = "g" }}]
-[[actions]]
-id = "a1"
-when = "r1.started"
-do = "{do}"
-directory = "/p"
-mode = "maintenance"
-{action}
-[[actions]]
-when = "a1.deferred"
-do = "open_gate"
-gate = "g"
-[expect.a1]
-{expect}
-"""
 
-
-def _doc(*, top: str = "", do: str = "reload", action: str = "", expect: str = 'result = "deferred"') -> str:
-    return _DOC.format(top=top, do=do, action=action, expect=expect)
+def _doc(
+    *, top: str = "", do: str = "reload", policy: str | None = None, expect: str = 'result = "deferred"'
+) -> str:
+    """r1 in /p held at a gate, a maintenance ``do`` of /p once it starts (with ``policy``), the gate
+    opened on its deferral, and ``expect`` of the close."""
+    keys = {} if policy is None else {"reload_policy": policy}
+    close = action(id="a1", when="r1.started", do=do, directory="/p", mode="maintenance", **keys)
+    opens = action(when="a1.deferred", do="open_gate", gate="g")
+    held = run("r1", '{ kind = "model", gate = "g" }', directory="/p")
+    return top + story("t", held, close, opens, f"[expect.a1]\n{expect}\n", directories=("/p",))
 
 
 def test_a_scenario_reloads_eagerly_as_the_contract_says_unless_it_opts_into_lazy() -> None:
     assert parse_scenario(_doc(), file="t.toml", fmt="toml").reload_policy is EAGER
     lazy = parse_scenario(_doc(top='reload_policy = "lazy"'), file="t.toml", fmt="toml")
     assert lazy.reload_policy is LAZY
-    one = parse_scenario(_doc(action='reload_policy = "lazy"'), file="t.toml", fmt="toml")
+    one = parse_scenario(_doc(policy="lazy"), file="t.toml", fmt="toml")
     assert (one.reload_policy, one.actions[0].reload_policy) == (EAGER, LAZY)
 
 
@@ -556,7 +541,7 @@ def test_a_scenario_reload_policy_that_is_not_lazy_or_eager_is_refused_naming_th
 
 def test_a_scenario_reload_policy_on_another_close_is_refused() -> None:
     with pytest.raises(ScenarioFileError) as caught:
-        parse_scenario(_doc(do="dispose", action='reload_policy = "lazy"'), file="t.toml", fmt="toml")
+        parse_scenario(_doc(do="dispose", policy="lazy"), file="t.toml", fmt="toml")
     assert caught.value.key == "actions[0].reload_policy"
 
 

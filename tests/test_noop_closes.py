@@ -4,6 +4,7 @@ covers was loaded with is answered ``noop`` at once and touches nothing."""
 from __future__ import annotations
 
 import pytest
+from scenario_support import action, run, story
 
 from run_supervisor.actors import Gate, InvalidRequest, RunContext, Supervisor, SupervisorConfig
 from run_supervisor.actors.scenarios import ScenarioFileError, parse_scenario
@@ -205,33 +206,17 @@ def test_a_fingerprint_must_be_text() -> None:
 
 # --- in the scenario format --------------------------------------------------------------------------
 
-_CLOSE_DOC = """
-name = "t"
-directories = ["/p"]
-{top}
 
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/p"
-steps = [{{ kind = "model" }}]
-
-[[actions]]
-id = "a1"
-when = "begin"
-do = "invalidate_config"
-mode = "maintenance"
-{fingerprint}
-
-[[actions]]
-when = "a1.noop"
-do = "cancel"
-run = "r1"
-"""
+def _close_doc(top: str = "", fingerprint: str | None = None) -> str:
+    """r1 in /p, an invalidate_config at the start (with ``fingerprint``), and a cancel on its noop."""
+    keys = {} if fingerprint is None else {"fingerprint": fingerprint}
+    close = action(id="a1", when="begin", do="invalidate_config", mode="maintenance", **keys)
+    cancel = action(when="a1.noop", do="cancel", run="r1")
+    return top + story("t", run("r1", directory="/p"), close, cancel, directories=("/p",))
 
 
 def test_a_scenario_close_with_a_fingerprint_may_wait_for_its_noop() -> None:
-    text = _CLOSE_DOC.format(top='fingerprints = { "/p" = "c1" }', fingerprint='fingerprint = "c1"')
+    text = _close_doc(top='fingerprints = { "/p" = "c1" }', fingerprint="c1")
 
     scenario = parse_scenario(text, file="t.toml", fmt="toml")
 
@@ -242,12 +227,12 @@ def test_a_scenario_close_with_a_fingerprint_may_wait_for_its_noop() -> None:
 
 def test_a_scenario_close_without_a_fingerprint_can_never_be_a_noop() -> None:
     with pytest.raises(ScenarioFileError, match="can never give 'noop'") as caught:
-        parse_scenario(_CLOSE_DOC.format(top="", fingerprint=""), file="t.toml", fmt="toml")
+        parse_scenario(_close_doc(), file="t.toml", fmt="toml")
     assert caught.value.key == "actions[1].when"
 
 
 def test_a_scenario_fingerprint_for_a_directory_not_loaded_first_is_refused() -> None:
-    text = _CLOSE_DOC.format(top='fingerprints = { "/q" = "c1" }', fingerprint='fingerprint = "c1"')
+    text = _close_doc(top='fingerprints = { "/q" = "c1" }', fingerprint="c1")
     with pytest.raises(ScenarioFileError, match="not in directories") as caught:
         parse_scenario(text, file="t.toml", fmt="toml")
     assert caught.value.key == 'fingerprints."/q"'
