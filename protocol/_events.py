@@ -133,7 +133,8 @@ class RunStarted(_Event, frozen=True, tag="run.started"):
     this is below its budget (``ResumeVerdict``)."""
 
 
-class StepStarted(_Event, frozen=True, tag="run.step.started"):
+class _StepEvent(_Event, frozen=True):
+    # What a step's start and its end both say (``run.step.started``, ``run.step.finished``).
     run_id: str
     session: str
     """The session of its run: a client filters by session without a table of runs."""
@@ -144,14 +145,12 @@ class StepStarted(_Event, frozen=True, tag="run.step.started"):
     call_id: str | None = None
 
 
-class StepFinished(_Event, frozen=True, tag="run.step.finished"):
-    run_id: str
-    session: str
-    """The session of its run: a client filters by session without a table of runs."""
-    step: str
-    kind: StepKind
-    tool: str | None = None
-    call_id: str | None = None
+class StepStarted(_StepEvent, frozen=True, tag="run.step.started"):
+    pass
+
+
+class StepFinished(_StepEvent, frozen=True, tag="run.step.finished"):
+    pass
 
 
 class RunPartUpdated(_Event, frozen=True, tag="run.part.updated"):
