@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +84,14 @@ def library_report(path: Path) -> ScenarioReport:
     """The report of one play of a library scenario, played once in a process for every test that reads
     it (each reads what must hold on every play; none changes the report)."""
     return play(load_scenario(path), timeout=10)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``run-supervisor ARGS`` as a real process (bounded: 60 s)."""
+    return subprocess.run(
+        [sys.executable, "-m", "run_supervisor.actors._cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

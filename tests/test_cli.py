@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from scenario_support import run, run_cli, story
 
 from run_supervisor.actors._cli import main
 from run_supervisor.actors.scenarios._format import MAX_FILE_BYTES
@@ -115,13 +116,7 @@ def test_a_missing_path_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_the_console_script_runs_as_a_real_process(tmp_path: Path) -> None:
     path = write(tmp_path, "ex.toml", EXAMPLE)
-    done = subprocess.run(
-        [sys.executable, "-m", "run_supervisor.actors._cli", "scenario", str(path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli("scenario", str(path), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["passed"] is True
     assert done.stderr == ""  # the library is silent by default
@@ -130,14 +125,7 @@ def test_the_console_script_runs_as_a_real_process(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------------------
 # Whatever the input, never a traceback: exit 2 with one line naming the file and the key
 
-BASE = """
-name = "one run"
-[[runs]]
-id = "r1"
-session = "s1"
-directory = "/proj/a"
-steps = [{ kind = "model" }]
-"""
+BASE = story("one run", run("r1"), directories=())
 
 
 def refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

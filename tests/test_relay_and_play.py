@@ -4,8 +4,6 @@ player keeps the dead supervisor's last events and answers on its side of a cras
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -15,7 +13,7 @@ from typing import Any
 
 import pytest
 from layers import pick
-from scenario_support import INPUT, MODEL, action, run, story
+from scenario_support import INPUT, MODEL, action, run, run_cli, story
 
 from run_supervisor import Supervisor, SupervisorConfig
 from run_supervisor.actors.hosts._stdio import serve_stdio
@@ -132,12 +130,6 @@ def test_the_scenario_command_plays_a_crash_fired_on_an_event_others_follow_and_
     crash_scenario: Path,
 ) -> None:
     for _ in range(pick(smoke=1, deep=3)):
-        done = subprocess.run(
-            [sys.executable, "-m", "run_supervisor.actors._cli", "scenario", str(crash_scenario), "--json"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = run_cli("scenario", str(crash_scenario), "--json")
         assert done.returncode == 0, done.stdout + done.stderr
         assert json.loads(done.stdout)["failures"] == []
