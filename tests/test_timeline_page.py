@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 needs_chromium = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 
 
+def timeline_dom(scenario: Path, folder: Path) -> str:
+    """The DOM headless Chromium draws of ``scenario``'s static timeline page, written to ``folder``."""
+    assert main(["scenario", str(scenario), "--html", str(folder)]) == 0
+    return chromium((folder / f"{scenario.stem}.html").as_uri(), str(folder / "profile"), "--dump-dom")
+
+
 def test_scenario_html_writes_one_self_contained_page_per_scenario(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -46,8 +52,7 @@ def test_a_static_scenario_timeline_renders_a_deferred_close_and_tool_cards_in_c
     tmp_path: Path,
 ) -> None:
     scenario = ROOT / "docs/scenarios/04-dispose-all-with-runs-in-two-directories.toml"
-    assert main(["scenario", str(scenario), "--html", str(tmp_path)]) == 0
-    dom = chromium((tmp_path / f"{scenario.stem}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
+    dom = timeline_dom(scenario, tmp_path)
     assert re.search(
         r'class="lane action" data-action="a1" data-do="dispose_all" data-state="deferred, then completed"',
         dom,
@@ -64,8 +69,7 @@ def test_a_crash_scenario_draws_the_lost_generation_and_the_restarted_one_on_the
     tmp_path: Path,
 ) -> None:
     scenario = ROOT / "docs/scenarios/40-crash-while-a-bash-call-is-prepared.toml"
-    assert main(["scenario", str(scenario), "--html", str(tmp_path)]) == 0
-    dom = chromium((tmp_path / f"{scenario.stem}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
+    dom = timeline_dom(scenario, tmp_path)
     lanes = re.findall(r'class="lane instance" data-directory="/proj/a" data-generation="1"', dom)
     assert len(lanes) == 2  # before the crash and after the restart, each with its own bar
     assert "lost with the crashed supervisor" in dom
@@ -75,8 +79,7 @@ def test_a_crash_scenario_draws_the_lost_generation_and_the_restarted_one_on_the
 @needs_chromium
 def test_a_run_that_ended_while_queued_says_how_on_its_queued_bar(tmp_path: Path) -> None:
     scenario = ROOT / "docs/scenarios/35-follow-up-coalesces-into-the-queued-one.toml"
-    assert main(["scenario", str(scenario), "--html", str(tmp_path)]) == 0
-    dom = chromium((tmp_path / f"{scenario.stem}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
+    dom = timeline_dom(scenario, tmp_path)
     assert "interrupted while queued (coalesced, r3)" in dom  # replaced by the newer follow-up
     assert "interrupted while queued (dropped, r3)" in dom  # its run was stopped
 
@@ -130,8 +133,7 @@ def test_the_live_page_without_a_token_says_how_to_open_it(tmp_path: Path) -> No
 @needs_chromium
 def test_a_stalled_run_is_drawn_stalled_until_the_confirm_that_interrupts_it(tmp_path: Path) -> None:
     scenario = ROOT / "docs/scenarios/39-stalled-run-holding-a-reload-is-interrupted-on-confirm.toml"
-    assert main(["scenario", str(scenario), "--html", str(tmp_path)]) == 0
-    dom = chromium((tmp_path / f"{scenario.stem}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
+    dom = timeline_dom(scenario, tmp_path)
     stalls = re.findall(r'<div class="stall" data-stalled-from="\d+" title="stalled: no progress"', dom)
     assert len(stalls) == 1
     assert 'data-confirmed="true"' in dom  # the refresh's lane marks the confirm
@@ -162,7 +164,6 @@ def test_every_card_on_a_scenario_timeline_shows_the_label_the_events_carry(
     report = json.loads(capsys.readouterr().out)
     labels = {part["label"] for run in report["runs"].values() for part in run["tool_parts"]}
     assert labels, "the scenario reaches a tool part"
-    assert main(["scenario", str(path), "--html", str(tmp_path)]) == 0
-    dom = chromium((tmp_path / f"{scenario}.html").as_uri(), str(tmp_path / "profile"), "--dump-dom")
+    dom = timeline_dom(path, tmp_path)
     cards = re.findall(r'<div class="card"[^>]*><b>[^<]*</b> · [a-z]+ — ([^<]*)</div>', dom)
     assert labels <= {html.unescape(card) for card in cards}
