@@ -7,6 +7,10 @@ Fixtures (each torn down with a ``test_teardown`` shutdown; every wait bounded):
   if an async run ended because the test's event loop ended under it (a forgotten ``await``);
 - ``async_run_supervisor``: the same supervisor's ``AsyncSupervisor`` (for ``async def`` tests under
   any runner: pytest-asyncio, anyio, or ``asyncio.run`` in the test);
+- ``async_run_supervisor_in_loop``: an ``AsyncSupervisor`` started and shut down on the test's own
+  loop (an async fixture, for ``async def`` tests under a runner that drives async fixtures, such as
+  anyio's ``@pytest.mark.anyio``): its async bodies and async hooks run on that loop, and its
+  teardown awaits the shutdown there, before the loop ends;
 - ``run_supervisor_events``: an ``EventLog`` of it, to ``wait_for`` events;
 - ``run_supervisor_leak_check``: fails the test, naming them, if it leaves threads or pykka
   actors running (request it first, so it wraps the other fixtures); an event loop's own executor
@@ -26,7 +30,7 @@ joins what the test started; any other keyword is a ``SupervisorConfig`` field.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -40,6 +44,7 @@ from run_supervisor.protocol import RunFinished
 
 __all__ = [
     "async_run_supervisor",
+    "async_run_supervisor_in_loop",
     "run_supervisor",
     "run_supervisor_defaults",
     "run_supervisor_events",
@@ -87,6 +92,30 @@ def _settings(request: pytest.FixtureRequest, defaults: dict[str, Any]) -> dict[
     return settings
 
 
+def _config(settings: dict[str, Any]) -> SupervisorConfig:
+    return SupervisorConfig(**{k: v for k, v in settings.items() if k not in _OWN_KEYS})
+
+
+def _after_shutdown(supervisor: Supervisor, finished: EventLog) -> None:
+    """The teardown's checks, once the supervisor has shut down: its threads ended, and no async
+    run ended because its event loop ended under it."""
+    stragglers = supervisor.threads.join(time.monotonic())
+    cut = [
+        e.run_id for e in finished.collect() if isinstance(e, RunFinished) and e.error == CANCELLED_OUTSIDE
+    ]
+    finished.close()
+    if stragglers:
+        raise LeakError(
+            f"the supervisor's threads still run after its shutdown: {[t.name for t in stragglers]}"
+        )
+    if cut:
+        raise LeakError(
+            f"async run(s) {', '.join(map(repr, cut))} ended failed because their event loop ended "
+            "first (the test returned without awaiting them or the supervisor's shutdown): await "
+            "run.wait() or async_run_supervisor.shutdown() before the test returns"
+        )
+
+
 @pytest.fixture
 def run_supervisor(
     request: pytest.FixtureRequest, run_supervisor_defaults: dict[str, Any]
@@ -95,31 +124,38 @@ def run_supervisor(
     shut down with reason ``test_teardown`` within ``grace_ms``, and the test fails (``LeakError``)
     if a thread it started, other than an abandoned body's, is still running."""
     settings = _settings(request, run_supervisor_defaults)
-    config = SupervisorConfig(**{k: v for k, v in settings.items() if k not in _OWN_KEYS})
-    supervisor = Supervisor.start(config, hooks=settings["hooks"], directories=settings["directories"])
+    supervisor = Supervisor.start(
+        _config(settings), hooks=settings["hooks"], directories=settings["directories"]
+    )
     finished = EventLog(supervisor)  # to tell a body its test's loop ended under from a real failure
     try:
         yield supervisor
     finally:
         if not supervisor.closed:
             supervisor.shutdown(grace_ms=settings["grace_ms"], reason="test_teardown")
-        stragglers = supervisor.threads.join(time.monotonic())
-        cut = [
-            e.run_id
-            for e in finished.collect()
-            if isinstance(e, RunFinished) and e.error == CANCELLED_OUTSIDE
-        ]
-        finished.close()
-        if stragglers:
-            raise LeakError(
-                f"the supervisor's threads still run after its shutdown: {[t.name for t in stragglers]}"
-            )
-        if cut:
-            raise LeakError(
-                f"async run(s) {', '.join(map(repr, cut))} ended failed because their event loop ended "
-                "first (the test returned without awaiting them or the supervisor's shutdown): await "
-                "run.wait() or async_run_supervisor.shutdown() before the test returns"
-            )
+        _after_shutdown(supervisor, finished)
+
+
+@pytest.fixture
+async def async_run_supervisor_in_loop(
+    request: pytest.FixtureRequest, run_supervisor_defaults: dict[str, Any]
+) -> AsyncIterator[AsyncSupervisor]:
+    """An ``AsyncSupervisor`` configured by the ``run_supervisor`` marker, started on the test's
+    own loop (async ``hooks`` load there) and shut down there after the test, with reason
+    ``test_teardown`` within ``grace_ms``: its async bodies end on that loop before it closes. The
+    same checks as ``run_supervisor``'s teardown follow. An async fixture: the test's runner must
+    drive it (anyio's ``@pytest.mark.anyio``, on the asyncio backend)."""
+    settings = _settings(request, run_supervisor_defaults)
+    supervisor = await AsyncSupervisor.start(
+        _config(settings), hooks=settings["hooks"], directories=settings["directories"]
+    )
+    finished = EventLog(supervisor)
+    try:
+        yield supervisor
+    finally:
+        if not supervisor.closed:
+            await supervisor.shutdown(grace_ms=settings["grace_ms"], reason="test_teardown")
+        _after_shutdown(supervisor.sync, finished)
 
 
 @pytest.fixture
