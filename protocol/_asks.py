@@ -171,6 +171,29 @@ def part_view(part: _Part) -> PartSnapshot:
     )
 
 
+def part_updated(seq: int, run: _Run, call_id: str, shown: PartSnapshot) -> RunPartUpdated:
+    """``run.part.updated`` drawing ``shown`` as the card of ``run``'s tool part ``call_id``: a
+    part's every change, and a card the crash settled (``SupervisorCore.recover``)."""
+    return RunPartUpdated(
+        seq=seq,
+        run_id=run.id,
+        session=run.session,
+        call_id=call_id,
+        tool=shown.tool,
+        state=shown.state,
+        phase=shown.phase,
+        tool_started=shown.tool_started,
+        label=shown.label,
+        note=shown.note,
+        message=shown.message,
+        reason=shown.reason,
+        origin=shown.origin,
+        ask_id=shown.ask_id,
+        waiting_for=shown.waiting_for,
+        declined=shown.declined,
+    )
+
+
 class AsksMixin(CoreState):
     """Asks and tool-part announcements. Mixed into ``SupervisorCore``."""
 
@@ -503,23 +526,4 @@ class AsksMixin(CoreState):
             return
         self._touch(run)
         part.shown = shown
-        self._emit(
-            RunPartUpdated(
-                seq=self._next_seq(),
-                run_id=run.id,
-                session=run.session,
-                call_id=part.call_id,
-                tool=shown.tool,
-                state=shown.state,
-                phase=shown.phase,
-                tool_started=shown.tool_started,
-                label=shown.label,
-                note=shown.note,
-                message=shown.message,
-                reason=shown.reason,
-                origin=shown.origin,
-                ask_id=shown.ask_id,
-                waiting_for=shown.waiting_for,
-                declined=shown.declined,
-            )
-        )
+        self._emit(part_updated(self._next_seq(), run, part.call_id, shown))

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from run_supervisor.protocol._asks import AskBook, AsksMixin, part_view
+from run_supervisor.protocol._asks import AskBook, AsksMixin, part_updated, part_view
 from run_supervisor.protocol._commands import (
     AbandonRun,
     Command,
@@ -56,7 +56,6 @@ from run_supervisor.protocol._events import (
     InstanceReady,
     InstanceStarted,
     RunFinished,
-    RunPartUpdated,
     RunQueued,
     RunRecovered,
     RunStarted,
@@ -389,27 +388,9 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                 self._journal.put(self._sessions, session.id, session)
                 self._remember(self._idle_sessions, session.id, self._sessions)
             for part in recovered.parts:  # a card the crash settled: the UI redraws it, as for any change
-                if part.reason is InterruptReason.CRASH:
-                    self._emit(
-                        RunPartUpdated(
-                            seq=self._next_seq(),
-                            run_id=run.id,
-                            session=run.session,
-                            call_id=part.call_id or "",
-                            tool=part.tool,
-                            state=part.state,
-                            phase=part.phase,
-                            tool_started=part.tool_started,
-                            label=part.label,
-                            note=part.note,
-                            message=part.message,
-                            reason=part.reason,
-                            origin=part.origin,
-                            ask_id=None,
-                            waiting_for=None,
-                            declined=part.declined,
-                        )
-                    )
+                if part.reason is InterruptReason.CRASH:  # drawn waiting for nobody: the crash ended its asks
+                    shown = msgspec.structs.replace(part, ask_id=None, waiting_for=None)
+                    self._emit(part_updated(self._next_seq(), run, part.call_id or "", shown))
             self._emit(
                 RunRecovered(
                     seq=self._next_seq(),
