@@ -130,3 +130,30 @@ def test_a_start_run_cancelled_inside_a_task_group_still_gives_its_handle_and_is
             return len(got), task.cancelled()
 
     assert run_async(host) == (1, True)
+
+
+def test_a_cancelled_start_the_supervisor_refused_raises_the_cancellation_and_started_nothing() -> None:
+    async def host() -> tuple[bool, str | None, int, int]:
+        release = asyncio.Event()
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            first = await sup.start_run(gated(release), session="s1", directory="/w/a")
+            starting = asyncio.create_task(
+                sup.start_run(gated(release), session="s1", directory="/w/a", queue_policy="reject_if_busy")
+            )
+            await asyncio.sleep(0)  # its first step has sent the start, which the busy session refuses
+            starting.cancel()
+            with pytest.raises(asyncio.CancelledError):  # not SessionBusy: the caller gave up first
+                await starting
+            session = await sup.session("s1")
+            assert session is not None and first.run_id == session.active
+            release.set()
+            await first.wait()
+            stats = await sup.statistics()
+            return (
+                starting.cancelled(),
+                session.queued[0] if session.queued else None,
+                stats.runs_finished,
+                stats.runs_queued,
+            )
+
+    assert run_async(host) == (True, None, 1, 0)
