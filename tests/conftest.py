@@ -39,11 +39,11 @@ settings.load_profile(os.environ.get("RUN_SUPERVISOR_HYPOTHESIS_PROFILE", "deep"
 
 @pytest.hookimpl(wrapper=True)
 def pytest_cmdline_main(config: pytest.Config) -> Generator[None, object, object]:
-    """The whole suite runs on one worker a core, a file whole on one worker (tests/layers.py). Every
-    test is safe beside another: ports are the system's, files are in ``tmp_path``, a PostgreSQL
-    server is a worker's own."""
+    """The whole suite runs on one worker a core (tests/layers.py). Every test is safe beside another:
+    ports are the system's, files are in ``tmp_path``, a PostgreSQL server is a worker's own, and the
+    TypeScript client's ``npm ci`` takes a file lock."""
     if spread_over_workers(config):
-        config.option.numprocesses, config.option.dist = "auto", "loadfile"
+        config.option.numprocesses, config.option.dist = "auto", "loadgroup"
     return (yield)
 
 

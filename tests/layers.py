@@ -37,8 +37,9 @@ def spread_over_workers(config: Any) -> bool:
     """Whether this run goes to one worker a core: the whole suite (no path given, as in the README's
     command and CI's deep layer), with pytest-xdist there, and neither ``-n`` (``-n 0``: one process)
     nor ``--pdb`` given, and not already in a worker. Most tests wait on subprocesses, servers and
-    threads, so two workers take far less than one on two cores; each test file stays whole on one
-    worker (``--dist loadfile``), so its module fixtures are built once."""
+    threads, so two workers take far less than one on two cores. Tests go to the worker that is free
+    (``--dist loadgroup``: the long scopes of one file run side by side), except those of one
+    ``xdist_group``, which share a worker so that their module fixture is built once (the sdist)."""
     option = config.option
     return bool(
         config.args_source is pytest.Config.ArgsSource.TESTPATHS

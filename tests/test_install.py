@@ -150,7 +150,8 @@ def _copy_project(to: Path) -> None:
 
 
 # The tests of the built sdist and wheel are deep_only (tests/layers.py): `python -m build` takes a
-# minute on a loaded machine, so the README's command skips them and CI's deep layer runs them.
+# minute on a loaded machine, so the README's command skips them and CI's deep layer runs them, on one
+# worker (their xdist_group), which builds once.
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The sdist, and the wheel ``python -m build`` builds from that sdist (not from the tree)."""
@@ -180,6 +181,7 @@ def site(built: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> 
 
 @deep_only
 @pytest.mark.deep
+@pytest.mark.xdist_group("built")
 @pytest.mark.timeout(300)
 def test_the_sdist_carries_the_three_folders_and_no_tests(built: tuple[Path, Path]) -> None:
     with tarfile.open(built[0]) as sdist:
@@ -192,6 +194,7 @@ def test_the_sdist_carries_the_three_folders_and_no_tests(built: tuple[Path, Pat
 
 @deep_only
 @pytest.mark.deep
+@pytest.mark.xdist_group("built")
 @pytest.mark.timeout(300)
 def test_the_wheel_built_from_the_sdist_holds_every_tracked_file_of_the_three_folders_as_copies(
     built: tuple[Path, Path], site: Path
@@ -205,6 +208,7 @@ def test_the_wheel_built_from_the_sdist_holds_every_tracked_file_of_the_three_fo
 
 @deep_only
 @pytest.mark.deep
+@pytest.mark.xdist_group("built")
 @pytest.mark.timeout(300)
 def test_a_host_with_its_own_protocol_and_actors_uses_a_non_editable_install(
     site: Path, tmp_path: Path
@@ -238,6 +242,7 @@ def test_a_host_with_its_own_protocol_and_actors_uses_a_non_editable_install(
 
 @deep_only
 @pytest.mark.deep
+@pytest.mark.xdist_group("built")
 @pytest.mark.timeout(300)
 def test_the_host_examples_pass_mypy_strict_against_a_non_editable_install_without_plugins(
     site: Path, tmp_path: Path
