@@ -3,9 +3,11 @@
 
 Nothing here waits on a thread: each call sends its message through the same link as the sync
 facade (actors/_link.py: the same checks, the same refusals, the same exceptions) and awaits the
-reply's ``concurrent.futures.Future`` through ``asyncio.wrap_future``, whose result is handed to the
-loop with ``call_soon_threadsafe``. Events reach the loop the same way, one wake-up
-per idle wait, never one per event.
+reply. What the supervisor's thread hands a loop (the answers to starts, the starts of async
+bodies' tasks, runs' ends, subscribers' wake-ups) goes through the loop's inbox
+(actors/_async_body.py ``LoopInbox``): one wake-up per batch, never one per run or per event. The
+starts a loop sends during one turn are told to the supervisor together at the turn's end, so a
+burst of starts wakes the supervisor's thread once, after it, not on each.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from run_supervisor.actors import _calls as calls
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
-from run_supervisor.actors._async_body import RunBody
+from run_supervisor.actors._async_body import RunBody, inbox_of, outcome_on
 from run_supervisor.actors._calls import Call, taking
 from run_supervisor.actors._errors import (
     InvalidRequest,
@@ -71,6 +73,23 @@ def _release(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+async def _within(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], timeout: float) -> None:
+    """Wait until ``future`` is done or ``timeout`` seconds have passed (``asyncio.wait`` of one
+    future, without its sets and tasks); cancelling the wait leaves ``future`` as it is."""
+    waiter: asyncio.Future[None] = loop.create_future()
+    timer = loop.call_later(timeout, _release, waiter)
+
+    def done(_: object) -> None:
+        _release(waiter)
+
+    future.add_done_callback(done)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        future.remove_done_callback(done)
+
+
 class AsyncSubscription(Subscription):
     """The supervisor's events from the moment of subscribing, in order, for one event loop:
     ``async for event in subscription`` ends when the supervisor has shut down (or on ``close()``).
@@ -99,7 +118,7 @@ class AsyncSubscription(Subscription):
             waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             try:
-                waiter.get_loop().call_soon_threadsafe(_release, waiter)
+                inbox_of(waiter.get_loop()).post(_release, waiter)  # one wake per loop and batch
             except RuntimeError:
                 pass  # the loop is closed: nobody waits on it any more
 
@@ -158,7 +177,7 @@ class AsyncRunHandle:
             if source is None:  # not made by start_run: ask the supervisor (cancelled on time-out)
                 link = self._supervisor._link
                 return asyncio.wrap_future(link.finished_future(self.run_id, None), loop=loop)
-            finished = self._finished = asyncio.wrap_future(source, loop=loop)
+            finished = self._finished = outcome_on(loop, source)  # one wake per batch of ends
         return finished
 
     async def wait(self, timeout: float | None = None) -> RunSnapshot:
@@ -429,8 +448,8 @@ class AsyncSupervisor:
         cancelled = False
         while True:
             finished: Future[RunSnapshot] = Future()
-            sent = link.call(call.request, call.body, finished, loop)
-            answer = asyncio.wrap_future(sent, loop=loop)
+            # Told at the end of the loop's turn; the answers of a batch wake the loop once.
+            sent, answer = link.call_on_loop(call.request, call.body, finished, loop)
             deadline = loop.time() + limit
             while not answer.done():  # a cancellation waits on for the answer: never half a start
                 remaining = deadline - loop.time()
@@ -440,7 +459,7 @@ class AsyncSupervisor:
                         raise asyncio.CancelledError
                     raise SupervisorTimeout(f"the supervisor did not answer within {limit} s")
                 try:
-                    await asyncio.wait({answer}, timeout=remaining)  # never cancels ``answer``
+                    await _within(loop, answer, remaining)  # never cancels ``answer``
                 except asyncio.CancelledError:
                     cancelled = True
             try:

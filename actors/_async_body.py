@@ -4,8 +4,9 @@ semantics in async form.
 The loop is the host's when it started the run through ``AsyncSupervisor`` (the loop that awaited
 ``start_run``), otherwise a loop thread the supervisor owns, started with the first async body.
 The run still has its ``RunActor`` (the design's owner of a run, with the same token, decisions and
-events as a thread body's); at ``Go`` the supervisor's thread only schedules the task on that loop
-(``call_soon_threadsafe``), and the task reports ``BodyEnded`` when the body is done. An async run
+events as a thread body's); at ``Go`` the supervisor's thread only posts the task's start to that
+loop's inbox (``LoopInbox``: the starts and answers of one batch wake the loop once), and the task
+reports ``BodyEnded`` when the body is done. An async run
 costs no OS thread: not at its start (which never waits on the loop), not while it is open.
 
 An interrupt cancels the task: the body sees ``asyncio.CancelledError`` at its next ``await`` (the
@@ -21,6 +22,7 @@ import functools
 import inspect
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar
@@ -53,8 +55,11 @@ __all__ = [
     "AsyncRunBody",
     "AsyncRunContext",
     "AsyncToolCall",
+    "LoopInbox",
     "RunBody",
+    "inbox_of",
     "is_async_body",
+    "outcome_on",
 ]
 
 R = TypeVar("R")
@@ -81,6 +86,108 @@ def _release(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+class LoopInbox:
+    """What other threads hand one event loop, run there in order, with one wake-up per batch:
+    ``post`` from any thread queues a call, and only the first call of a batch wakes the loop
+    (one ``call_soon_threadsafe``); the loop then runs every call queued meanwhile in one go.
+    The supervisor's thread answers a batch of starts and starts their tasks (200 at once, say)
+    with one wake of the host's loop, not one or two per run."""
+
+    __slots__ = ("__weakref__", "_calls", "_lock", "_loop", "_woken")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)  # the loop's registry holds the inbox: it must not hold the loop
+        self._lock = threading.Lock()
+        self._calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []  # guarded by _lock
+        self._woken = False  # a drain is scheduled on the loop; guarded by _lock
+
+    def post(self, call: Callable[..., object], *args: Any) -> None:
+        """Run ``call(*args)`` on the loop, after what was posted before it. ``RuntimeError`` if the
+        loop is closed (nothing of it will run)."""
+        with self._lock:
+            self._calls.append((call, args))
+            if self._woken:
+                return
+            self._woken = True
+        loop = self._loop()
+        try:
+            if loop is None:
+                raise RuntimeError("the event loop is gone")
+            if asyncio._get_running_loop() is loop:
+                loop.call_soon(self._drain)  # on the loop's own thread: nothing to wake
+            else:
+                loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:
+            with self._lock:
+                self._woken = False
+                self._calls.clear()  # the loop is closed: none of them can run
+            raise
+
+    def _drain(self) -> None:
+        with self._lock:
+            calls, self._calls = self._calls, []
+            self._woken = False
+        for call, args in calls:
+            try:
+                call(*args)
+            except BaseException as exc:  # as a loop's own callback would be: reported, the rest go on
+                loop = self._loop()
+                if isinstance(exc, KeyboardInterrupt | SystemExit) or loop is None:
+                    raise
+                loop.call_exception_handler(
+                    {"message": f"exception in a posted call {call!r}", "exception": exc}
+                )
+
+
+_INBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopInbox] = weakref.WeakKeyDictionary()
+_INBOXES_LOCK = threading.Lock()
+
+
+def inbox_of(loop: asyncio.AbstractEventLoop) -> LoopInbox:
+    """The loop's one inbox (made on first use; it goes with the loop)."""
+    inbox = _INBOXES.get(loop)
+    if inbox is None:
+        with _INBOXES_LOCK:
+            inbox = _INBOXES.get(loop)
+            if inbox is None:
+                inbox = _INBOXES[loop] = LoopInbox(loop)
+    return inbox
+
+
+def copy_outcome(source: Future[Any], into: asyncio.Future[Any]) -> None:
+    """On the loop: give ``into`` the outcome of the (done) concurrent future ``source``."""
+    if into.done():
+        return
+    if source.cancelled():
+        into.cancel()
+        return
+    error = source.exception()
+    if error is None:
+        into.set_result(source.result())
+    else:
+        into.set_exception(error)
+
+
+def outcome_on(loop: asyncio.AbstractEventLoop, source: Future[Any]) -> asyncio.Future[Any]:
+    """``asyncio.wrap_future(source)`` through the loop's inbox: an asyncio future of the loop that
+    gets ``source``'s outcome, the completions of one batch waking the loop once. Cancelling it does
+    not cancel ``source``."""
+    into: asyncio.Future[Any] = loop.create_future()
+    if source.done():  # called on the loop: no need to go through its inbox
+        copy_outcome(source, into)
+        return into
+    inbox = inbox_of(loop)
+
+    def done(finished: Future[Any]) -> None:
+        try:
+            inbox.post(copy_outcome, finished, into)
+        except RuntimeError:
+            pass  # the loop is closed: nobody awaits it any more
+
+    source.add_done_callback(done)
+    return into
+
+
 class AsyncCancelToken(CancelToken):
     """A ``CancelToken`` whose changes also wake coroutines waiting on it, on their own loops, and
     cancel the body's task."""
@@ -96,7 +203,7 @@ class AsyncCancelToken(CancelToken):
             on_interrupt = self._on_interrupt if interrupt else None
         for waiter in waiters:
             try:
-                waiter.get_loop().call_soon_threadsafe(_release, waiter)
+                inbox_of(waiter.get_loop()).post(_release, waiter)
             except RuntimeError:
                 pass  # its loop is closed: nobody waits there any more
         if on_interrupt is not None:
@@ -448,7 +555,7 @@ class AsyncRunActor(RunActor):
     def _run(self, context: RunContext) -> None:
         ctx = AsyncRunContext(context)
         try:
-            self._loop.call_soon_threadsafe(self._start_task, ctx)
+            inbox_of(self._loop).post(self._start_task, ctx)  # one wake for the batch's starts
         except RuntimeError:  # the loop is closed
             self._ended("the event loop for this async body is closed")
 
@@ -461,7 +568,7 @@ class AsyncRunActor(RunActor):
 
         def interrupt() -> None:
             try:
-                self._loop.call_soon_threadsafe(task.cancel)
+                inbox_of(self._loop).post(task.cancel)
             except RuntimeError:
                 pass  # the loop is closed: the task will never run again anyway
 

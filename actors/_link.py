@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import pykka
 
 from run_supervisor.actors import _validate as check
-from run_supervisor.actors._async_body import AsyncBodies, RunBody, is_async_body
+from run_supervisor.actors._async_body import AsyncBodies, RunBody, inbox_of, is_async_body, outcome_on
 from run_supervisor.actors._calls import Call
 from run_supervisor.actors._errors import (
     JournalFailed,
@@ -34,7 +34,7 @@ from run_supervisor.actors._errors import (
     raise_for_rejection,
 )
 from run_supervisor.actors._relay import Relay, complete
-from run_supervisor.actors._run_actor import RunActor
+from run_supervisor.actors._run_actor import RunActor, RunSlot
 from run_supervisor.actors._subscription import Publisher, Subscription
 from run_supervisor.actors._supervisor import Loading, Preload, Query, Submit, WaitRun
 from run_supervisor.actors._threads import ThreadBook
@@ -59,6 +59,16 @@ from run_supervisor.protocol import (
 T = TypeVar("T")
 
 __all__ = ["Link", "link_of"]
+
+
+def _settle(answer: asyncio.Future[Any], outcome: object) -> None:
+    """On the loop: give the awaited answer its outcome (None: the caller gave up on it)."""
+    if answer.done():
+        return
+    if outcome is None:
+        answer.cancel()
+    else:
+        answer.set_result(outcome)
 
 
 def rejected(request: object, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:
@@ -91,6 +101,9 @@ class Link:
         self.deadline: float | None = None
         self.journal_failure: JournalFailed | None = None
         self._outstanding: set[Future[Any]] = set()
+        self._deferred: list[tuple[Any, Future[Any]]] = []
+        """Messages an event loop's calls sent during its current turn, told at the turn's end (or
+        before anything else is told): guarded by ``lock``."""
         self._ref: pykka.ActorRef[Any] | None = None
         self._finished: weakref.WeakKeyDictionary[object, Future[RunSnapshot]] = weakref.WeakKeyDictionary()
 
@@ -134,22 +147,60 @@ class Link:
 
     # --- sending ---------------------------------------------------------------------------------
 
-    def post(self, make: Callable[[Future[Any]], Any]) -> Future[Any]:
+    def post(
+        self, make: Callable[[Future[Any]], Any], defer: asyncio.AbstractEventLoop | None = None
+    ) -> Future[Any]:
         """Send a message carrying a fresh internal future (completed on the supervisor's thread:
-        never handed to a host as is)."""
+        never handed to a host as is).
+
+        With ``defer`` (the running loop, on its thread), the message is told at the end of the
+        loop's current turn, with every other one sent during it: 200 starts gathered at once wake
+        the supervisor once, after the loop's burst, rather than 200 times during it (its thread
+        would take the GIL from the loop on each). The order holds: whatever is sent meanwhile,
+        from any thread, is told after them."""
         reply: Future[Any] = Future()
         with self.lock:
-            if self.closed:
-                reply.set_exception(SupervisorClosed("the supervisor has shut down"))
-                return reply
-            self._outstanding.add(reply)
+            closed = self.closed
+            if not closed:
+                self._outstanding.add(reply)
+                if defer is not None:
+                    if not self._deferred:
+                        defer.call_soon(self.flush)
+                    self._deferred.append((make(reply), reply))
+                    deferred = []
+                else:
+                    deferred, self._deferred = self._deferred, []
+                    deferred.append((make(reply), reply))
+                    deferred = self._tell(deferred)  # under the lock: in the order sent
+        if closed:
+            reply.set_exception(SupervisorClosed("the supervisor has shut down"))
+            return reply
         reply.add_done_callback(self._forget)
-        assert self._ref is not None
-        try:
-            self._ref.tell(make(reply))
-        except pykka.ActorDeadError:
-            complete(reply, error=SupervisorClosed("the supervisor has shut down"))
+        self._refuse(deferred)
         return reply
+
+    def flush(self) -> None:
+        """Tell the messages deferred so far (at the end of the loop's turn)."""
+        with self.lock:
+            deferred, self._deferred = self._deferred, []
+            refused = self._tell(deferred)
+        self._refuse(refused)
+
+    def _tell(self, messages: list[tuple[Any, Future[Any]]]) -> list[tuple[Any, Future[Any]]]:
+        """Tell each message in order; those the stopped actor refused."""
+        assert self._ref is not None
+        refused = []
+        for sent in messages:
+            try:
+                self._ref.tell(sent[0])
+            except pykka.ActorDeadError:
+                refused.append(sent)
+        return refused
+
+    def _refuse(self, refused: list[tuple[Any, Future[Any]]]) -> None:
+        for _, reply in refused:  # outside the lock: completing runs ``_forget``
+            complete(reply, error=SupervisorClosed("the supervisor has shut down"))
+            self._forget(reply)
 
     def _forget(self, future: Future[Any]) -> None:
         with self.lock:
@@ -189,38 +240,83 @@ class Link:
             else:
                 answer.set_result(rejected(request, RejectCode.SUPERVISOR_CLOSED, str(failure)))
             return answer
-        run = None
-        assert self._ref is not None
-        if isinstance(request, StartRun):  # its actor starts here, on the caller's thread, idle
-            timeout = self.config.request_timeout_s
-            if is_async_body(body):  # a task on the host's loop (AsyncSupervisor) or on ours
-                run = self.async_bodies.launch(request.run_id, body, self._ref, timeout, loop)
-            else:
-                run = RunActor(request.run_id, body, self._ref, timeout, self.threads).slot()
-            if launched is not None:
-                launched.append(run)
+        run = self._run_of(request, body, loop, launched)
         inner = self.post(lambda reply: Submit(request, reply, run, finished))
 
         def relay(done: Future[Any]) -> None:
-            if done.cancelled():  # the caller gave up waiting
+            outcome = self._outcome(done, request, run)
+            if outcome is None:  # the caller gave up waiting
                 answer.cancel()
-                return
-            error = done.exception()
-            if error is None:
-                complete(answer, done.result())
-                return
-            if run is not None:
-                run.ref.stop(block=False)  # the supervisor never took it on
-            if isinstance(error, SupervisorClosed):
-                complete(answer, self.closed_outcome(request))
             else:
-                complete(
-                    answer, rejected(request, RejectCode.INTERNAL_ERROR, f"the supervisor failed: {error}")
-                )
+                complete(answer, outcome)
 
         inner.add_done_callback(relay)
         answer.add_done_callback(lambda held: inner.cancel() if held.cancelled() else None)
         return answer
+
+    def call_on_loop(
+        self,
+        request: Request,
+        body: RunBody | None,
+        finished: Future[RunSnapshot] | None,
+        loop: asyncio.AbstractEventLoop,
+    ) -> tuple[Future[Any], asyncio.Future[CloseOutcome | RequestOutcome]]:
+        """``call`` for a coroutine on ``loop`` (its thread): the request is told at the end of the
+        loop's turn (``post``), and its outcome is an asyncio future of ``loop``, set through the
+        loop's inbox (the answers of one batch wake the loop once). Returns the internal future
+        (cancel it to withdraw the request) and the outcome."""
+        if self.closed or self.journal_failure is not None:
+            sent = self.call(request, body, finished, loop)
+            return sent, outcome_on(loop, sent)
+        run = self._run_of(request, body, loop, None)
+        inner = self.post(lambda reply: Submit(request, reply, run, finished), loop)
+        answer: asyncio.Future[CloseOutcome | RequestOutcome] = loop.create_future()
+        inbox = inbox_of(loop)
+
+        def relay(done: Future[Any]) -> None:
+            try:
+                inbox.post(_settle, answer, self._outcome(done, request, run))
+            except RuntimeError:
+                pass  # the loop is closed: nobody awaits the answer
+
+        inner.add_done_callback(relay)
+        return inner, answer
+
+    def _run_of(
+        self,
+        request: Request,
+        body: RunBody | None,
+        loop: asyncio.AbstractEventLoop | None,
+        launched: list[Any] | None,
+    ) -> RunSlot | None:
+        """For a ``StartRun``: its actor, made here on the caller's thread, idle until ``Go``."""
+        if not isinstance(request, StartRun):
+            return None
+        assert self._ref is not None
+        timeout = self.config.request_timeout_s
+        if is_async_body(body):  # a task on the host's loop (AsyncSupervisor) or on ours
+            run = self.async_bodies.launch(request.run_id, body, self._ref, timeout, loop)
+        else:
+            run = RunActor(request.run_id, body, self._ref, timeout, self.threads).slot()
+        if launched is not None:
+            launched.append(run)
+        return run
+
+    def _outcome(
+        self, done: Future[Any], request: Request, run: RunSlot | None
+    ) -> CloseOutcome | RequestOutcome | None:
+        """What the caller learns of a request's internal future (None: the caller gave up on it)."""
+        if done.cancelled():
+            return None
+        error = done.exception()
+        if error is None:
+            outcome: CloseOutcome | RequestOutcome = done.result()
+            return outcome
+        if run is not None:
+            run.ref.stop(block=False)  # the supervisor never took it on
+        if isinstance(error, SupervisorClosed):
+            return self.closed_outcome(request)
+        return rejected(request, RejectCode.INTERNAL_ERROR, f"the supervisor failed: {error}")
 
     def raise_for_rejection(self, outcome: CloseOutcome | RequestOutcome) -> None:
         """``raise_for_rejection``, but a request refused because the journal failed raises that

@@ -1,0 +1,117 @@
+"""What the supervisor's thread hands the host's loop comes in batches: the answers to many async
+starts, the starts of their tasks and their ends wake the loop once per batch (the loop's inbox),
+not once per run; and the starts a loop sends during one turn reach the supervisor together at the
+turn's end, in order with anything sent after them from any thread.
+
+Each test drives its own loop under ``asyncio.timeout``; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from run_supervisor import AsyncSupervisor, Outcome, SupervisorConfig
+from run_supervisor.actors._async_body import AsyncRunContext, inbox_of
+
+T = TypeVar("T")
+CONFIG = SupervisorConfig(shutdown_at_exit=False)
+STARTS = 50
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 60.0) -> T:
+    async def bounded() -> T:
+        async with asyncio.timeout(bound):
+            return await main()
+
+    return asyncio.run(bounded())
+
+
+class _CountingLoop(asyncio.SelectorEventLoop):
+    """A loop that counts how often other threads wake it."""
+
+    wakes = 0
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any, context: Any = None) -> Any:
+        self.wakes += 1
+        return super().call_soon_threadsafe(callback, *args, context=context)
+
+
+def test_the_answers_and_tasks_of_many_async_starts_wake_the_host_loop_per_batch_not_per_run() -> None:
+    async def host() -> tuple[int, list[Outcome]]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, _CountingLoop)
+
+        async def turn(ctx: AsyncRunContext) -> None:
+            ctx.heartbeat()
+
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            await (await sup.start_run(turn, session="warm", directory="/w/a")).wait(timeout=20)
+            before = loop.wakes
+            runs = await asyncio.gather(
+                *(sup.start_run(turn, session=f"s{i}", directory="/w/a") for i in range(STARTS))
+            )
+            finished = [await run.wait(timeout=20) for run in runs]
+            return loop.wakes - before, [snapshot.outcome for snapshot in finished]
+
+    loop = _CountingLoop()
+    try:
+        wakes, outcomes = loop.run_until_complete(asyncio.wait_for(host(), 60))
+    finally:
+        loop.close()
+    assert outcomes == [Outcome.COMPLETED] * STARTS
+    # One wake per answer, per task start and per end would be 3 per run (150): batches take a few.
+    assert wakes < STARTS, f"{STARTS} async starts woke the host's loop {wakes} times"
+
+
+def test_calls_posted_to_a_loop_from_another_thread_run_in_order_with_one_wake() -> None:
+    async def host() -> tuple[list[int], int]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, _CountingLoop)
+        inbox = inbox_of(loop)
+        ran: list[int] = []
+        all_ran = asyncio.Event()
+
+        def note(n: int) -> None:
+            ran.append(n)
+            if n == 99:
+                all_ran.set()
+
+        before = loop.wakes
+        poster = threading.Thread(target=lambda: [inbox.post(note, n) for n in range(100)])
+        poster.start()
+        poster.join(timeout=20)  # the loop is held here: every post lands in one batch
+        await asyncio.wait_for(all_ran.wait(), 20)
+        return ran, loop.wakes - before
+
+    loop = _CountingLoop()
+    try:
+        ran, wakes = loop.run_until_complete(asyncio.wait_for(host(), 60))
+    finally:
+        loop.close()
+    assert ran == list(range(100))
+    assert wakes == 1
+
+
+def test_a_request_sent_after_a_loop_s_start_in_the_same_turn_reaches_the_supervisor_after_it() -> None:
+    async def host() -> tuple[Outcome | None, bool]:
+        gate = asyncio.Event()
+
+        async def turn(ctx: AsyncRunContext) -> None:
+            await gate.wait()
+
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            start = asyncio.ensure_future(sup.start_run(turn, session="s", directory="/w/a", run_id="r1"))
+            await asyncio.sleep(0)  # the start's first step has run: it is sent, told at the turn's end
+            # In the same turn, a blocking cancel on the loop's own thread (as a sync helper would):
+            # it is told after the start, so it finds the run.
+            sup.sync.cancel("r1", timeout=20)
+            run = await start
+            snapshot = await run.wait(timeout=20)
+            return snapshot.outcome, start.done()
+
+    outcome, started = run_async(host)
+    assert started
+    assert outcome is Outcome.INTERRUPTED
