@@ -20,7 +20,7 @@ question, a string for any other); or one string for the whole form (a form of o
 answer given as one text, as before answers were per question)."""
 
 
-class Question(msgspec.Struct, frozen=True, kw_only=True):
+class Question(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One question of a form."""
 
     question: str

@@ -16,8 +16,10 @@ from test_stdio import Sidecar, session
 from wire_support import Served, of_type, served, sse
 
 from run_supervisor.actors import FormReply, InvalidRequest, RunContext, Supervisor
+from run_supervisor.actors.hosts._openapi import document
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import AskReplied, AskRequested, Outcome, Question
+from run_supervisor.protocol._payloads import make_payload
 
 QUESTIONS = [
     "Which branch?",
@@ -182,3 +184,21 @@ def test_a_scenario_file_answers_a_form_per_question_and_a_misfit_is_rejected() 
     )
     assert played(short).failures == []
     assert_refused(_form_story("[{ x = 1 }]"), "actions[0].answer", "a list of one per question")
+
+
+def test_a_question_with_a_misspelt_field_is_refused_as_the_document_says_its_object_is_closed() -> None:
+    schemas = document()["components"]["schemas"]
+    assert schemas["QuestionInput"]["additionalProperties"] is False
+
+    async def scenario(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            await client.post("/runs", json={"run_id": "r1", "session": "s1", "directory": "/w/a"})
+            await events.until(of_type("run.started", run_id="r1"))
+            misspelt = {"type": "ask", "form": True, "questions": [{"question": "Which?", "mutliple": True}]}
+            refused = await client.post("/runs/r1/reports", json=misspelt)
+            assert refused.status_code == 422 and "mutliple" in refused.json()["error"], refused.text
+            assert (await client.get("/asks")).json() == []  # nothing was asked
+
+    _http(scenario)
+    with pytest.raises(ValueError, match="mutliple"):
+        make_payload("open_form", questions=[{"question": "Which?", "mutliple": True}])

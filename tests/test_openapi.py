@@ -332,6 +332,8 @@ def test_a_session_over_every_route_sends_and_gets_only_what_the_document_says()
             assert (
                 await c.call("DELETE", "/instances/hooks/{registration}", path={"registration": "x"})
             ).status_code == 404
+            renew = await c.call("POST", "/instances/hooks/{registration}/renew", path={"registration": "x"})
+            assert renew.status_code == 404
             ack = await c.call("POST", "/instances/hooks/acks/{request_id}", {}, path={"request_id": "x"})
             assert ack.status_code == 404
             ticket = await c.call("POST", "/events/ticket")

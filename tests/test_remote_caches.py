@@ -381,6 +381,28 @@ def test_unregistering_fails_the_outstanding_requests_and_later_loads_ask_nothin
     run_http(_config(), scenario)
 
 
+def test_a_registration_whose_host_stops_renewing_lapses_and_later_loads_ask_nothing() -> None:
+    async def scenario(r: Remote) -> None:
+        answer = (await r.client.post("/instances/hooks", json={"name": "ts", "lease_ms": 300})).json()
+        assert answer["lease_ms"] == 300
+        renewed = await r.client.post(f"/instances/hooks/{answer['registration']}/renew")
+        assert renewed.status_code == 200 and renewed.json()["lease_ms"] == 300
+        r.host.hold.add(("load", "/w/a", 1))  # the host "crashes": it acknowledges nothing, renews nothing
+        loading = await r.client.post("/directories", json={"directories": ["/w/a"]})
+        # The load's budget is a minute: it ends at the lease instead, naming it.
+        assert loading.status_code == 500 and "lease ran out (300 ms" in loading.json()["error"]
+        state = (await r.client.get("/instances/hooks")).json()
+        assert (state["registration"], state["lease_ms"], state["pending"]) == (None, None, [])
+        assert (await r.client.post("/directories", json={"directories": ["/w/b"]})).status_code == 200
+        assert r.host.asked == [("load", "/w/a", 1)]  # /w/b asked nobody: no budget waited out
+        gone = await r.client.post(f"/instances/hooks/{answer['registration']}/renew")
+        assert gone.status_code == 404 and gone.json()["code"] == "not_found"
+        bad = await r.client.post("/instances/hooks", json={"lease_ms": 10})
+        assert bad.status_code == 422 and "lease_ms" in bad.json()["error"]
+
+    run_http(_config(load_budget_ms=60_000), scenario)
+
+
 def test_a_second_registration_takes_over_the_outstanding_requests() -> None:
     async def scenario(r: Remote) -> None:
         first = (await r.client.post("/instances/hooks", json={"name": "old"})).json()
@@ -552,3 +574,18 @@ def test_a_stdio_session_whose_stdin_closed_asks_its_parent_nothing_more() -> No
         assert s.events.of("instance.closed")[0]["error"] is None
 
     run_stdio(scenario, "--grace-ms", "5000")
+
+
+def test_a_stdio_registration_has_no_lease_unless_given_and_renews_by_its_id() -> None:
+    async def scenario(s: Sidecar) -> None:
+        plain = (await s.ask({"type": "register_hooks"}))["answer"]
+        assert plain["lease_ms"] is None  # the session's end is the parent's end
+        leased = (await s.ask({"type": "register_hooks", "lease_ms": 60_000}))["answer"]
+        assert leased["lease_ms"] == 60_000 and leased["replaced"] == plain["registration"]
+        renewed = await s.ask({"type": "renew_hooks", "registration": leased["registration"]})
+        assert renewed["status"] == 200 and renewed["answer"]["lease_ms"] == 60_000
+        stale = await s.ask({"type": "renew_hooks", "registration": plain["registration"]})
+        assert (stale["type"], stale["status"], stale["code"]) == ("error", 404, "not_found")
+        assert await s.close() == 0
+
+    run_stdio(scenario)

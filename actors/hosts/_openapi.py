@@ -99,6 +99,7 @@ _TYPES: dict[str, Any] = {
     "HookAckBody": caches.HookAckBody,
     "HooksRegistered": caches.HooksRegistered,
     "HooksUnregistered": caches.HooksUnregistered,
+    "HooksRenewed": caches.HooksRenewed,
     "HooksState": caches.HooksState,
     "CacheAck": caches.CacheAck,
 }
@@ -122,6 +123,7 @@ _SENT_ROOTS = (
     "CompatCloseAnswer",
     "HooksRegistered",
     "HooksUnregistered",
+    "HooksRenewed",
     "HooksState",
     "CacheAck",
 )
@@ -586,6 +588,16 @@ OPERATIONS: list[Operation] = [
         "End the registration: its outstanding requests fail at once",
         ref("HooksUnregistered"),
         codes=_HOOKS_CODES,
+    ),
+    Operation(
+        "POST",
+        "/instances/hooks/{registration}/renew",
+        "renew_hooks",
+        "Renew the registration's lease (any acknowledgement renews it too)",
+        ref("HooksRenewed"),
+        codes=_HOOKS_CODES,
+        description="A registration not renewed within its `lease_ms` ends as if unregistered: its "
+        "outstanding requests fail naming the lease, later loads and disposes ask nothing.",
     ),
     Operation(
         "POST",

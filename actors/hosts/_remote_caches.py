@@ -26,6 +26,13 @@ registration replaces the first (a host that restarted takes over its predecesso
 requests: the registration's answer lists them, ``pending``). Unregistering fails the outstanding
 requests at once (a load fails, a dispose closes with that error); so does the end of a stdio session
 (stdin or stdout closed), since nothing can acknowledge them any more.
+
+A registration has a lease, as an external run has (``lease_ms`` in the registration; over HTTP by
+default ``serve --lease-ms``, 30 s; over stdio none unless given, the session's end being the host's
+end): each renewal (``POST /instances/hooks/{registration}/renew``, stdio ``renew_hooks``) and each
+acknowledgement renews it. A host that crashed without unregistering is unregistered when its lease
+runs out, so later loads and disposes ask nothing instead of each waiting out its budget; its
+outstanding requests fail then, naming the lease.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from typing import Any, Literal
 import msgspec
 
 from run_supervisor.actors._api import SupervisorConfig
+from run_supervisor.actors.hosts._external import MAX_LEASE_MS, MIN_LEASE_MS
 from run_supervisor.actors.hosts._wire import HostError
 from run_supervisor.protocol import RejectCode
 
@@ -52,6 +60,7 @@ __all__ = [
     "HookRequest",
     "HooksRegisterBody",
     "HooksRegistered",
+    "HooksRenewed",
     "HooksState",
     "HooksUnregistered",
     "LoadRequested",
@@ -116,6 +125,10 @@ class HooksRegisterBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
     name: str | None = None
     """What the host calls itself (shown by ``GET /instances/hooks``), 1 to 200 characters."""
+    lease_ms: int | None = None
+    """The registration's lease (50 ms to 1 h): renew it (``renew``, or any acknowledgement) within
+    it, or the registration ends as if unregistered. Null: the host's default (HTTP: ``serve
+    --lease-ms``; stdio: none, the session's end is the host's)."""
 
 
 class HookAckBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -139,6 +152,16 @@ class HooksRegistered(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """The registration this one replaced, if any (its outstanding requests are now this one's)."""
     pending: tuple[HookRequest, ...]
     """Requests already waiting for an acknowledgement (a predecessor's), oldest first."""
+    lease_ms: int | None
+    """Its lease (null: none): renew within it."""
+
+
+class HooksRenewed(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The answer to a renewal: the registration holds for another ``lease_ms``."""
+
+    result: Literal["ok"] = "ok"
+    registration: str
+    lease_ms: int | None
 
 
 class HooksUnregistered(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -176,6 +199,8 @@ class HooksState(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     pending: tuple[HookRequest, ...]
     loaded: tuple[LoadedInstance, ...]
     """Generations whose load the host acknowledged and whose dispose it has not (yet)."""
+    lease_ms: int | None
+    """The registration's lease (null: none, or nobody registered)."""
 
 
 # --- the hooks --------------------------------------------------------------------------------------
@@ -198,9 +223,20 @@ class RemoteCaches:
     config); ``close()`` once the supervisor has shut down releases any hook still waiting for an
     acknowledgement."""
 
-    def __init__(self, *, load_budget_ms: int = 5000, dispose_budget_ms: int = 1000) -> None:
+    def __init__(
+        self,
+        *,
+        load_budget_ms: int = 5000,
+        dispose_budget_ms: int = 1000,
+        default_lease_ms: int | None = None,
+    ) -> None:
         self.load_budget_ms = load_budget_ms
         self.dispose_budget_ms = dispose_budget_ms
+        self.default_lease_ms = default_lease_ms
+        """A registration's lease when it names none (None: no lease); ``serve`` gives its
+        ``--lease-ms``."""
+        self._lease_ms: int | None = None
+        self._lease_until: float | None = None  # monotonic; None: no lease
         self._lock = threading.Lock()
         self._publish: Callable[[dict[str, Any]], object] | None = None
         self._registration: str | None = None
@@ -255,6 +291,7 @@ class RemoteCaches:
         self, kind: type[LoadRequested] | type[DisposeRequested], directory: str, generation: int, budget: int
     ) -> _Pending | None:
         with self._lock:
+            self._lapse()
             if self._closed or self._registration is None:
                 return None
             request = kind(
@@ -274,22 +311,47 @@ class RemoteCaches:
         return pending
 
     def _wait(self, pending: _Pending) -> None:
-        # Until acknowledged, unregistered or closed. Past the budget the supervisor has moved on
-        # already (a load counted failed, a dispose reported as overran); this thread is then the
-        # host code still running that a shutdown names in ``overran``, as an in-process hook would be.
-        pending.done.wait()
+        # Until acknowledged, unregistered, closed or the registration's lease ran out. Past the budget
+        # the supervisor has moved on already (a load counted failed, a dispose reported as overran);
+        # this thread is then the host code still running that a shutdown names in ``overran``, as an
+        # in-process hook would be.
+        while not pending.done.wait(self._until_lapse()):
+            with self._lock:
+                self._lapse()
+
+    def _until_lapse(self) -> float | None:
+        until = self._lease_until
+        return None if until is None else max(0.0, until - time.monotonic()) + 0.001
+
+    def _lapse(self) -> None:  # under the lock
+        """End a registration whose lease ran out (as ``unregister`` would)."""
+        if self._lease_until is not None and time.monotonic() > self._lease_until:
+            self._drop(
+                f"the cache host's lease ran out ({self._lease_ms} ms without a renewal or an "
+                "acknowledgement)"
+            )
+
+    def _renew(self) -> None:  # under the lock
+        if self._lease_ms is not None:
+            self._lease_until = time.monotonic() + self._lease_ms / 1000.0
 
     # --- for the hosts (any thread; never blocks) -----------------------------------------------
 
-    def register(self, name: str | None = None) -> HooksRegistered:
+    def register(self, name: str | None = None, *, lease_ms: int | None = None) -> HooksRegistered:
         """Register the host (replacing any registration): from now on loads and disposes are asked
-        of it, starting with the requests still outstanding, which the answer lists."""
+        of it, starting with the requests still outstanding, which the answer lists. ``lease_ms``:
+        renew (``renew``, or any acknowledgement) within it, or the registration ends (None: the
+        ``default_lease_ms``)."""
         with self._lock:
             if self._closed:
                 raise HostError(RejectCode.SUPERVISOR_CLOSED.value, "the supervisor has shut down")
+            self._lapse()
             replaced = self._registration
             self._registration = f"hooks-{secrets.token_hex(6)}"
             self._name = name
+            self._lease_ms = self.default_lease_ms if lease_ms is None else lease_ms
+            self._lease_until = None
+            self._renew()
             pending = tuple(p.request for p in self._pending.values())
             return HooksRegistered(
                 registration=self._registration,
@@ -298,15 +360,28 @@ class RemoteCaches:
                 dispose_budget_ms=self.dispose_budget_ms,
                 replaced=replaced,
                 pending=pending,
+                lease_ms=self._lease_ms,
             )
+
+    def renew(self, registration: str) -> HooksRenewed:
+        """The host is alive: its registration holds for another lease."""
+        with self._lock:
+            self._lapse()
+            self._current(registration)
+            self._renew()
+            return HooksRenewed(registration=registration, lease_ms=self._lease_ms)
+
+    def _current(self, registration: str) -> None:  # under the lock
+        if registration != self._registration:
+            current = "none is" if self._registration is None else f"{self._registration!r} is"
+            raise HostError("not_found", f"no registration {registration!r} ({current} current)")
 
     def unregister(self, registration: str, *, why: str = "unregistered") -> HooksUnregistered:
         """End the registration: its outstanding requests fail at once, and nothing more is asked
         (loads keep nothing, disposes have nobody to ask)."""
         with self._lock:
-            if registration != self._registration:
-                current = "none is" if self._registration is None else f"{self._registration!r} is"
-                raise HostError("not_found", f"no registration {registration!r} ({current} current)")
+            self._lapse()
+            self._current(registration)
             failed = self._drop(f"the cache host {why} before acknowledging")
         return HooksUnregistered(registration=registration, failed=failed)
 
@@ -320,6 +395,7 @@ class RemoteCaches:
     def _drop(self, error: str) -> tuple[str, ...]:  # under the lock
         self._registration = None
         self._name = None
+        self._lease_ms = self._lease_until = None
         failed = tuple(self._pending)
         for pending in self._pending.values():
             pending.error = f"{error} (request {pending.request.request_id})"
@@ -338,6 +414,8 @@ class RemoteCaches:
                     "not_found", f"no hook request {request_id!r} is waiting for an acknowledgement"
                 )
             on_time = time.monotonic() <= pending.deadline
+            if pending.request.registration == self._registration:
+                self._renew()  # an acknowledgement says the host is alive
             self._acked[request_id] = on_time
             while len(self._acked) > _REMEMBER_ACKED:
                 self._acked.popitem(last=False)
@@ -347,6 +425,7 @@ class RemoteCaches:
 
     def state(self) -> HooksState:
         with self._lock:
+            self._lapse()
             return HooksState(
                 registration=self._registration,
                 name=self._name,
@@ -354,6 +433,7 @@ class RemoteCaches:
                 dispose_budget_ms=self.dispose_budget_ms,
                 pending=tuple(p.request for p in self._pending.values()),
                 loaded=tuple(LoadedInstance(directory=d, generation=g) for d, g in sorted(self._loaded)),
+                lease_ms=self._lease_ms,
             )
 
     def close(self) -> None:
@@ -391,9 +471,22 @@ def _only(fields: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
 
 
 def register_fields(caches: RemoteCaches | None, fields: dict[str, Any], where: str) -> HooksRegistered:
-    """A registration's body: ``{"name": str | null}`` (optional)."""
-    _only(fields, ("name",), where)
-    return _caches(caches).register(_text(fields, "name", MAX_NAME))
+    """A registration's body: ``{"name": str | null, "lease_ms": int | null}`` (both optional)."""
+    _only(fields, ("name", "lease_ms"), where)
+    lease = fields.get("lease_ms")
+    if lease is not None and (
+        not isinstance(lease, int) or isinstance(lease, bool) or not MIN_LEASE_MS <= lease <= MAX_LEASE_MS
+    ):
+        raise HostError(
+            _INVALID, f"lease_ms must be null or an integer from {MIN_LEASE_MS} to {MAX_LEASE_MS}"
+        )
+    return _caches(caches).register(_text(fields, "name", MAX_NAME), lease_ms=lease)
+
+
+def renew_fields(caches: RemoteCaches | None, registration: Any) -> HooksRenewed:
+    if not isinstance(registration, str) or not registration:
+        raise HostError(_INVALID, "registration must be a non-empty string")
+    return _caches(caches).renew(registration)
 
 
 def unregister_fields(caches: RemoteCaches | None, registration: Any) -> HooksUnregistered:
@@ -441,6 +534,10 @@ def http_routes(
     async def unregister(request: Request) -> Response:
         return _answer(unregister_fields(caches, request.path_params["registration"]))
 
+    async def renew(request: Request) -> Response:
+        _only(await body(request), (), f"POST {request.url.path}")
+        return _answer(renew_fields(caches, request.path_params["registration"]))
+
     async def ack(request: Request) -> Response:
         where = f"POST {request.url.path}"
         return _answer(ack_fields(caches, request.path_params["request_id"], await body(request), where))
@@ -449,24 +546,29 @@ def http_routes(
         Route("/instances/hooks", handler(register), methods=["POST"]),
         Route("/instances/hooks", handler(state), methods=["GET"]),
         Route("/instances/hooks/{registration}", handler(unregister), methods=["DELETE"]),
+        Route("/instances/hooks/{registration}/renew", handler(renew), methods=["POST"]),
         Route("/instances/hooks/acks/{request_id}", handler(ack), methods=["POST"]),
     ]
 
 
 # --- the stdio operations ---------------------------------------------------------------------------
 
-STDIO_OPS = ("register_hooks", "unregister_hooks", "ack_hook")
+STDIO_OPS = ("register_hooks", "unregister_hooks", "renew_hooks", "ack_hook")
 """The stdio operations of this module (``query`` ``what: hooks`` reads the state)."""
 
 
 def stdio_op(caches: RemoteCaches | None, kind: str, fields: dict[str, Any]) -> msgspec.Struct:
     """``{"type": "register_hooks", "name"?}``, ``{"type": "unregister_hooks", "registration"}``,
-    ``{"type": "ack_hook", "request_id", "error"?}`` (``fields`` without ``type`` and ``id``)."""
+    ``{"type": "renew_hooks", "registration"}``, ``{"type": "ack_hook", "request_id", "error"?}``
+    (``fields`` without ``type`` and ``id``)."""
     fields = {k: v for k, v in fields.items() if k != "type"}
     if kind == "register_hooks":
         return register_fields(caches, fields, "register_hooks")
     if kind == "unregister_hooks":
         _only(fields, ("registration",), "unregister_hooks")
         return unregister_fields(caches, fields.get("registration"))
+    if kind == "renew_hooks":
+        _only(fields, ("registration",), "renew_hooks")
+        return renew_fields(caches, fields.get("registration"))
     request_id = fields.pop("request_id", None)
     return ack_fields(caches, request_id, fields, "ack_hook")

@@ -195,7 +195,7 @@ def serve_command(args: argparse.Namespace) -> int:
         cors_origins=tuple(args.allow_origin),
     )
     settings.allow_port(args.host, port)
-    caches = RemoteCaches()  # a host may register to own the caches out of process
+    caches = RemoteCaches(default_lease_ms=args.lease_ms)  # a host may keep the caches out of process
     supervisor = _start_supervisor("serve", args, hooks=caches)
     if supervisor is None:
         sock.close()

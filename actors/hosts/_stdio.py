@@ -2,8 +2,9 @@
 
 In: one JSON object per line -- a protocol request (``{"type": "cancel", "run_id": "r1"}``) or a host
 operation (``report``, ``query``, ``directories``; seed 002's ``global.dispose``, ``instance.dispose``,
-``instance.reload``; the caches' ``register_hooks``, ``unregister_hooks``, ``ack_hook``), with an
-optional correlation ``id`` (any JSON value) echoed on its answer. Out: one JSON object per line --
+``instance.reload``; the caches' ``register_hooks``, ``renew_hooks``, ``unregister_hooks``,
+``ack_hook``), with an optional correlation ``id`` (any JSON value) echoed on its answer. Out: one JSON
+object per line --
 
 - ``{"type": "answer", "id": ..., "status": 200, "answer": {...}}`` for every line that was
   understood (``status`` from the same table as HTTP; a rejection is an answer with its code);

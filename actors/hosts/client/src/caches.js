@@ -9,16 +9,19 @@
  * @property {(body?: Schemas["HooksRegisterBody"]) => Promise<Schemas["HooksRegistered"]>} registerHooks
  * @property {(requestId: string, body?: Schemas["HookAckBody"]) => Promise<Schemas["CacheAck"]>} ackHook
  * @property {(registration: string) => Promise<Schemas["HooksUnregistered"]>} unregisterHooks
+ * @property {(registration: string) => Promise<Schemas["HooksRenewed"]>} renewHooks
  */
 
 /**
  * Register `load` and `dispose` for every instance (directory, generation): each is called once per
  * request and acknowledged when it returns (a throw acknowledges with its message as the error).
  * Open `feed` first (with `after: "0"` for a feed of HTTP), so no request is missed; the requests
- * outstanding at the registration (a host that restarted) are handled too.
+ * outstanding at the registration (a host that restarted) are handled too. The registration's lease
+ * (`leaseMs`, else the server's default) is renewed every third of it until `close()`: a host that
+ * crashes is unregistered when it runs out, so later loads do not wait for it.
  * @param {HooksWire} wire
  * @param {import("./events.js").EventFeed} feed
- * @param {{ name?: string, load: (request: Schemas["LoadRequested"]) => unknown, dispose: (request: Schemas["DisposeRequested"]) => unknown }} caches
+ * @param {{ name?: string, leaseMs?: number, load: (request: Schemas["LoadRequested"]) => unknown, dispose: (request: Schemas["DisposeRequested"]) => unknown }} caches
  */
 export async function keepCaches(wire, feed, caches) {
   /** @type {Set<string>} */
@@ -48,8 +51,14 @@ export async function keepCaches(wire, feed, caches) {
     if (registration === null) early.push(event);
     else if (event.registration === registration) handle(event);
   });
-  const registered = await wire.registerHooks(caches.name ? { name: caches.name } : {});
+  const registered = await wire.registerHooks({
+    ...(caches.name ? { name: caches.name } : {}),
+    ...(caches.leaseMs ? { lease_ms: caches.leaseMs } : {}),
+  });
   registration = registered.registration;
+  const lease = registered.lease_ms;
+  const renewing = lease ? setInterval(() => { wire.renewHooks(registered.registration).catch(() => {}); }, Math.max(lease / 3, 10)) : null;
+  renewing?.unref?.();
   for (const request of [...registered.pending, ...early]) if (request.registration === registration) handle(request);
   for (const { event } of feed.seen) {
     if ((event.type === "instance.load_requested" || event.type === "instance.dispose_requested") && event.registration === registration) handle(event);
@@ -58,6 +67,7 @@ export async function keepCaches(wire, feed, caches) {
     registered,
     /** Stop: unregister (outstanding requests fail at once) and wait for the acknowledgements under way. */
     async close() {
+      if (renewing) clearInterval(renewing);
       off();
       await Promise.all(running);
       return wire.unregisterHooks(registered.registration);

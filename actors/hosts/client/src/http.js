@@ -323,6 +323,13 @@ export class Client {
   unregisterHooks(registration) { return this.call("DELETE", `instances/hooks/${enc(registration)}`); }
 
   /**
+   * Renew the registration's lease (`lease_ms` of the registration's answer; any `ackHook` renews it too).
+   * @param {string} registration
+   * @returns {Promise<Schemas["HooksRenewed"]>}
+   */
+  renewHooks(registration) { return this.call("POST", `instances/hooks/${enc(registration)}/renew`, { retry: true }); }
+
+  /**
    * The event stream (`GET /events`), resumed across drops and restarts with Last-Event-ID.
    * @param {StreamOptions & { compat?: boolean }} [options] `compat`: seed 002's `GET /event`
    * @returns {AsyncGenerator<Item, void, undefined>}

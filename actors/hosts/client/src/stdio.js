@@ -270,6 +270,12 @@ export class StdioClient {
   unregisterHooks(registration) { return this.send({ type: "unregister_hooks", registration }); }
 
   /**
+   * @param {string} registration
+   * @returns {Promise<Schemas["HooksRenewed"]>}
+   */
+  renewHooks(registration) { return this.send({ type: "renew_hooks", registration }); }
+
+  /**
    * Close stdin (a shutdown, origin `stdin.closed`) and wait for the exit; SIGKILL past `ms`.
    * @param {number} [ms]
    */

@@ -59,3 +59,22 @@ test("caches out of process over stdio: the same", { timeout: 60000 }, async () 
     assert.equal(await sidecar.stop(), 0);
   }
 });
+
+test("keepCaches renews its registration's lease, so it outlives the lease while the host lives", { timeout: 60000 }, async () => {
+  const served = await serve({ command, args: ["--directory", "/proj/a"] });
+  const feed = served.client.feed({ after: "0" });
+  try {
+    const caches = await keepCaches(served.client, feed, { name: "short-lease", leaseMs: 900, load() {}, dispose() {} });
+    assert.equal(caches.registered.lease_ms, 900);
+    await new Promise((resolve) => setTimeout(resolve, 2500)); // near three leases: renewed every 300 ms
+    const state = await served.client.hooks();
+    assert.equal(state.registration, caches.registered.registration);
+    assert.equal((await caches.close()).result, "ok");
+    const lapsed = await served.client.registerHooks({ lease_ms: 100 }); // nobody renews this one
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    assert.equal((await served.client.hooks()).registration, null, `${lapsed.registration} should have lapsed`);
+  } finally {
+    feed.close();
+    assert.equal(await served.stop(), 0);
+  }
+});

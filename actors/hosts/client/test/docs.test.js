@@ -12,10 +12,15 @@ import { command, tempDir } from "./support.js";
 const client = fileURLToPath(new URL("..", import.meta.url));
 const wire = readFileSync(new URL("../../../../docs/wire.md", import.meta.url), "utf8");
 
-test("the agent loop of docs/wire.md runs: the dispose is deferred, the form answered, the run completed", { timeout: 60000 }, async () => {
-  const section = wire.split("## From TypeScript")[1] ?? "";
-  const loop = /```js\n([\s\S]*?)```/.exec(section)?.[1];
-  assert.ok(loop, "docs/wire.md has no js block under From TypeScript");
+/**
+ * Run the `index`-th js block under "From TypeScript" as a program importing the package by name.
+ * @param {number} index
+ * @returns {Promise<string[]>} its stdout's lines
+ */
+async function runBlock(index) {
+  const section = (wire.split("## From TypeScript")[1] ?? "").split("\n## ")[0] ?? "";
+  const loop = [...section.matchAll(/```js\n([\s\S]*?)```/g)][index]?.[1];
+  assert.ok(loop, `docs/wire.md has no js block ${index} under From TypeScript`);
   const dir = tempDir("rs-docs-loop-");
   mkdirSync(join(dir, "node_modules", "@run-supervisor"), { recursive: true });
   symlinkSync(client, join(dir, "node_modules", "@run-supervisor", "client"), "dir");
@@ -25,5 +30,13 @@ test("the agent loop of docs/wire.md runs: the dispose is deferred, the form ans
   delete env.RUN_SUPERVISOR_TOKEN;
   if (isAbsolute(command)) env.PATH = `${dirname(command)}:${env.PATH ?? ""}`; // serve() runs `run-supervisor`
   const { stdout } = await promisify(execFile)("node", ["loop.mjs"], { cwd: dir, env, timeout: 50000 });
-  assert.deepEqual(stdout.trim().split("\n"), ["deferred", "fix the flaky test", "completed"]);
+  return stdout.trim().split("\n");
+}
+
+test("the agent loop of docs/wire.md runs: the dispose is deferred, the form answered, the run completed", { timeout: 60000 }, async () => {
+  assert.deepEqual(await runBlock(0), ["deferred", "fix the flaky test", "completed"]);
+});
+
+test("its sessions block runs: a form per question, an always grant, a refused delete, a stop with one action id", { timeout: 60000 }, async () => {
+  assert.deepEqual(await runBlock(1), ['["main",["lint","tests"]]', "true", "session_busy", "true"]);
 });

@@ -228,6 +228,12 @@ export class Client {
      */
     unregisterHooks(registration: string): Promise<Schemas["HooksUnregistered"]>;
     /**
+     * Renew the registration's lease (`lease_ms` of the registration's answer; any `ackHook` renews it too).
+     * @param {string} registration
+     * @returns {Promise<Schemas["HooksRenewed"]>}
+     */
+    renewHooks(registration: string): Promise<Schemas["HooksRenewed"]>;
+    /**
      * The event stream (`GET /events`), resumed across drops and restarts with Last-Event-ID.
      * @param {StreamOptions & { compat?: boolean }} [options] `compat`: seed 002's `GET /event`
      * @returns {AsyncGenerator<Item, void, undefined>}

@@ -331,6 +331,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/instances/hooks/{registration}/renew": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renew the registration's lease (any acknowledgement renews it too)
+         * @description A registration not renewed within its `lease_ms` ends as if unregistered: its outstanding requests fail naming the lease, later loads and disposes ask nothing.
+         */
+        post: operations["renew_hooks"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/openapi.json": {
         parameters: {
             query?: never;
@@ -1156,6 +1176,8 @@ export interface components {
          */
         HooksRegisterBody: {
             /** @default null */
+            lease_ms?: number | null;
+            /** @default null */
             name?: string | null;
         };
         /**
@@ -1164,6 +1186,7 @@ export interface components {
          */
         HooksRegistered: {
             dispose_budget_ms: number;
+            lease_ms: number | null;
             load_budget_ms: number;
             name: string | null;
             pending: (components["schemas"]["LoadRequested"] | components["schemas"]["DisposeRequested"])[];
@@ -1176,11 +1199,25 @@ export interface components {
             result: "ok";
         };
         /**
+         * HooksRenewed
+         * @description The answer to a renewal: the registration holds for another ``lease_ms``.
+         */
+        HooksRenewed: {
+            lease_ms: number | null;
+            registration: string;
+            /**
+             * @default ok
+             * @enum {unknown}
+             */
+            result: "ok";
+        };
+        /**
          * HooksState
          * @description ``GET /instances/hooks`` (stdio ``query`` ``hooks``).
          */
         HooksState: {
             dispose_budget_ms: number;
+            lease_ms: number | null;
             load_budget_ms: number;
             loaded: components["schemas"]["LoadedInstance"][];
             name: string | null;
@@ -3689,6 +3726,82 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["HooksUnregistered"];
+                };
+            };
+            /** @description Refused: `unauthorized` */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `forbidden` */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `not_found` */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `too_large` */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `invalid_request` */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+            /** @description Refused: `internal_error` */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Refusal"];
+                };
+            };
+        };
+    };
+    renew_hooks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                registration: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Renew the registration's lease (any acknowledgement renews it too) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HooksRenewed"];
                 };
             };
             /** @description Refused: `unauthorized` */

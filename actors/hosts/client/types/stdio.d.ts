@@ -173,6 +173,11 @@ export class StdioClient {
      */
     unregisterHooks(registration: string): Promise<Schemas["HooksUnregistered"]>;
     /**
+     * @param {string} registration
+     * @returns {Promise<Schemas["HooksRenewed"]>}
+     */
+    renewHooks(registration: string): Promise<Schemas["HooksRenewed"]>;
+    /**
      * Close stdin (a shutdown, origin `stdin.closed`) and wait for the exit; SIGKILL past `ms`.
      * @param {number} [ms]
      */
