@@ -281,9 +281,7 @@ class AsksMixin(CoreState):
             self._withdraw(ask, reason, interrupt)
 
     def _withdraw(self, ask: Ask, reason: WithdrawReason, interrupt: InterruptReason | None = None) -> None:
-        run = self._runs[ask.run_id]
-        part = self._ask_part(run, ask)
-        self._asks.close(ask, AskTrigger.WITHDRAW)
+        run, part = self._end_ask(ask, AskTrigger.WITHDRAW)
         ask.withdraw_reason, ask.interrupt_reason = reason, interrupt
         self._emit(
             AskWithdrawn(
@@ -362,9 +360,7 @@ class AsksMixin(CoreState):
     ) -> tuple[_Run, _Part | None]:
         """Close ``ask`` as replied and announce it (``ask.replied``): a permission reply and a form
         answer alike. Returns its run and the tool part it gated, for the caller's own effects."""
-        run = self._runs[ask.run_id]
-        part = self._ask_part(run, ask)
-        self._asks.close(ask, AskTrigger.REPLY)
+        run, part = self._end_ask(ask, AskTrigger.REPLY)
         self._emit(
             AskReplied(
                 seq=self._next_seq(),
@@ -386,9 +382,7 @@ class AsksMixin(CoreState):
         ask = self._addressed_ask(req.ask_id, req.run_id, AskKind.FORM, "dismiss_form", reply_to)
         if ask is None:
             return
-        run = self._runs[ask.run_id]
-        part = self._ask_part(run, ask)
-        self._asks.close(ask, AskTrigger.DISMISS)
+        run, part = self._end_ask(ask, AskTrigger.DISMISS)
         self._emit(
             AskDismissed(
                 seq=self._next_seq(),
@@ -508,14 +502,17 @@ class AsksMixin(CoreState):
             return None
         return ask
 
-    def _ask_part(self, run: _Run, ask: Ask) -> _Part | None:
-        """The tool part the ask belongs to; it no longer waits on this ask. (The run is saved in
-        the journal: its parts change from here on.)"""
+    def _end_ask(self, ask: Ask, trigger: AskTrigger) -> tuple[_Run, _Part | None]:
+        """Close ``ask`` in the book by ``trigger`` (a reply, a dismissal, a withdrawal). Returns its
+        run and the tool part it belongs to, which no longer waits on it. (The run is saved in the
+        journal: its parts change from here on.)"""
+        run = self._runs[ask.run_id]
         self._touch(run)
         part = run.calls.get(ask.part) if ask.part is not None else None
         if part is not None and part.ask is ask:
             part.ask = None
-        return part
+        self._asks.close(ask, trigger)
+        return run, part
 
     # --- tool parts as events -----------------------------------------------------------------
 
