@@ -247,7 +247,7 @@ def test_finished_runs_are_compacted_by_the_retention_rule_so_the_file_stays_sma
 @pytest.mark.deep
 @pytest.mark.timeout(300)
 def test_the_crash_test_kills_the_supervisor_again_and_again_and_every_run_is_reported_exactly_once() -> None:
-    kills = pick(smoke=20, deep=200)
+    kills = pick(smoke=10, deep=200)
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "crash_test.py"), "--kills", str(kills), "--json"],
         capture_output=True,
