@@ -20,6 +20,7 @@ import sys
 import tarfile
 import tomllib
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -149,9 +150,15 @@ def _copy_project(to: Path) -> None:
             shutil.copy2(source, target)
 
 
-# The tests of the built sdist and wheel are deep_only (tests/layers.py): `python -m build` takes a
-# minute on a loaded machine, so the README's command skips them and CI's deep layer runs them, on one
-# worker (their xdist_group), which builds once.
+def of_the_build(test: Callable[..., None]) -> Callable[..., None]:
+    """A test of the built sdist or wheel: deep_only (tests/layers.py; `python -m build` takes a minute on
+    a loaded machine, so the README's command skips it and CI's deep layer runs it), on the one worker
+    of its xdist_group (which builds once), within 300 s."""
+    for mark in (pytest.mark.timeout(300), pytest.mark.xdist_group("built"), pytest.mark.deep, deep_only):
+        test = mark(test)
+    return test
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The sdist, and the wheel ``python -m build`` builds from that sdist (not from the tree)."""
@@ -179,10 +186,7 @@ def site(built: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> 
     return target
 
 
-@deep_only
-@pytest.mark.deep
-@pytest.mark.xdist_group("built")
-@pytest.mark.timeout(300)
+@of_the_build
 def test_the_sdist_carries_the_three_folders_and_no_tests(built: tuple[Path, Path]) -> None:
     with tarfile.open(built[0]) as sdist:
         names = {member.name.split("/", 1)[1] for member in sdist.getmembers() if "/" in member.name}
@@ -192,10 +196,7 @@ def test_the_sdist_carries_the_three_folders_and_no_tests(built: tuple[Path, Pat
     assert sorted({name.split("/")[0] for name in names} & {"tests", "docs", "scripts"}) == []
 
 
-@deep_only
-@pytest.mark.deep
-@pytest.mark.xdist_group("built")
-@pytest.mark.timeout(300)
+@of_the_build
 def test_the_wheel_built_from_the_sdist_holds_every_tracked_file_of_the_three_folders_as_copies(
     built: tuple[Path, Path], site: Path
 ) -> None:
@@ -206,10 +207,7 @@ def test_the_wheel_built_from_the_sdist_holds_every_tracked_file_of_the_three_fo
     assert [path for path in installed.rglob("*") if path.is_symlink()] == []
 
 
-@deep_only
-@pytest.mark.deep
-@pytest.mark.xdist_group("built")
-@pytest.mark.timeout(300)
+@of_the_build
 def test_a_host_with_its_own_protocol_and_actors_uses_a_non_editable_install(
     site: Path, tmp_path: Path
 ) -> None:
@@ -240,10 +238,7 @@ def test_a_host_with_its_own_protocol_and_actors_uses_a_non_editable_install(
     }
 
 
-@deep_only
-@pytest.mark.deep
-@pytest.mark.xdist_group("built")
-@pytest.mark.timeout(300)
+@of_the_build
 def test_the_host_examples_pass_mypy_strict_against_a_non_editable_install_without_plugins(
     site: Path, tmp_path: Path
 ) -> None:
