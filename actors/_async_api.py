@@ -13,6 +13,7 @@ burst of starts wakes the supervisor's thread once, after it, not on each.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 from collections.abc import Callable, Coroutine, Generator, Iterable
@@ -25,7 +26,7 @@ from run_supervisor.actors import _calls as calls
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._api import RunHandle, Supervisor, SupervisorConfig
 from run_supervisor.actors._async_body import RunBody, inbox_of, outcome_on
-from run_supervisor.actors._calls import Call, taking
+from run_supervisor.actors._calls import Call, taking, taking_later
 from run_supervisor.actors._errors import (
     InvalidRequest,
     JournalFailed,
@@ -71,6 +72,10 @@ T = TypeVar("T")
 def _release(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _same(call: calls.StartCall) -> calls.StartCall:
+    return call
 
 
 async def _within(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], timeout: float) -> None:
@@ -440,21 +445,22 @@ class AsyncSupervisor:
         limit = check.timeout("timeout", timeout)
         return await self._link.wait(self.sync.submit(request, body=body), limit)
 
-    async def _start(self, call: calls.StartCall) -> AsyncRunHandle:
-        """Carry out a start (actors/_calls.py): send it, await the answer, atomically."""
+    async def _start(self, make: Callable[[], calls.StartCall]) -> AsyncRunHandle:
+        """Carry out a start (actors/_calls.py): queue it (``Link.start_later``: made, checked and
+        sent at a later turn of the loop, a few starts a turn), await the answer, atomically."""
         link = self._link
         loop = asyncio.get_running_loop()
-        limit = link.timeout(call.timeout)
         cancelled = False
         while True:
-            finished: Future[RunSnapshot] = Future()
-            # Told at the end of the loop's turn; the answers of a batch wake the loop once.
-            sent, answer = link.call_on_loop(call.request, call.body, finished, loop)
-            deadline = loop.time() + limit
+            queued = link.start_later(make, loop)  # from here on the start will be sent
+            answer = queued.answer
+            begun = loop.time()
             while not answer.done():  # a cancellation waits on for the answer: never half a start
-                remaining = deadline - loop.time()
+                call = queued.call
+                limit = link.timeout(None if call is None else call.timeout)
+                remaining = begun + limit - loop.time()
                 if remaining <= 0:
-                    sent.cancel()
+                    queued.withdraw(link)
                     if cancelled:
                         raise asyncio.CancelledError
                     raise SupervisorTimeout(f"the supervisor did not answer within {limit} s")
@@ -462,22 +468,27 @@ class AsyncSupervisor:
                     await _within(loop, answer, remaining)  # never cancels ``answer``
                 except asyncio.CancelledError:
                     cancelled = True
+            if answer.cancelled() or (cancelled and answer.exception() is not None):
+                raise asyncio.CancelledError  # its checks refused it: nothing started
+            outcome = answer.result()  # the checks' error (InvalidRequest...) raises here
+            call = cast("calls.StartCall", queued.call)
             try:
-                link.raise_for_rejection(answer.result())
+                link.raise_for_rejection(outcome)
             except SupervisorError as rejected:
                 again = None if cancelled else call.again(rejected)
                 if again is not None:
-                    call = again
+                    make = functools.partial(_same, again)
                     continue
                 if cancelled:
                     raise asyncio.CancelledError from None
                 raise
+            finished = cast("Future[RunSnapshot]", queued.finished)
             handle = AsyncRunHandle(self, RunHandle(self.sync, call.request.run_id, finished))
             if cancelled:
                 _cancel_again(inspect.currentframe())
             return handle
 
-    start_run = taking(calls.start_run)(_start)
+    start_run = taking_later(calls.start_run)(_start)
 
     cancel = taking(calls.cancel)(_answer)
 

@@ -49,7 +49,7 @@ from run_supervisor.protocol import (
     StartRun,
 )
 
-__all__ = ["Call", "ShutdownCall", "StartCall", "next_run_number", "saw_run_id", "taking"]
+__all__ = ["Call", "ShutdownCall", "StartCall", "next_run_number", "saw_run_id", "taking", "taking_later"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -87,6 +87,27 @@ def taking(spec: Callable[P, C]) -> Callable[[Callable[[S, C], R]], Callable[Con
         functools.update_wrapper(method, spec, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
         method.__signature__ = _signature(spec, wait)  # type: ignore[attr-defined]
         return cast("Callable[Concatenate[S, P], R]", method)
+
+    return bind
+
+
+def taking_later(
+    spec: Callable[P, C],
+) -> Callable[[Callable[[S, Callable[[], C]], Awaitable[R]]], Callable[Concatenate[S, P], Awaitable[R]]]:
+    """``taking`` for a coroutine ``wait`` that runs ``spec`` itself, later (given ``spec`` bound to
+    the call's arguments): an async start's checks then run with the other starts of its loop's
+    turn, a few at a time, not all in the turn that made them. The method is ``spec``'s as
+    ``taking`` makes it (parameters, docstring, ``__wrapped__``)."""
+
+    def bind(wait: Callable[[S, Callable[[], C]], Awaitable[R]]) -> Callable[Concatenate[S, P], Awaitable[R]]:
+        async def awaiting(self: S, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            return await wait(self, functools.partial(spec, *args, **kwargs))
+
+        functools.update_wrapper(
+            awaiting, spec, assigned=("__module__", "__name__", "__qualname__", "__doc__")
+        )
+        awaiting.__signature__ = _signature(spec, wait)  # type: ignore[attr-defined]
+        return awaiting
 
     return bind
 
@@ -248,10 +269,11 @@ def start_run(
     (reason ``timeout``, origin ``retry_budget``).
 
     Awaited (``AsyncSupervisor``), cancelling the await is atomic: the caller still learns the
-    handle. Once the start is sent (at the call's first step) the call waits, whatever cancels
-    it, for the supervisor's answer (bounded by ``timeout``, default ``request_timeout_s``). A
-    start it refused raises ``CancelledError`` (nothing started); a start it took returns the
-    handle, and the cancellation is delivered again at the caller's next ``await`` (so
+    handle. From the call's first step on (the start is then on its way: queued on the loop, made
+    and sent at a later turn, a few starts a turn) the call waits, whatever cancels it, for the
+    supervisor's answer (bounded by ``timeout``, default ``request_timeout_s``). A start refused
+    (by the supervisor or by its checks) raises ``CancelledError`` (nothing started); a start it
+    took returns the handle, and the cancellation is delivered again at the caller's next ``await`` (so
     ``asyncio.timeout()`` still raises its ``TimeoutError``, with the handle already in the
     caller's hands); when the call is a task's whole coroutine (``asyncio.wait_for(sup.start_run(
     ...), t)``), that task ends with the handle as its result. Either way no start is left

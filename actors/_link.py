@@ -15,15 +15,16 @@ import copy
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pykka
 
 from run_supervisor.actors import _validate as check
-from run_supervisor.actors._async_body import AsyncBodies, RunBody, inbox_of, is_async_body, outcome_on
-from run_supervisor.actors._calls import Call
+from run_supervisor.actors._async_body import AsyncBodies, RunBody, inbox_of, is_async_body
+from run_supervisor.actors._calls import Call, StartCall
 from run_supervisor.actors._errors import (
     JournalFailed,
     LoadFailed,
@@ -61,14 +62,66 @@ T = TypeVar("T")
 __all__ = ["Link", "link_of"]
 
 
-def _settle(answer: asyncio.Future[Any], outcome: object) -> None:
+START_BATCH = 32
+"""Queued async starts made and told per turn of their loop (``Link.start_later``)."""
+
+
+def _settle(answer: asyncio.Future[Any], outcome: object, error: BaseException | None = None) -> None:
     """On the loop: give the awaited answer its outcome (None: the caller gave up on it)."""
     if answer.done():
         return
-    if outcome is None:
+    if error is not None:
+        answer.set_exception(error)
+    elif outcome is None:
         answer.cancel()
     else:
         answer.set_result(outcome)
+
+
+class QueuedStart:
+    """An async start queued on its loop (``Link.start_later``): made and told at a later turn."""
+
+    __slots__ = ("answer", "call", "finished", "loop", "make", "sent", "withdrawn")
+
+    def __init__(self, make: Callable[[], StartCall], loop: asyncio.AbstractEventLoop) -> None:
+        self.make = make
+        self.loop = loop
+        self.answer: asyncio.Future[CloseOutcome | RequestOutcome] = loop.create_future()
+        """Its outcome (rejections included), or the error its checks raised: set on the loop."""
+        self.call: StartCall | None = None
+        """The checked start, once made."""
+        self.finished: Future[RunSnapshot] | None = None
+        """Completed with the run's final snapshot (its handle waits on it), once made."""
+        self.sent: Future[Any] | None = None
+        self.withdrawn = False  # guarded by the link's lock
+
+    def withdraw(self, link: Link) -> None:
+        """The caller stops waiting (its bound ran out): a start not told yet never will be; one
+        told has its answer dropped."""
+        with link.lock:
+            self.withdrawn = True
+            sent = self.sent
+        if sent is not None:
+            sent.cancel()
+
+    def fail(self, error: BaseException) -> None:
+        try:
+            inbox_of(self.loop).post(_settle, self.answer, None, error)
+        except RuntimeError:
+            pass  # the loop is closed: nobody awaits it
+
+    def settle_from(self, sent: Future[Any], link: Link, run: RunSlot | None = None) -> None:
+        """When ``sent`` (the internal future) is done, give the caller its outcome on the loop."""
+        request = cast("StartCall", self.call).request
+        inbox = inbox_of(self.loop)
+
+        def relay(done: Future[Any]) -> None:
+            try:
+                inbox.post(_settle, self.answer, link._outcome(done, request, run))
+            except RuntimeError:
+                pass  # the loop is closed: nobody awaits the answer
+
+        sent.add_done_callback(relay)
 
 
 def rejected(request: object, code: RejectCode, error: str) -> CloseOutcome | RequestOutcome:
@@ -101,9 +154,8 @@ class Link:
         self.deadline: float | None = None
         self.journal_failure: JournalFailed | None = None
         self._outstanding: set[Future[Any]] = set()
-        self._deferred: list[tuple[Any, Future[Any]]] = []
-        """Messages an event loop's calls sent during its current turn, told at the turn's end (or
-        before anything else is told): guarded by ``lock``."""
+        self._queued: deque[QueuedStart] = deque()
+        """Async starts made, not yet told (``start_later``): guarded by ``lock``."""
         self._ref: pykka.ActorRef[Any] | None = None
         self._finished: weakref.WeakKeyDictionary[object, Future[RunSnapshot]] = weakref.WeakKeyDictionary()
 
@@ -147,44 +199,73 @@ class Link:
 
     # --- sending ---------------------------------------------------------------------------------
 
-    def post(
-        self, make: Callable[[Future[Any]], Any], defer: asyncio.AbstractEventLoop | None = None
-    ) -> Future[Any]:
+    def post(self, make: Callable[[Future[Any]], Any]) -> Future[Any]:
         """Send a message carrying a fresh internal future (completed on the supervisor's thread:
-        never handed to a host as is).
-
-        With ``defer`` (the running loop, on its thread), the message is told at the end of the
-        loop's current turn, with every other one sent during it: 200 starts gathered at once wake
-        the supervisor once, after the loop's burst, rather than 200 times during it (its thread
-        would take the GIL from the loop on each). The order holds: whatever is sent meanwhile,
-        from any thread, is told after them."""
+        never handed to a host as is). The async starts still queued (``start_later``) are told
+        first: the order in which calls were made holds, from whichever thread."""
         reply: Future[Any] = Future()
         with self.lock:
             closed = self.closed
             if not closed:
                 self._outstanding.add(reply)
-                if defer is not None:
-                    if not self._deferred:
-                        defer.call_soon(self.flush)
-                    self._deferred.append((make(reply), reply))
-                    deferred = []
-                else:
-                    deferred, self._deferred = self._deferred, []
-                    deferred.append((make(reply), reply))
-                    deferred = self._tell(deferred)  # under the lock: in the order sent
+                sending = self._prepare(len(self._queued))
+                sending.append((make(reply), reply))
+                refused = self._tell(sending)  # under the lock: in the order the calls were made
         if closed:
             reply.set_exception(SupervisorClosed("the supervisor has shut down"))
             return reply
         reply.add_done_callback(self._forget)
-        self._refuse(deferred)
+        self._refuse(refused)
         return reply
 
-    def flush(self) -> None:
-        """Tell the messages deferred so far (at the end of the loop's turn)."""
+    def start_later(self, make: Callable[[], StartCall], loop: asyncio.AbstractEventLoop) -> QueuedStart:
+        """Queue an async start made on ``loop`` (its thread). Its checks (``make``), its run's actor
+        and its message are made, and it is told, at a later turn of the loop, ``START_BATCH`` starts
+        a turn: 200 starts gathered at once cost the loop a few short turns, not one long one, and
+        wake the supervisor's thread once a turn. Anything sent meanwhile is told after them. The
+        answer (or the checks' error) comes through the loop's inbox (one wake per batch)."""
+        queued = QueuedStart(make, loop)
         with self.lock:
-            deferred, self._deferred = self._deferred, []
-            refused = self._tell(deferred)
+            first = not self._queued
+            self._queued.append(queued)
+        if first:
+            loop.call_soon(self._start_some, loop)
+        return queued
+
+    def _start_some(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self.lock:
+            sending = self._prepare(START_BATCH)
+            refused = self._tell(sending)
+            more = bool(self._queued)
         self._refuse(refused)
+        if more:
+            loop.call_soon(self._start_some, loop)  # the next turn: the loop runs what is ready first
+
+    def _prepare(self, count: int) -> list[tuple[Any, Future[Any]]]:
+        """The messages of the next ``count`` queued starts (under ``lock``): checked, each with its
+        run's actor; a start that fails its checks, or meets a closed supervisor, is answered."""
+        sending: list[tuple[Any, Future[Any]]] = []
+        for _ in range(min(count, len(self._queued))):
+            queued = self._queued.popleft()
+            if queued.withdrawn:
+                continue
+            try:
+                call = queued.call = queued.make()
+            except BaseException as exc:  # the checks refused it: the caller raises it
+                queued.fail(exc)
+                continue
+            queued.finished = finished = Future[RunSnapshot]()
+            if self.closed or self.journal_failure is not None:
+                queued.settle_from(self.call(call.request, call.body, finished, queued.loop), self)
+                continue
+            run = self._run_of(call.request, call.body, queued.loop, None)
+            reply: Future[Any] = Future()
+            self._outstanding.add(reply)
+            reply.add_done_callback(self._forget)  # not done before it is told: no lock taken here
+            queued.sent = reply
+            sending.append((Submit(call.request, reply, run, finished), reply))
+            queued.settle_from(reply, self, run)
+        return sending
 
     def _tell(self, messages: list[tuple[Any, Future[Any]]]) -> list[tuple[Any, Future[Any]]]:
         """Tell each message in order; those the stopped actor refused."""
@@ -200,6 +281,7 @@ class Link:
     def _refuse(self, refused: list[tuple[Any, Future[Any]]]) -> None:
         for _, reply in refused:  # outside the lock: completing runs ``_forget``
             complete(reply, error=SupervisorClosed("the supervisor has shut down"))
+        for _, reply in refused:
             self._forget(reply)
 
     def _forget(self, future: Future[Any]) -> None:
@@ -253,34 +335,6 @@ class Link:
         inner.add_done_callback(relay)
         answer.add_done_callback(lambda held: inner.cancel() if held.cancelled() else None)
         return answer
-
-    def call_on_loop(
-        self,
-        request: Request,
-        body: RunBody | None,
-        finished: Future[RunSnapshot] | None,
-        loop: asyncio.AbstractEventLoop,
-    ) -> tuple[Future[Any], asyncio.Future[CloseOutcome | RequestOutcome]]:
-        """``call`` for a coroutine on ``loop`` (its thread): the request is told at the end of the
-        loop's turn (``post``), and its outcome is an asyncio future of ``loop``, set through the
-        loop's inbox (the answers of one batch wake the loop once). Returns the internal future
-        (cancel it to withdraw the request) and the outcome."""
-        if self.closed or self.journal_failure is not None:
-            sent = self.call(request, body, finished, loop)
-            return sent, outcome_on(loop, sent)
-        run = self._run_of(request, body, loop, None)
-        inner = self.post(lambda reply: Submit(request, reply, run, finished), loop)
-        answer: asyncio.Future[CloseOutcome | RequestOutcome] = loop.create_future()
-        inbox = inbox_of(loop)
-
-        def relay(done: Future[Any]) -> None:
-            try:
-                inbox.post(_settle, answer, self._outcome(done, request, run))
-            except RuntimeError:
-                pass  # the loop is closed: nobody awaits the answer
-
-        inner.add_done_callback(relay)
-        return inner, answer
 
     def _run_of(
         self,

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from run_supervisor import AsyncSupervisor, Outcome, SupervisorConfig
+from run_supervisor import AsyncSupervisor, InvalidRequest, Outcome, SupervisorConfig
 from run_supervisor.actors._async_body import AsyncRunContext, inbox_of
 
 T = TypeVar("T")
@@ -115,3 +115,41 @@ def test_a_request_sent_after_a_loop_s_start_in_the_same_turn_reaches_the_superv
     outcome, started = run_async(host)
     assert started
     assert outcome is Outcome.INTERRUPTED
+
+
+def test_a_burst_of_async_starts_is_checked_and_sent_a_batch_per_loop_turn_with_other_tasks_between() -> None:
+    """200 starts gathered at once do not make one long turn of the loop: a few are made (checked,
+    given their run's actor, told) per turn. Starts whose checks refuse them show it without timing:
+    their ``InvalidRequest``s come back over several turns, with a ticking task running between."""
+
+    async def host() -> tuple[int, int]:
+        turns = 0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal turns
+            while not done:
+                turns += 1
+                await asyncio.sleep(0)
+
+        async def turn(ctx: AsyncRunContext) -> None:
+            pass
+
+        refused_at: list[int] = []
+
+        async def refused(i: int) -> None:
+            try:
+                await sup.start_run(turn, session=f"not a session {i}", directory="/w/a")
+            except InvalidRequest:
+                refused_at.append(turns)
+
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            ticking = asyncio.create_task(ticker())
+            await asyncio.gather(*(refused(i) for i in range(200)))
+            done = True
+            await ticking
+        return len(refused_at), refused_at[-1] - refused_at[0]
+
+    refused, turns_between = run_async(host)
+    assert refused == 200
+    assert turns_between >= 3, f"200 refused starts came back within {turns_between} turns of the loop"
