@@ -12,7 +12,8 @@ disposes what it made.
 Async hooks (``HooksOnLoop``: coroutines and the host's loop) need no hook thread: each hook is a
 task on that loop, and its end is picked up by a callback, the same steps in the same order. No
 thread ever waits for such a task, so a loop that ends before a hook ran (``asyncio.run`` closing
-it with the hook's task, or its call, still queued) leaves nothing behind.
+it with the hook's task, or its call, still queued) leaves nothing behind. The thread book watches
+each such task, so a shutdown names one still running in ``overran`` as it names a hook thread.
 """
 
 from __future__ import annotations
@@ -235,6 +236,7 @@ class InstanceActor(pykka.ThreadingActor):
         except RuntimeError as exc:
             self._load_returned(_describe(exc))
             return
+        self._threads.watch(task, f"the load hook of {self._name()}", on_loop.loop)
         task.add_done_callback(self._load_task_ended)
 
     def _load_task_ended(self, task: Future[Any]) -> None:
@@ -262,6 +264,7 @@ class InstanceActor(pykka.ThreadingActor):
             self._dispose_error = _describe(exc)
             self._disposed.set()
             return
+        self._threads.watch(task, f"the dispose hook of {self._name()}", on_loop.loop)
         task.add_done_callback(self._dispose_task_ended)
 
     def _dispose_task_ended(self, task: Future[None]) -> None:

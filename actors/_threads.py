@@ -5,7 +5,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from asyncio import AbstractEventLoop
 
 __all__ = ["Job", "ThreadBook", "WorkerPool"]
 
@@ -38,6 +42,7 @@ class ThreadBook:
         self._prune_at = 64
         self.workers = WorkerPool(self)
         """The threads sync bodies run on, reused run after run (started on demand)."""
+        self._tasks: dict[Future[Any], tuple[str, AbstractEventLoop]] = {}
 
     def add(
         self, thread: threading.Thread, host: str | None = None, *, token: _Abandonable | None = None
@@ -90,11 +95,24 @@ class ThreadBook:
             thread.join(timeout=max(0.0, until - time.monotonic()))
         return [t for t in self.alive() if not self._given_up(t)]
 
+    def watch(self, task: Future[Any], host: str, loop: AbstractEventLoop) -> None:
+        """Book host code that runs as a task on a host's loop (an async hook), no thread of ours:
+        named in ``overran`` like a thread's label until it ends (or its loop has closed)."""
+        with self._lock:
+            self._tasks[task] = (host, loop)
+        task.add_done_callback(self._unwatch)
+
+    def _unwatch(self, task: Future[Any]) -> None:
+        with self._lock:
+            self._tasks.pop(task, None)
+
     def overran(self) -> tuple[str, ...]:
         """What host code is still running, by label, sorted: what a shutdown left behind (the
         stragglers, and the threads already given up on when they overran their budget)."""
         with self._lock:
-            return tuple(sorted(label for t, label in self._labels.items() if t.is_alive()))
+            running = [label for t, label in self._labels.items() if t.is_alive()]
+            running += [host for host, loop in self._tasks.values() if not loop.is_closed()]
+            return tuple(sorted(running))
 
 
 class _Worker:

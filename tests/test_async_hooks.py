@@ -109,6 +109,30 @@ def test_a_loop_that_ends_before_its_async_hooks_did_leaves_nothing_waiting_for_
         run_async(host)
 
 
+def test_a_shutdown_names_an_async_load_still_running_in_overran_as_it_names_a_sync_one() -> None:
+    async def host() -> tuple[str, ...]:
+        release = asyncio.Event()
+
+        class Slow(LoopCaches):
+            async def load(self, directory: str, generation: int) -> Any:
+                if directory == "/w/slow":
+                    await release.wait()  # past its budget, and past the shutdown's grace
+                return {}
+
+        sup = await AsyncSupervisor.start(CONFIG, hooks=Slow(), directories=["/w/a"])
+        try:
+            with pytest.raises(LoadFailed, match="budget"):
+                await sup.load("/w/slow")
+            # A grace the other instance's dispose cannot overrun on a loaded machine; the shutdown
+            # does not wait for the hung load, so it returns once that dispose is done.
+            outcome = await sup.shutdown(grace_ms=5000)
+        finally:
+            release.set()  # the host's loop lets it end; nothing of ours waits for it
+        return outcome.overran
+
+    assert run_async(host) == ("the load hook of /w/slow (generation 1)",)
+
+
 def test_hooks_half_async_are_refused_naming_the_sync_one() -> None:
     class Half:
         async def load(self, directory: str, generation: int) -> Any:
