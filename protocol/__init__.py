@@ -17,6 +17,7 @@ from run_supervisor.protocol._parts import part_label as part_label
 from run_supervisor.protocol._parts import part_note as part_note
 from run_supervisor.protocol._payloads import AskPayload as AskPayload
 from run_supervisor.protocol._payloads import AskSnapshot as AskSnapshot
+from run_supervisor.protocol._payloads import FormAnswer as FormAnswer
 from run_supervisor.protocol._payloads import Question as Question
 from run_supervisor.protocol._requests import *  # noqa: F403
 from run_supervisor.protocol._requests import SessionSnapshot as SessionSnapshot

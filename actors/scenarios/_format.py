@@ -56,6 +56,7 @@ from run_supervisor.protocol import (
     CloseMode,
     CloseResult,
     Event,
+    FormAnswer,
     InterruptReason,
     Outcome,
     PartState,
@@ -71,7 +72,6 @@ from run_supervisor.protocol import (
     ShutdownReason,
     StepKind,
 )
-from run_supervisor.protocol._payloads import FormAnswer
 
 __all__ = [
     "CLOSES",
