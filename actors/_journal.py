@@ -143,10 +143,11 @@ _PHASE_OF = {
 
 @dataclass(frozen=True, slots=True)
 class Statements:
-    """A journal database's SQL, statement by statement, with named parameters. Where the two
-    databases differ is here (SQLite's file, PostgreSQL's shard of shared tables); what runs the
-    statements, and when, is :class:`Journal`'s, once for both. A statement's parameters are the
-    names it uses of what its caller passes, plus the journal's ``scope`` (a shard)."""
+    """A journal database's SQL, statement by statement. Where the two databases differ is here
+    (SQLite's file, PostgreSQL's shard of shared tables); what runs the statements, and when, is
+    :class:`Journal`'s, once for both. A statement's parameters are positional and the same in both
+    databases, in the order SQLite's names them; PostgreSQL's take the journal's ``scope`` (its
+    shard) after them, as the last parameter."""
 
     finished_order: str
     unfinished_runs: str
@@ -159,13 +160,15 @@ class Statements:
     settle_actions: str
     compact_runs: str
     compact_actions: str
-    queue_run: tuple[str, ...]
+    queue_run: str
+    """Replaces a row its id already has: the run comes back new, as if it had never been."""
     start_run: str
     drop_parts: str
     drop_asks: str
     put_part: str
     finish_run: str
-    open_ask: tuple[str, ...]
+    open_ask: str
+    """Replaces a row its id already has, as ``queue_run``."""
     set_ask_state: str
     withdraw_ask: str
     request_action: str
@@ -186,10 +189,9 @@ _SQLITE: Final = Statements(
     finished_order="SELECT COALESCE(MAX(finished_order), 0) FROM runs",
     unfinished_runs="SELECT run_id, session, directory, generation, parent_run_id, state, epoch, resume_count"
     " FROM runs WHERE state != 'finished' ORDER BY rowid",
-    run_parts="SELECT part_key, tool, state, tool_started FROM parts WHERE run_id = :run_id"
-    " ORDER BY position",
+    run_parts="SELECT part_key, tool, state, tool_started FROM parts WHERE run_id = ? ORDER BY position",
     run_asks="SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM asks"
-    " WHERE run_id = :run_id ORDER BY rowid",
+    " WHERE run_id = ? ORDER BY rowid",
     pending_actions="SELECT boot, action_id FROM actions WHERE completed = 0 ORDER BY rowid",
     counts={
         "runs": "SELECT COUNT(*) FROM runs",
@@ -199,35 +201,31 @@ _SQLITE: Final = Statements(
         "pending_actions": "SELECT COUNT(*) FROM actions WHERE completed = 0",
     },
     settle_run="UPDATE runs SET state = 'finished', outcome = 'interrupted', reason = 'crash',"
-    " origin = 'crash', finished_order = :finished_order WHERE run_id = :run_id",
+    " origin = 'crash', finished_order = ? WHERE run_id = ?",
     settle_actions="UPDATE actions SET completed = 1, result = COALESCE(result, 'completed')",
-    compact_runs="DELETE FROM runs WHERE finished_order IS NOT NULL AND finished_order <= :floor",
-    compact_actions="DELETE FROM actions WHERE completed = 1 AND boot < :boot",
-    queue_run=(
-        "INSERT OR REPLACE INTO runs (run_id, session, state, parent_run_id, resume_of, resume_count)"
-        " VALUES (:run_id, :session, 'queued', :parent_run_id, :resume_of, :resume_count)",
-    ),
-    start_run="INSERT INTO runs (run_id, session, directory, generation, parent_run_id, resume_of, state,"
-    " epoch, resume_count) VALUES (:run_id, :session, :directory, :generation, :parent_run_id, :resume_of,"
-    " 'active', :epoch, :resume_count) ON CONFLICT (run_id) DO UPDATE SET" + _RUN_UPSERT_SET,
-    drop_parts="DELETE FROM parts WHERE run_id = :run_id",
-    drop_asks="DELETE FROM asks WHERE run_id = :run_id",
+    compact_runs="DELETE FROM runs WHERE finished_order IS NOT NULL AND finished_order <= ?",
+    compact_actions="DELETE FROM actions WHERE completed = 1 AND boot < ?",
+    queue_run="INSERT OR REPLACE INTO runs (run_id, session, parent_run_id, resume_of, resume_count, state)"
+    " VALUES (?, ?, ?, ?, ?, 'queued')",
+    start_run="INSERT INTO runs (run_id, session, parent_run_id, resume_of, resume_count, directory,"
+    " generation, epoch, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'active')"
+    " ON CONFLICT (run_id) DO UPDATE SET" + _RUN_UPSERT_SET,
+    drop_parts="DELETE FROM parts WHERE run_id = ?",
+    drop_asks="DELETE FROM asks WHERE run_id = ?",
     put_part="INSERT INTO parts (run_id, part_key, position, tool, state, phase, tool_started)"
-    " VALUES (:run_id, :key, :position, :tool, :state, :phase, :tool_started)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (run_id, part_key) DO UPDATE SET state = excluded.state, phase = excluded.phase,"
     " tool_started = excluded.tool_started",
-    finish_run="UPDATE runs SET state = 'finished', outcome = :outcome, reason = :reason, origin = :origin,"
-    " action_id = :action_id, finished_order = :finished_order WHERE run_id = :run_id",
-    open_ask=(
-        "INSERT OR REPLACE INTO asks (ask_id, run_id, state, payload, kind, tool, call_id, withdraw_reason)"
-        " VALUES (:ask_id, :run_id, 'open', :payload, :kind, :tool, :call_id, NULL)",
-    ),
-    set_ask_state="UPDATE asks SET state = :state WHERE ask_id = :ask_id",
-    withdraw_ask="UPDATE asks SET state = 'withdrawn', withdraw_reason = :reason WHERE ask_id = :ask_id",
+    finish_run="UPDATE runs SET state = 'finished', outcome = ?, reason = ?, origin = ?, action_id = ?,"
+    " finished_order = ? WHERE run_id = ?",
+    open_ask="INSERT OR REPLACE INTO asks (ask_id, run_id, payload, kind, tool, call_id, state,"
+    " withdraw_reason) VALUES (?, ?, ?, ?, ?, ?, 'open', NULL)",
+    set_ask_state="UPDATE asks SET state = ? WHERE ask_id = ?",
+    withdraw_ask="UPDATE asks SET state = 'withdrawn', withdraw_reason = ? WHERE ask_id = ?",
     request_action="INSERT OR IGNORE INTO actions (boot, action_id, do, mode, origin, directories)"
-    " VALUES (:boot, :action_id, :what, :mode, :origin, :directories)",
-    complete_action="UPDATE actions SET completed = 1 WHERE boot = :boot AND action_id = :action_id",
-    set_action_result="UPDATE actions SET result = :result WHERE boot = :boot AND action_id = :action_id",
+    " VALUES (?, ?, ?, ?, ?, ?)",
+    complete_action="UPDATE actions SET completed = 1 WHERE boot = ? AND action_id = ?",
+    set_action_result="UPDATE actions SET result = ? WHERE boot = ? AND action_id = ?",
 )
 
 
@@ -254,8 +252,8 @@ class Journal:
     unwritable (``start_error``), never as a bug."""
 
     sql: ClassVar[Statements] = _SQLITE
-    scope: Mapping[str, object] = {}
-    """Parameters every statement of this journal is given besides its own (a shard's name)."""
+    scope: tuple[object, ...] = ()
+    """What every statement of this journal is given after its own parameters (a shard's name)."""
 
     def __init__(self, path: Path, connection: sqlite3.Connection, lock: _JournalLock, boot: int) -> None:
         self.path: Path | str = path
@@ -326,17 +324,15 @@ class Journal:
 
     # --- statements ----------------------------------------------------------------------------
 
-    def _rows(self, sql: str, **params: object) -> list[Any]:
-        return list(self._reader().execute(sql, {**self.scope, **params}).fetchall())
+    def _rows(self, sql: str, params: tuple[object, ...] = ()) -> list[Any]:
+        return list(self._reader().execute(sql, params + self.scope).fetchall())
 
-    def _scalar(self, sql: str, **params: object) -> int:
-        rows = self._rows(sql, **params)
+    def _scalar(self, sql: str) -> int:
+        rows = self._rows(sql)
         return int(rows[0][0]) if rows and rows[0][0] is not None else 0
 
-    def _write(self, cur: Any, sql: str | tuple[str, ...], **params: object) -> None:
-        bound = {**self.scope, **params}
-        for statement in (sql,) if isinstance(sql, str) else sql:
-            cur.execute(statement, bound)
+    def _write(self, cur: Any, sql: str, params: tuple[object, ...] = ()) -> None:
+        cur.execute(sql, params + self.scope)
 
     # --- recovery --------------------------------------------------------------------------------
 
@@ -374,14 +370,14 @@ class Journal:
     def _settled_parts(self, run_id: str) -> tuple[PartSnapshot, ...]:
         """The run's tool parts as its last ``run.part.updated`` events left them, unfinished ones
         settled: ``interrupted``, ``tool_started`` as recorded (true once the tool may have run)."""
-        return _settle_part_rows(self._rows(self.sql.run_parts, run_id=run_id))
+        return _settle_part_rows(self._rows(self.sql.run_parts, (run_id,)))
 
     def _settled_asks(self, run_id: str, session: str) -> tuple[tuple[str, ...], tuple[AskSnapshot, ...]]:
         """The run's asks: the ids of those open at the crash (the crash withdraws them), and every
         ask as it ended, so a late reply after the restart is told what became of its ask
         (``ask_withdrawn``, ``ask_already_answered``) rather than that it never existed. An ask a
         journal from before these columns recorded has only its id: it is withdrawn, not described."""
-        return _settle_ask_rows(self._rows(self.sql.run_asks, run_id=run_id), run_id, session)
+        return _settle_ask_rows(self._rows(self.sql.run_asks, (run_id,)), run_id, session)
 
     def settle(self, plan: RecoveryPlan) -> None:
         """Record the recovery: every unfinished run ends interrupted/crash, pending closes count as
@@ -391,9 +387,9 @@ class Journal:
         with self._writing() as cur:
             for run in plan.runs:
                 self._finished_order += 1
-                self._write(cur, self.sql.settle_run, finished_order=self._finished_order, run_id=run.run_id)
-                self._write(cur, self.sql.drop_parts, run_id=run.run_id)
-                self._write(cur, self.sql.drop_asks, run_id=run.run_id)
+                self._write(cur, self.sql.settle_run, (self._finished_order, run.run_id))
+                self._write(cur, self.sql.drop_parts, (run.run_id,))
+                self._write(cur, self.sql.drop_asks, (run.run_id,))
             self._write(cur, self.sql.settle_actions)
 
     # --- writing ---------------------------------------------------------------------------------
@@ -413,8 +409,8 @@ class Journal:
         self._since_compaction = 0
         floor = self._finished_order - self.retain_finished
         if floor > 0:
-            self._write(cur, self.sql.compact_runs, floor=floor)
-        self._write(cur, self.sql.compact_actions, boot=self.boot)
+            self._write(cur, self.sql.compact_runs, (floor,))
+        self._write(cur, self.sql.compact_actions, (self.boot,))
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
@@ -799,109 +795,71 @@ def _begin_boot(journal: Journal) -> None:
 # --- events into rows (events arrive as wire dicts, the shape every host sees; both journals') ---------
 
 
-def _run_row(e: Mapping[str, Any], **more: object) -> dict[str, object]:
+def _run_row(e: Mapping[str, Any]) -> tuple[object, ...]:
     """What a run's row says of who it is, from its ``run.queued`` or ``run.started``."""
-    return {
-        "run_id": e["run_id"],
-        "session": e["session"],
-        "parent_run_id": e.get("parent_run_id"),
-        "resume_of": e.get("resume_of"),
-        "resume_count": e.get("resume_count", 0),
-        **more,
-    }
+    return (e["run_id"], e["session"], e.get("parent_run_id"), e.get("resume_of"), e.get("resume_count", 0))
 
 
 def _on_run_queued(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
-    j._write(cur, j.sql.queue_run, **_run_row(e))
+    j._write(cur, j.sql.queue_run, _run_row(e))
 
 
 def _on_run_started(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
-    row = _run_row(e, directory=e["directory"], generation=e["generation"], epoch=e.get("epoch"))
-    j._write(cur, j.sql.start_run, **row)
+    j._write(cur, j.sql.start_run, (*_run_row(e), e["directory"], e["generation"], e.get("epoch")))
     if j._parts.pop(e["run_id"], None) is not None:  # an id used again: the old run's parts go
-        j._write(cur, j.sql.drop_parts, run_id=e["run_id"])
+        j._write(cur, j.sql.drop_parts, (e["run_id"],))
 
 
 def _on_part(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
     key = str(e.get("call_id") or e.get("part_id") or e.get("index") or e.get("tool"))
     keys = j._parts.setdefault(e["run_id"], {})
-    j._write(
-        cur,
-        j.sql.put_part,
-        run_id=e["run_id"],
-        key=key,
-        position=keys.setdefault(key, len(keys)),
-        tool=e["tool"],
-        state=e["state"],
-        phase=e.get("phase"),
-        tool_started=_may_have_run(e),
-    )
+    position = keys.setdefault(key, len(keys))
+    row = (e["run_id"], key, position, e["tool"], e["state"], e.get("phase"), _may_have_run(e))
+    j._write(cur, j.sql.put_part, row)
 
 
 def _on_run_finished(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
     j._finished_order += 1
     j._since_compaction += 1
-    j._write(
-        cur,
-        j.sql.finish_run,
-        outcome=e["outcome"],
-        reason=e.get("reason"),
-        origin=e.get("origin"),
-        action_id=e.get("action_id"),
-        finished_order=j._finished_order,
-        run_id=e["run_id"],
-    )
+    end = (e["outcome"], e.get("reason"), e.get("origin"), e.get("action_id"), j._finished_order, e["run_id"])
+    j._write(cur, j.sql.finish_run, end)
     if j._parts.pop(e["run_id"], None) is not None:
-        j._write(cur, j.sql.drop_parts, run_id=e["run_id"])
+        j._write(cur, j.sql.drop_parts, (e["run_id"],))
     if j._asking.pop(e["run_id"], 0):
-        j._write(cur, j.sql.drop_asks, run_id=e["run_id"])
+        j._write(cur, j.sql.drop_asks, (e["run_id"],))
 
 
 def _on_ask_requested(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
     payload = e.get("payload")
-    j._write(
-        cur,
-        j.sql.open_ask,
-        ask_id=e["ask_id"],
-        run_id=e["run_id"],
-        payload=None if payload is None else json.dumps(payload),
-        kind=e.get("kind"),
-        tool=e.get("tool"),
-        call_id=e.get("call_id"),
-    )
+    stored = None if payload is None else json.dumps(payload)
+    row = (e["ask_id"], e["run_id"], stored, e.get("kind"), e.get("tool"), e.get("call_id"))
+    j._write(cur, j.sql.open_ask, row)
     j._asking[e["run_id"]] = j._asking.get(e["run_id"], 0) + 1
 
 
 def _ask_ended(state: AskState) -> Callable[[Journal, Any, Mapping[str, Any]], None]:
     def on_ask_ended(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
-        j._write(cur, j.sql.set_ask_state, state=state.value, ask_id=e["ask_id"])
+        j._write(cur, j.sql.set_ask_state, (state.value, e["ask_id"]))
 
     return on_ask_ended
 
 
 def _on_ask_withdrawn(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
-    j._write(cur, j.sql.withdraw_ask, reason=e.get("reason"), ask_id=e["ask_id"])
+    j._write(cur, j.sql.withdraw_ask, (e.get("reason"), e["ask_id"]))
 
 
 def _on_lifecycle_requested(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
-    j._write(
-        cur,
-        j.sql.request_action,
-        boot=j.boot,
-        action_id=e["action_id"],
-        what=e.get("do"),
-        mode=e.get("mode"),
-        origin=e.get("origin"),
-        directories=json.dumps(e.get("directories")),
-    )
+    directories = json.dumps(e.get("directories"))
+    row = (j.boot, e["action_id"], e.get("do"), e.get("mode"), e.get("origin"), directories)
+    j._write(cur, j.sql.request_action, row)
 
 
 def _on_lifecycle_completed(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
-    j._write(cur, j.sql.complete_action, boot=j.boot, action_id=e["action_id"])
+    j._write(cur, j.sql.complete_action, (j.boot, e["action_id"]))
 
 
 def _on_action_result(j: Journal, cur: Any, e: Mapping[str, Any]) -> None:
-    j._write(cur, j.sql.set_action_result, result=e["result"], boot=j.boot, action_id=e["action_id"])
+    j._write(cur, j.sql.set_action_result, (e["result"], j.boot, e["action_id"]))
 
 
 # Not recorded, on purpose: run.stalled / run.unstalled (a flag of a live run; after a crash the run is

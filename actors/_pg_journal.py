@@ -141,66 +141,64 @@ _RENEW: Final = (
 )
 
 
-_SHARD: Final = "shard = %(shard)s"
+_SHARD: Final = "shard = %s"
+"""Every statement's last condition and last parameter: the journal's shard (``Journal.scope``)."""
+
+_RUN_RESET: Final = (
+    " seq = DEFAULT, session = excluded.session, directory = NULL, generation = NULL,"
+    " parent_run_id = excluded.parent_run_id, resume_of = excluded.resume_of, state = 'queued',"
+    " outcome = NULL, reason = NULL, origin = NULL, action_id = NULL, finished_order = NULL, epoch = NULL,"
+    " resume_count = excluded.resume_count"
+)
+"""SQLite's INSERT OR REPLACE of a queued run: every column new, and last in ``seq``'s order."""
 
 _POSTGRESQL: Final = Statements(
     finished_order=f"SELECT COALESCE(MAX(finished_order), 0) FROM rs_runs WHERE {_SHARD}",
     unfinished_runs="SELECT run_id, session, directory, generation, parent_run_id, state, epoch, resume_count"
-    f" FROM rs_runs WHERE {_SHARD} AND state != 'finished' ORDER BY seq",
-    run_parts="SELECT part_key, tool, state, tool_started FROM rs_parts"
-    f" WHERE {_SHARD} AND run_id = %(run_id)s ORDER BY position",
+    f" FROM rs_runs WHERE state != 'finished' AND {_SHARD} ORDER BY seq",
+    run_parts=f"SELECT part_key, tool, state, tool_started FROM rs_parts WHERE run_id = %s AND {_SHARD}"
+    " ORDER BY position",
     run_asks="SELECT ask_id, state, payload, kind, tool, call_id, withdraw_reason FROM rs_asks"
-    f" WHERE {_SHARD} AND run_id = %(run_id)s ORDER BY seq",
-    pending_actions=f"SELECT boot, action_id FROM rs_actions WHERE {_SHARD} AND completed = 0 ORDER BY seq",
+    f" WHERE run_id = %s AND {_SHARD} ORDER BY seq",
+    pending_actions=f"SELECT boot, action_id FROM rs_actions WHERE completed = 0 AND {_SHARD} ORDER BY seq",
     counts={
         "runs": f"SELECT COUNT(*) FROM rs_runs WHERE {_SHARD}",
-        "unfinished_runs": f"SELECT COUNT(*) FROM rs_runs WHERE {_SHARD} AND state != 'finished'",
+        "unfinished_runs": f"SELECT COUNT(*) FROM rs_runs WHERE state != 'finished' AND {_SHARD}",
         "parts": f"SELECT COUNT(*) FROM rs_parts WHERE {_SHARD}",
-        "open_asks": f"SELECT COUNT(*) FROM rs_asks WHERE {_SHARD} AND state = 'open'",
-        "pending_actions": f"SELECT COUNT(*) FROM rs_actions WHERE {_SHARD} AND completed = 0",
+        "open_asks": f"SELECT COUNT(*) FROM rs_asks WHERE state = 'open' AND {_SHARD}",
+        "pending_actions": f"SELECT COUNT(*) FROM rs_actions WHERE completed = 0 AND {_SHARD}",
     },
     settle_run="UPDATE rs_runs SET state = 'finished', outcome = 'interrupted', reason = 'crash',"
-    f" origin = 'crash', finished_order = %(finished_order)s WHERE {_SHARD} AND run_id = %(run_id)s",
+    f" origin = 'crash', finished_order = %s WHERE run_id = %s AND {_SHARD}",
     settle_actions="UPDATE rs_actions SET completed = 1, result = COALESCE(result, 'completed')"
     f" WHERE {_SHARD}",
-    compact_runs=f"DELETE FROM rs_runs WHERE {_SHARD} AND finished_order IS NOT NULL"
-    " AND finished_order <= %(floor)s",
-    compact_actions=f"DELETE FROM rs_actions WHERE {_SHARD} AND completed = 1 AND boot < %(boot)s",
-    queue_run=(  # SQLite's INSERT OR REPLACE: the row goes and comes back new, last in seq's order
-        f"DELETE FROM rs_runs WHERE {_SHARD} AND run_id = %(run_id)s",
-        "INSERT INTO rs_runs (shard, run_id, session, state, parent_run_id, resume_of, resume_count)"
-        " VALUES (%(shard)s, %(run_id)s, %(session)s, 'queued', %(parent_run_id)s, %(resume_of)s,"
-        " %(resume_count)s)",
-    ),
-    start_run="INSERT INTO rs_runs (shard, run_id, session, directory, generation, parent_run_id, resume_of,"
-    " state, epoch, resume_count) VALUES (%(shard)s, %(run_id)s, %(session)s, %(directory)s, %(generation)s,"
-    " %(parent_run_id)s, %(resume_of)s, 'active', %(epoch)s, %(resume_count)s)"
+    compact_runs="DELETE FROM rs_runs WHERE finished_order IS NOT NULL AND finished_order <= %s"
+    f" AND {_SHARD}",
+    compact_actions=f"DELETE FROM rs_actions WHERE completed = 1 AND boot < %s AND {_SHARD}",
+    queue_run="INSERT INTO rs_runs (run_id, session, parent_run_id, resume_of, resume_count, state, shard)"
+    " VALUES (%s, %s, %s, %s, %s, 'queued', %s) ON CONFLICT (shard, run_id) DO UPDATE SET" + _RUN_RESET,
+    start_run="INSERT INTO rs_runs (run_id, session, parent_run_id, resume_of, resume_count, directory,"
+    " generation, epoch, state, shard) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'active', %s)"
     " ON CONFLICT (shard, run_id) DO UPDATE SET" + _RUN_UPSERT_SET,
-    drop_parts=f"DELETE FROM rs_parts WHERE {_SHARD} AND run_id = %(run_id)s",
-    drop_asks=f"DELETE FROM rs_asks WHERE {_SHARD} AND run_id = %(run_id)s",
-    put_part="INSERT INTO rs_parts (shard, run_id, part_key, position, tool, state, phase, tool_started)"
-    " VALUES (%(shard)s, %(run_id)s, %(key)s, %(position)s, %(tool)s, %(state)s, %(phase)s, %(tool_started)s)"
+    drop_parts=f"DELETE FROM rs_parts WHERE run_id = %s AND {_SHARD}",
+    drop_asks=f"DELETE FROM rs_asks WHERE run_id = %s AND {_SHARD}",
+    put_part="INSERT INTO rs_parts (run_id, part_key, position, tool, state, phase, tool_started, shard)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
     " ON CONFLICT (shard, run_id, part_key) DO UPDATE SET state = excluded.state, phase = excluded.phase,"
     " tool_started = excluded.tool_started",
-    finish_run="UPDATE rs_runs SET state = 'finished', outcome = %(outcome)s, reason = %(reason)s,"
-    " origin = %(origin)s, action_id = %(action_id)s, finished_order = %(finished_order)s"
-    f" WHERE {_SHARD} AND run_id = %(run_id)s",
-    open_ask=(
-        f"DELETE FROM rs_asks WHERE {_SHARD} AND ask_id = %(ask_id)s",
-        "INSERT INTO rs_asks (shard, ask_id, run_id, state, payload, kind, tool, call_id, withdraw_reason)"
-        " VALUES (%(shard)s, %(ask_id)s, %(run_id)s, 'open', %(payload)s, %(kind)s, %(tool)s, %(call_id)s,"
-        " NULL)",
-    ),
-    set_ask_state=f"UPDATE rs_asks SET state = %(state)s WHERE {_SHARD} AND ask_id = %(ask_id)s",
-    withdraw_ask="UPDATE rs_asks SET state = 'withdrawn', withdraw_reason = %(reason)s"
-    f" WHERE {_SHARD} AND ask_id = %(ask_id)s",
-    request_action="INSERT INTO rs_actions (shard, boot, action_id, what, mode, origin, directories)"
-    " VALUES (%(shard)s, %(boot)s, %(action_id)s, %(what)s, %(mode)s, %(origin)s, %(directories)s)"
-    " ON CONFLICT DO NOTHING",
-    complete_action="UPDATE rs_actions SET completed = 1"
-    f" WHERE {_SHARD} AND boot = %(boot)s AND action_id = %(action_id)s",
-    set_action_result="UPDATE rs_actions SET result = %(result)s"
-    f" WHERE {_SHARD} AND boot = %(boot)s AND action_id = %(action_id)s",
+    finish_run="UPDATE rs_runs SET state = 'finished', outcome = %s, reason = %s, origin = %s,"
+    f" action_id = %s, finished_order = %s WHERE run_id = %s AND {_SHARD}",
+    open_ask="INSERT INTO rs_asks (ask_id, run_id, payload, kind, tool, call_id, state, withdraw_reason,"
+    " shard) VALUES (%s, %s, %s, %s, %s, %s, 'open', NULL, %s) ON CONFLICT (shard, ask_id) DO UPDATE SET"
+    " seq = DEFAULT, run_id = excluded.run_id, payload = excluded.payload, kind = excluded.kind,"
+    " tool = excluded.tool, call_id = excluded.call_id, state = 'open', withdraw_reason = NULL",
+    set_ask_state=f"UPDATE rs_asks SET state = %s WHERE ask_id = %s AND {_SHARD}",
+    withdraw_ask="UPDATE rs_asks SET state = 'withdrawn', withdraw_reason = %s"
+    f" WHERE ask_id = %s AND {_SHARD}",
+    request_action="INSERT INTO rs_actions (boot, action_id, what, mode, origin, directories, shard)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+    complete_action=f"UPDATE rs_actions SET completed = 1 WHERE boot = %s AND action_id = %s AND {_SHARD}",
+    set_action_result=f"UPDATE rs_actions SET result = %s WHERE boot = %s AND action_id = %s AND {_SHARD}",
 )
 
 
@@ -223,7 +221,7 @@ class PgJournal(Journal):
         self.boot = epoch
         self.target = target
         self.shard = target.shard
-        self.scope = {"shard": target.shard}
+        self.scope = (target.shard,)
         self.holder = holder
         self._pg = db
         self._clean_at_take = clean
