@@ -27,9 +27,11 @@ def homes(file: str) -> dict[str, str]:
     """Each name the ``if TYPE_CHECKING or not _HOMES:`` block of the module at ``file`` imports, with the
     module it comes from, in the block's order (``from package import *``: each name of that package's
     ``__all__``, a package as lazy as this one); empty when the source cannot be read."""
+    if not file.endswith(".py"):  # bytecode only (a frozen app, a .pyc install): no source to read
+        return {}
     try:
         source = Path(file).read_text(encoding="utf-8")
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return {}
     found: dict[str, str] = {}
     for block in ast.parse(source).body:
