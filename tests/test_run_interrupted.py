@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from run_supervisor.actors import Gate, RunContext, RunInterrupted, Supervisor
+from run_supervisor.actors import Gate, RunContext, RunHandle, RunInterrupted, Supervisor
 from run_supervisor.protocol import InterruptReason, Outcome
+
+
+def assert_cancelled(run: RunHandle) -> None:
+    """``run`` ends interrupted by the user's cancel, with no error."""
+    ended = run.wait(timeout=5)
+    assert (ended.outcome, ended.reason, ended.error) == (
+        Outcome.INTERRUPTED,
+        InterruptReason.USER_CANCEL,
+        None,
+    )
 
 
 def test_a_host_or_a_body_cannot_construct_a_run_interrupted() -> None:
@@ -19,12 +29,7 @@ def test_an_interrupted_body_that_lets_its_interruption_propagate_ends_interrupt
 ) -> None:
     run = supervisor.start_run(lambda ctx: ctx.wait(gate), session="s1", directory="/w/a", run_id="r1")
     supervisor.cancel("r1")
-    ended = run.wait(timeout=5)
-    assert (ended.outcome, ended.reason, ended.error) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.USER_CANCEL,
-        None,
-    )
+    assert_cancelled(run)
 
 
 def test_a_body_that_raises_another_runs_interruption_fails_saying_so(
@@ -70,10 +75,5 @@ def test_a_body_that_raises_its_own_run_interrupted_later_than_its_run_was_inter
 
     run = supervisor.start_run(unwinds_after_cleanup, session="s1", directory="/w/a", run_id="r1")
     supervisor.cancel("r1")
-    ended = run.wait(timeout=5)
-    assert (ended.outcome, ended.reason, ended.error) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.USER_CANCEL,
-        None,
-    )
+    assert_cancelled(run)
     assert cleaned == ["r1"]
