@@ -193,9 +193,10 @@ class AsyncRunHandle:
         ``SupervisorClosed`` if the supervisor stopped without it finishing."""
         limit = check.timeout("timeout", timeout)
         finished = self._finished_on(asyncio.get_running_loop())
-        done, _ = await asyncio.wait({finished}, timeout=limit)  # never cancels the shared future
-        if not done:
-            raise SupervisorTimeout(f"run {self.run_id!r} did not finish within {limit} s")
+        if not finished.done():
+            done, _ = await asyncio.wait({finished}, timeout=limit)  # never cancels the shared future
+            if not done:
+                raise SupervisorTimeout(f"run {self.run_id!r} did not finish within {limit} s")
         return finished.result()
 
     async def cancel(

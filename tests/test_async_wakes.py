@@ -153,3 +153,35 @@ def test_a_burst_of_async_starts_is_checked_and_sent_a_batch_per_loop_turn_with_
     refused, turns_between = run_async(host)
     assert refused == 200
     assert turns_between >= 3, f"200 refused starts came back within {turns_between} turns of the loop"
+
+
+def test_waiting_on_a_run_already_finished_returns_at_once_without_a_turn_of_the_loop() -> None:
+    async def host() -> tuple[Outcome, int]:
+        turns = 0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal turns
+            while not done:
+                turns += 1
+                await asyncio.sleep(0)
+
+        async def turn(ctx: AsyncRunContext) -> None:
+            pass
+
+        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+            run = await sup.start_run(turn, session="s", directory="/w/a")
+            await run.wait(timeout=20)
+            ticking = asyncio.create_task(ticker())
+            await asyncio.sleep(0)  # the ticker has ticked once
+            before = turns
+            snapshot = await run.wait(timeout=20)
+            after = turns
+            done = True
+            await ticking
+        assert snapshot.outcome is not None
+        return snapshot.outcome, after - before
+
+    outcome, turns = run_async(host)
+    assert outcome is Outcome.COMPLETED
+    assert turns == 0
