@@ -131,6 +131,14 @@ CONFIG = SupervisorConfig(
 )
 
 
+def _at_gate(run: Any) -> bool:
+    return bool(run.at_gate)
+
+
+_SOME_RUN_AT_A_GATE = precondition(lambda self: any(_at_gate(r) for r in self.model.runs.values()))
+"""A rule that takes a run held at a gate: one must be."""
+
+
 @dataclass(frozen=True)
 class Stop:
     """A point where a body holds: at a gate in a model step or in a tool part's phase, or at an ask."""
@@ -939,22 +947,22 @@ class SupervisorMachine(RuleBasedStateMachine):
             self.model.start(run)
         self._sync()
 
-    @precondition(lambda self: any(r.at_gate for r in self.model.runs.values()))
+    @_SOME_RUN_AT_A_GATE
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
         """Open the gate a run holds at: it goes on to its next stop, or ends."""
         with self._checked():
-            run = self._draw_run(data, lambda r: r.at_gate)
+            run = self._draw_run(data, _at_gate)
             run.control.gates[run.at].open()
             self.model.passed(run)
             self._sync()
 
-    @precondition(lambda self: any(r.at_gate for r in self.model.runs.values()))
+    @_SOME_RUN_AT_A_GATE
     @rule(data=st.data())
     def fault(self, data: st.DataObject) -> None:
         """A body raises where it holds: that run fails, nothing else is touched."""
         with self._checked():
-            run = self._draw_run(data, lambda r: r.at_gate)
+            run = self._draw_run(data, _at_gate)
             run.control.fail_at = run.at
             run.control.gates[run.at].open()
             self.model.fault(run)
