@@ -51,6 +51,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "deep: generative or repeated; shallow by default, full depth with RUN_SUPERVISOR_DEEP=1"
     )
+    # pytest-xdist's own (registered here too, for a run with -p no:xdist): tests that share a worker
+    config.addinivalue_line("markers", "xdist_group(name): run on the one worker of the named group")
 
 
 # The supervisor fixtures are the pytest plugin's (run_supervisor.actors.pytest_plugin, which hosts
