@@ -86,6 +86,9 @@ def _release(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
+_Posted: TypeAlias = tuple[Callable[..., object], tuple[Any, ...]]
+
+
 class LoopInbox:
     """What other threads hand one event loop, run there in order, with one wake-up per batch:
     ``post`` from any thread queues a call, and only the first call of a batch wakes the loop
@@ -105,9 +108,15 @@ class LoopInbox:
         """Run ``call(*args)`` on the loop, after what was posted before it. ``RuntimeError`` if the
         loop is closed (nothing of it will run)."""
         with self._lock:
-            self._calls.append((call, args))
             if self._woken:
-                return
+                loop = self._loop()
+                if loop is not None and not loop.is_closed():
+                    self._calls.append((call, args))
+                    return
+                self._woken = False  # closed with a wake-up still queued: that drain never runs
+                self._calls.clear()
+                raise RuntimeError("the event loop is closed")
+            self._calls.append((call, args))
             self._woken = True
         loop = self._loop()
         try:
@@ -127,16 +136,29 @@ class LoopInbox:
         with self._lock:
             calls, self._calls = self._calls, []
             self._woken = False
-        for call, args in calls:
+        for index, (call, args) in enumerate(calls):
             try:
                 call(*args)
             except BaseException as exc:  # as a loop's own callback would be: reported, the rest go on
                 loop = self._loop()
                 if isinstance(exc, KeyboardInterrupt | SystemExit) or loop is None:
+                    self._put_back(calls[index + 1 :], loop)
                     raise
                 loop.call_exception_handler(
                     {"message": f"exception in a posted call {call!r}", "exception": exc}
                 )
+
+    def _put_back(self, calls: list[_Posted], loop: asyncio.AbstractEventLoop | None) -> None:
+        """The calls a ``KeyboardInterrupt`` or ``SystemExit`` left unrun go first in the next drain
+        (if the loop turns again); a closed loop's later ``post`` raises, as ever."""
+        if not calls:
+            return
+        with self._lock:
+            self._calls[:0] = calls
+            if self._woken or loop is None or loop.is_closed():
+                return
+            self._woken = True
+        loop.call_soon(self._drain)
 
 
 _INBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopInbox] = weakref.WeakKeyDictionary()

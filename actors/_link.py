@@ -156,6 +156,10 @@ class Link:
         self._outstanding: set[Future[Any]] = set()
         self._queued: deque[QueuedStart] = deque()
         """Async starts made, not yet told (``start_later``): guarded by ``lock``."""
+        self._starting: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        """The loops with a ``_start_some`` scheduled: each loop that queues a start tells the queue
+        at its own next turn, never waiting for another loop's (which may have stopped turning).
+        Guarded by ``lock``."""
         self._ref: pykka.ActorRef[Any] | None = None
         self._finished: weakref.WeakKeyDictionary[object, Future[RunSnapshot]] = weakref.WeakKeyDictionary()
 
@@ -226,7 +230,8 @@ class Link:
         answer (or the checks' error) comes through the loop's inbox (one wake per batch)."""
         queued = QueuedStart(make, loop)
         with self.lock:
-            first = not self._queued
+            first = loop not in self._starting
+            self._starting.add(loop)
             self._queued.append(queued)
         if first:
             loop.call_soon(self._start_some, loop)
@@ -237,6 +242,8 @@ class Link:
             sending = self._prepare(START_BATCH)
             refused = self._tell(sending)
             more = bool(self._queued)
+            if not more:
+                self._starting.discard(loop)
         self._refuse(refused)
         if more:
             loop.call_soon(self._start_some, loop)  # the next turn: the loop runs what is ready first
