@@ -70,11 +70,17 @@ def test_a_cancelled_callback_never_runs_and_cancel_says_whether_it_was_in_time(
     timers = Timers(ThreadBook())
     ran: list[str] = []
     after = threading.Event()
-    cancelled = timers.schedule(0.02, lambda: ran.append("cancelled"))
+    # The thread is held busy while the callbacks are scheduled and the first is cancelled, so a loaded
+    # machine's gap between the schedule and the cancel cannot let the callback come due first.
+    held, release = threading.Event(), threading.Event()
+    timers.schedule(0.0, lambda: (held.set(), release.wait(BOUND_S)))
+    assert held.wait(BOUND_S)
+    cancelled = timers.schedule(0.0, lambda: ran.append("cancelled"))
     done = timers.schedule(0.0, lambda: ran.append("done"))
     assert cancelled.cancel() is True
     assert cancelled.cancel() is False  # already cancelled
-    timers.schedule(0.05, after.set)
+    timers.schedule(0.0, after.set)
+    release.set()
     assert after.wait(BOUND_S)
     assert ran == ["done"]
     assert done.cancel() is False  # it has run
