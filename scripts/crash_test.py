@@ -17,7 +17,7 @@ Checks, over all lives:
 - the journal opens every time.
 
     python scripts/crash_test.py --kills 2000          # the long form
-    python scripts/crash_test.py --kills 200 --json    # what the test suite runs (tests/test_journal.py)
+    python scripts/crash_test.py --kills 200 --json    # what the deep layer runs (tests/test_journal.py)
 """
 
 from __future__ import annotations
@@ -89,34 +89,31 @@ def _life(journal: str, seed: int, life: int, out_fd: int) -> None:
             ctx.sleep(rng.random() * 0.004)
 
     counter = 0
-    try:
-        while True:
-            pick = rng.random()
-            try:
-                if pick < 0.6:
-                    counter += 1
-                    sup.start_run(
-                        body,
-                        session=rng.choice(SESSIONS),
-                        directory=rng.choice(DIRECTORIES),
-                        run_id=f"L{life}-r{counter}",
-                        # queue policies: coalesced and dropped follow-ups end once, like the rest
-                        queue_policy=rng.choice((None, None, "coalesce", "reject_if_busy")),
-                    )
-                elif pick < 0.75 and counter:
-                    sup.cancel(f"L{life}-r{rng.randint(1, counter)}")
-                elif pick < 0.9:
-                    sup.close(
-                        rng.choice(("dispose_all", "invalidate_config")),
-                        mode=rng.choice(("maintenance", "maintenance", "user_confirmed_interrupt")),
-                        origin="crash-test",
-                    )
-                else:
-                    time.sleep(rng.random() * 0.003)
-            except SupervisorError:
-                pass  # a cancel of a finished run, say: rejections are part of the workload
-    finally:  # never reached before the kill; a life is always killed
-        os._exit(0)
+    while True:  # until the kill: an error ends the life early, and the parent is told of it
+        pick = rng.random()
+        try:
+            if pick < 0.6:
+                counter += 1
+                sup.start_run(
+                    body,
+                    session=rng.choice(SESSIONS),
+                    directory=rng.choice(DIRECTORIES),
+                    run_id=f"L{life}-r{counter}",
+                    # queue policies: coalesced and dropped follow-ups end once, like the rest
+                    queue_policy=rng.choice((None, None, "coalesce", "reject_if_busy")),
+                )
+            elif pick < 0.75 and counter:
+                sup.cancel(f"L{life}-r{rng.randint(1, counter)}")
+            elif pick < 0.9:
+                sup.close(
+                    rng.choice(("dispose_all", "invalidate_config")),
+                    mode=rng.choice(("maintenance", "maintenance", "user_confirmed_interrupt")),
+                    origin="crash-test",
+                )
+            else:
+                time.sleep(rng.random() * 0.003)
+        except SupervisorError:
+            pass  # a cancel of a finished run, say: rejections are part of the workload
 
 
 @dataclass
@@ -167,7 +164,9 @@ def _take(line: bytes, tally: Tally) -> bool:
     tally.events += 1
     if kind == "life.ready":
         return True
-    if kind == "open.failed":
+    if kind == "life.error":
+        tally.violations.append(f"a life ended before its kill: {event['error']}")
+    elif kind == "open.failed":
         tally.opens_failed += 1
         tally.violations.append(f"the journal did not open: {event['error']}")
     elif kind == "session.busy":
@@ -196,6 +195,8 @@ def _spawn_life(journal: str, seed: int, life: int) -> tuple[int, int]:
         os.close(read_fd)
         try:
             _life(journal, seed, life, write_fd)
+        except BaseException as exc:  # a life ends only by its kill: anything else is a finding, said
+            os.write(write_fd, json.dumps({"type": "life.error", "error": repr(exc)}).encode() + b"\n")
         finally:
             os._exit(0)
     os.close(write_fd)
