@@ -18,6 +18,7 @@ import inspect
 import threading
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
 from os import PathLike
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -354,7 +355,13 @@ class AsyncSupervisor:
                     await result
 
             def on_start_on_loop(sync: Supervisor) -> None:  # on the starting thread: the loop is free
-                asyncio.run_coroutine_threadsafe(call_on_start(sync), loop).result()
+                called = asyncio.run_coroutine_threadsafe(call_on_start(sync), loop)
+                while not called.done():  # in slices: a loop closed before running it never will
+                    if loop.is_closed() and not called.done():
+                        called.cancel()
+                        raise RuntimeError("the event loop starting this supervisor has ended")
+                    wait_futures([called], timeout=0.1)
+                called.result()
 
             def starting() -> None:
                 try:

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import threading
 from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
@@ -112,3 +113,41 @@ def test_a_start_on_one_loop_is_not_held_up_by_a_start_queued_on_a_loop_that_sto
     finally:
         sup.shutdown(grace_ms=2000, reason="test_teardown")
         stopped.close()
+
+
+class _NoticingLoop(asyncio.SelectorEventLoop):
+    """A loop that notes when another thread hands it a coroutine (``run_coroutine_threadsafe``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.handed = threading.Event()
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any, context: Any = None) -> Any:
+        handle = super().call_soon_threadsafe(callback, *args, context=context)
+        if "run_coroutine_threadsafe" in getattr(callback, "__qualname__", ""):
+            self.handed.set()
+        return handle
+
+
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
+def test_a_start_whose_loop_closes_before_running_its_on_start_gives_up_and_shuts_the_supervisor_down() -> (
+    None
+):
+    called: list[object] = []
+    loop = _NoticingLoop()
+    before = set(threading.enumerate())
+
+    async def host() -> AsyncSupervisor:
+        return await AsyncSupervisor.start(CONFIG, on_start=called.append)
+
+    task = loop.create_task(host())
+    loop.run_until_complete(asyncio.sleep(0))  # the start's thread is under way; the loop stops turning
+    assert loop.handed.wait(20)  # the on_start is handed to the loop, which will never run it
+    loop.close()
+    starting = [t for t in set(threading.enumerate()) - before if t.name == "run-supervisor-starting"]
+    assert starting
+    for thread in starting:
+        thread.join(timeout=20)  # without slices it waited for good, its supervisor left running
+        assert not thread.is_alive()
+    assert called == []
+    del task
