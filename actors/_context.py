@@ -391,11 +391,13 @@ class _ToolReports(Generic[P, F, WP, WF]):
         command: str | None = None,
         options: Iterable[str] = (),
         data: Mapping[str, Any] | None = None,
+        key: str | None = None,
     ) -> WP:
         """``RunContext.ask_permission`` for this call: ask before the tool does its work (in an
         async body, await it)."""
         waited: WP = self._asked(
-            lambda: self.open_permission(title=title, command=command, options=options, data=data), timeout
+            lambda: self.open_permission(title=title, command=command, options=options, data=data, key=key),
+            timeout,
         )
         return waited
 
@@ -591,15 +593,16 @@ class _RunReports(Generic[P, F, C, WP, WF]):
         command: str | None = None,
         options: Iterable[str] = (),
         data: Mapping[str, Any] | None = None,
+        key: str | None = None,
     ) -> WP:
         """Ask the user to allow a tool call and wait (in an async body, await it). Returns on
         approval or on a rejection with feedback (``PermissionReply(False, message)``: show the
         model the message); a rejection without feedback interrupts the run
         (``permission_rejected``: ``RunInterrupted``). After ``timeout`` seconds without a reply
-        the ask is withdrawn (``SupervisorTimeout``)."""
+        the ask is withdrawn (``SupervisorTimeout``). ``key`` is ``open_permission``'s."""
         waited: WP = self._asked(
             lambda: self.open_permission(
-                tool=tool, call_id=call_id, title=title, command=command, options=options, data=data
+                tool=tool, call_id=call_id, title=title, command=command, options=options, data=data, key=key
             ),
             timeout,
         )
