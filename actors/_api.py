@@ -406,7 +406,11 @@ class Supervisor:
                 raise
         if resume is not None and not isinstance(resume, OfferedOnLoop):
             timeout = supervisor.config.request_timeout_s
-            keep(supervisor, offer_resumes(supervisor, resume, timeout=timeout))
+            try:
+                keep(supervisor, offer_resumes(supervisor, resume, timeout=timeout))
+            except BaseException:  # a callback's KeyboardInterrupt or SystemExit: as any failed start
+                supervisor.shutdown(grace_ms=0)
+                raise
         return supervisor
 
     def __enter__(self) -> Supervisor:

@@ -387,7 +387,7 @@ class AsyncSupervisor:
                     timeout = supervisor.config.request_timeout_s
                     keep(sync, await offer_resumes_async(supervisor, resume, timeout=timeout))
                 return supervisor
-            except asyncio.CancelledError:  # the host gave up: shut down what it will not get
+            except BaseException:  # the host gave up, or a callback raised: shut down what it will not get
                 started.add_done_callback(_shut_down_unwanted)
                 raise
 

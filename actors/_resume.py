@@ -39,7 +39,7 @@ from typing import Any, Protocol
 import msgspec
 
 from run_supervisor.actors._async_body import RunBody
-from run_supervisor.actors._errors import SupervisorError
+from run_supervisor.actors._errors import SupervisorError, SupervisorTimeout
 from run_supervisor.actors._logging import logger
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.actors._validate import QueuePolicyName
@@ -195,6 +195,8 @@ class _Start:
     def starting(self) -> Iterator[None]:
         try:
             yield
+        except SupervisorTimeout as late:  # not a refusal: the run may well have started
+            self.refused = f"the continuation's start was not answered in time (it may have started): {late}"
         except SupervisorError as refused:
             self.refused = f"the continuation's start was refused: {refused}"
 
@@ -242,7 +244,7 @@ def kept(supervisor: object) -> tuple[ResumeOffer, ...]:
 
 def _spawn(
     threads: ThreadBook, callback: Callable[[RunRecovered], Any], event: RunRecovered, into: Future[Any]
-) -> None:
+) -> threading.Thread:
     def ask() -> None:
         try:
             answer = callback(event)
@@ -254,6 +256,13 @@ def _spawn(
     thread = threading.Thread(target=ask, name=f"run-supervisor-resume-{event.run_id}", daemon=True)
     threads.add(thread, f"the resume callback for run {event.run_id}")
     thread.start()
+    return thread
+
+
+def _give_up(threads: ThreadBook, thread: threading.Thread) -> None:
+    """An overrunning callback is reported failed: shutdown does not wait for its thread again (as
+    for an overrun dispose hook's)."""
+    threads.abandoned.add(thread)
 
 
 def _settle(future: Future[Any], answer: object = None, *, error: BaseException | None = None) -> None:
@@ -272,10 +281,11 @@ def _ask_on_thread(
 ) -> tuple[Any, str | None]:
     """The sync facade's asking: on a thread, waited for ``timeout`` seconds at most."""
     answer: Future[Any] = Future()
-    _spawn(threads, callback, event, answer)
+    thread = _spawn(threads, callback, event, answer)
     try:
         result = answer.result(timeout=timeout)
     except FutureTimeout:
+        _give_up(threads, thread)
         return None, _overran(timeout)
     except Exception as exc:
         return None, _raised(exc)
@@ -295,8 +305,10 @@ async def _ask_on_loop(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     started: Future[Any] = Future()
-    _spawn(threads, callback, event, started)
+    thread = _spawn(threads, callback, event, started)
     answer, error = await _await_bounded(asyncio.wrap_future(started), timeout, thread=True)
+    if not started.done():
+        _give_up(threads, thread)
     if error is None and inspect.isawaitable(answer):
         return await _await_bounded(answer, max(0.0, deadline - loop.time()))
     return answer, error

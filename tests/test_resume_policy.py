@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pykka
 import pytest
 from pg_support import BACKENDS, make_journal
 
@@ -29,6 +30,8 @@ from run_supervisor import (
     Supervisor,
     SupervisorConfig,
 )
+from run_supervisor.actors import _api, _resume
+from run_supervisor.actors._errors import SupervisorTimeout
 from run_supervisor.actors.testing import EventLog, simulate_crash
 from run_supervisor.protocol import (
     InstanceStarted,
@@ -95,7 +98,7 @@ def crash_while_streaming(opened: list[Supervisor], journal: Path | str, run_id:
     sup = start(opened, journal, directories=["/w/a"])
     log = EventLog(sup)
     sup.start_run(streaming, session="s1", directory="/w/a", run_id=run_id)
-    log.wait_for("run.step.started", run_id=run_id)
+    log.wait_for("run.step.started", run_id=run_id, timeout=WAIT_S)
     log.close()
     simulate_crash(sup)
 
@@ -227,8 +230,22 @@ def test_a_resume_callback_that_raises_is_reported_and_the_start_still_completes
     )
 
 
+@pytest.fixture
+def short_offers(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Bound each resume offer to 0.2 s, and only the offers (every other call of the supervisor
+    keeps the default request timeout: a loaded machine may take longer than 0.2 s to answer)."""
+    bound = 0.2
+    offer = _api.offer_resumes
+
+    def offered(supervisor: Any, callback: Any, *, timeout: float) -> Any:
+        return offer(supervisor, callback, timeout=bound)
+
+    monkeypatch.setattr(_api, "offer_resumes", offered)
+    return bound
+
+
 def test_a_resume_callback_that_hangs_is_bounded_and_its_late_answer_is_dropped(
-    journal: Path | str, opened: list[Supervisor]
+    journal: Path | str, opened: list[Supervisor], short_offers: float
 ) -> None:
     crash_while_streaming(opened, journal)
     release = threading.Event()
@@ -239,8 +256,7 @@ def test_a_resume_callback_that_hangs_is_bounded_and_its_late_answer_is_dropped(
         answered.set()
         return Continuation(body=finishing, run_id="late")
 
-    config = CONFIG.model_copy(update={"request_timeout_s": 0.2})
-    after = start(opened, journal, config, resume=hanging)
+    after = start(opened, journal, resume=hanging)
     (offer,) = after.resumes()
     assert offer.result is ResumeResult.FAILED and offer.error is not None
     assert "did not answer within 0.2 s" in offer.error
@@ -249,7 +265,72 @@ def test_a_resume_callback_that_hangs_is_bounded_and_its_late_answer_is_dropped(
     assert answered.wait(WAIT_S)
     for thread in callback_threads:
         thread.join(WAIT_S)
-    assert after.run("late") is None  # the late continuation was never started
+    assert after.run("late", timeout=WAIT_S) is None  # the late continuation was never started
+
+
+def test_an_overrunning_resume_callback_s_thread_is_given_up_like_an_overrun_dispose_hook_s(
+    journal: Path | str, opened: list[Supervisor], short_offers: float
+) -> None:
+    crash_while_streaming(opened, journal)
+    release = threading.Event()
+
+    def hanging(event: RunRecovered) -> None:
+        release.wait(WAIT_S)
+
+    after = start(opened, journal, resume=hanging)
+    try:
+        (offer,) = after.resumes()
+        assert offer.result is ResumeResult.FAILED
+        callback_threads = [t for t in after.threads.alive() if t.name.startswith("run-supervisor-resume-")]
+        assert callback_threads
+        assert all(t in after.threads.abandoned for t in callback_threads)  # shutdown waits not for it
+    finally:
+        release.set()
+    for thread in callback_threads:
+        thread.join(WAIT_S)
+
+
+def test_a_continuation_whose_start_is_not_answered_in_time_is_not_reported_refused() -> None:
+    start = _resume._Start(Continuation(body=finishing), {})
+    with start.starting():
+        raise SupervisorTimeout("the supervisor did not answer within 5 s")
+    assert start.refused is not None
+    assert "not answered in time (it may have started)" in start.refused
+    assert "refused" not in start.refused
+
+
+def test_a_resume_callback_raising_system_exit_leaves_no_supervisor_running(
+    journal: Path | str, opened: list[Supervisor]
+) -> None:
+    crash_while_streaming(opened, journal)
+
+    def leaving(event: RunRecovered) -> None:
+        raise SystemExit(3)
+
+    with pytest.raises(SystemExit):
+        Supervisor.start(CONFIG, journal=journal, resume=leaving)
+    assert pykka.ActorRegistry.get_all() == []
+
+
+def test_an_async_start_whose_resume_callback_raises_system_exit_leaves_no_supervisor_running(
+    journal: Path | str, opened: list[Supervisor]
+) -> None:
+    crash_while_streaming(opened, journal)
+    before = set(threading.enumerate())
+
+    def leaving(event: RunRecovered) -> None:
+        raise SystemExit(3)
+
+    async def main() -> None:
+        async with asyncio.timeout(60):
+            await AsyncSupervisor.start(CONFIG, journal=journal, resume=leaving)
+
+    with pytest.raises(SystemExit):
+        asyncio.run(main())
+    for thread in set(threading.enumerate()) - before:
+        if thread.name == "run-supervisor-closer":
+            thread.join(WAIT_S)
+    assert pykka.ActorRegistry.get_all() == []
 
 
 def test_an_async_resume_callback_is_offered_on_the_loop_and_its_async_body_continues_the_turn(
