@@ -655,6 +655,11 @@ class SessionSupervisor(pykka.ThreadingActor):
             self._arm_stall_check(event.run_id, slot)
 
     def _start_timer(self, command: StartGraceTimer) -> None:
+        # The shutdown has begun (its queued runs ended, its interrupts follow): no run starts any
+        # more, so a body that ends from now on lets its thread end instead of parking it, and idle
+        # threads end now -- each interrupted body's thread is woken once, as a host's own stop wakes
+        # each of its threads once (not again at the end to be let go of).
+        self._threads.workers.close()
         # From the request (when its caller sent it): a shutdown's grace includes its wait in the
         # mailbox and its interrupts' decisions, so it returns within grace + stop_timeout_s of the call.
         sent = self._sent_at if self._sent_at is not None else time.monotonic()

@@ -100,3 +100,41 @@ def test_an_idle_pool_thread_ends_at_shutdown() -> None:
         sup.shutdown(grace_ms=1000)
     seen[0].join(10)
     assert not seen[0].is_alive() and sup.threads.alive() == []
+
+
+def test_once_a_shutdown_has_begun_an_interrupted_bodys_thread_ends_with_it_instead_of_parking() -> None:
+    sup = Supervisor.start(SupervisorConfig(shutdown_at_exit=False), directories=["/w/a"])
+    events = EventLog(sup)
+    gate = Gate("held")
+    deaf_release = threading.Event()
+    ran_on: dict[str, threading.Thread] = {}
+
+    def held(ctx: RunContext) -> None:
+        ran_on[ctx.run_id] = threading.current_thread()
+        ctx.wait(gate)  # ends on the shutdown's interrupt
+
+    def deaf(ctx: RunContext) -> None:
+        deaf_release.wait(30)  # holds the shutdown open until released
+
+    closer: threading.Thread | None = None
+    try:
+        for run_id in ("a", "b"):
+            sup.start_run(held, session=run_id, directory="/w/a", run_id=run_id)
+            events.wait_for("run.started", run_id=run_id)
+        sup.start_run(deaf, session="d", directory="/w/a", run_id="deaf")
+        events.wait_for("run.started", run_id="deaf")
+        closer = threading.Thread(target=sup.shutdown, kwargs={"grace_ms": 30_000}, name="test-closer")
+        closer.start()
+        for run_id in ("a", "b"):
+            events.wait_for("run.finished", run_id=run_id)
+        # Their bodies ended after the shutdown began: their threads were let go, none parked.
+        assert sup.threads.workers.idle == 0
+        for run_id in ("a", "b"):
+            ran_on[run_id].join(10)
+            assert not ran_on[run_id].is_alive()
+    finally:
+        deaf_release.set()
+        if closer is not None:
+            closer.join(30)
+        if not sup.closed:
+            sup.shutdown(grace_ms=1000)
