@@ -77,6 +77,17 @@ def test_a_crash_scenario_draws_the_lost_generation_and_the_restarted_one_on_the
 
 
 @needs_chromium
+def test_each_life_s_generation_is_named_by_its_epoch_and_every_crashed_life_s_instance_is_lost(
+    tmp_path: Path,
+) -> None:
+    scenario = ROOT / "docs/scenarios/56-a-crashed-turn-is-resumed-once-then-its-budget-ends-it.toml"
+    dom = timeline_dom(scenario, tmp_path)
+    assert "gen 1 · life 1" in dom and "gen 1 · life 2" in dom  # two lives' generation 1 told apart
+    assert dom.count('title="closed: lost with the crashed supervisor"') == 2  # the second crash too
+    assert 'data-state="live"' not in dom  # the third life loads nothing
+
+
+@needs_chromium
 def test_a_run_that_ended_while_queued_says_how_on_its_queued_bar(tmp_path: Path) -> None:
     scenario = ROOT / "docs/scenarios/35-follow-up-coalesces-into-the-queued-one.toml"
     dom = timeline_dom(scenario, tmp_path)
