@@ -12,90 +12,15 @@ import from the rest of the package. The format is ``docs/scenario-format.md``; 
 - ``_report``: the report, msgspec Structs in the contract's JSON shape, and the ``[expect]`` checks.
 """
 
-from run_supervisor.actors.scenarios._bodies import ScenarioFault, ScenarioHooks, make_body
-from run_supervisor.actors.scenarios._format import (
-    CLOSES,
-    EVENT_FIELDS,
-    MAX_MS,
-    NONE,
-    SHUTDOWNS,
-    ActionDo,
-    ActionSpec,
-    Decision,
-    EventExpectation,
-    Expectation,
-    ExpectationTarget,
-    InstanceFaultSpec,
-    PartExpectation,
-    RetrySpec,
-    RunSpec,
-    RunStart,
-    Scenario,
-    ScenarioFileError,
-    ScenarioResult,
-    StepSpec,
-    UserAction,
-    When,
-    WhenKind,
-    action_do,
-    load_scenario,
-    parse_scenario,
-    scenario_files,
-    shutdown_reason,
-)
-from run_supervisor.actors.scenarios._play import play
-from run_supervisor.actors.scenarios._report import (
-    ActionReport,
-    FolderReport,
-    InvalidScenario,
-    PartReport,
-    RunReport,
-    ScenarioReport,
-    check_event_expectations,
-    check_expectations,
-    to_builtins,
-)
+from run_supervisor.actors.scenarios import _bodies, _format, _play, _report
+from run_supervisor.actors.scenarios._bodies import *  # noqa: F403
+from run_supervisor.actors.scenarios._format import *  # noqa: F403
+from run_supervisor.actors.scenarios._play import *  # noqa: F403
+from run_supervisor.actors.scenarios._report import *  # noqa: F403
 
-__all__ = [
-    "CLOSES",
-    "EVENT_FIELDS",
-    "MAX_MS",
-    "NONE",
-    "SHUTDOWNS",
-    "ActionDo",
-    "ActionReport",
-    "ActionSpec",
-    "Decision",
-    "EventExpectation",
-    "Expectation",
-    "ExpectationTarget",
-    "FolderReport",
-    "InstanceFaultSpec",
-    "InvalidScenario",
-    "PartExpectation",
-    "PartReport",
-    "RetrySpec",
-    "RunReport",
-    "RunSpec",
-    "RunStart",
-    "Scenario",
-    "ScenarioFault",
-    "ScenarioFileError",
-    "ScenarioHooks",
-    "ScenarioReport",
-    "ScenarioResult",
-    "StepSpec",
-    "UserAction",
-    "When",
-    "WhenKind",
-    "action_do",
-    "check_event_expectations",
-    "check_expectations",
-    "load_scenario",
-    "make_body",
-    "parse_scenario",
-    "play",
-    "scenario_files",
-    "shutdown_reason",
-    "to_builtins",
-]
+# The public names are each submodule's own ``__all__``, stated once there.
+__all__: list[str] = []
+__all__ += _format.__all__
+__all__ += _bodies.__all__
+__all__ += _play.__all__
+__all__ += _report.__all__
