@@ -5,7 +5,8 @@ without its handle."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import pytest
@@ -15,8 +16,22 @@ from run_supervisor.actors._async_body import AsyncRunContext
 from run_supervisor.actors.testing import EventLog
 
 T = TypeVar("T")
-# A short request timeout: a wait that still fell back on it would end long before the run does.
-CONFIG = SupervisorConfig(shutdown_at_exit=False, request_timeout_s=0.2)
+CONFIG = SupervisorConfig(shutdown_at_exit=False)
+SHORT_S = 0.2
+
+
+@contextmanager
+def requests_bounded_to(sup: AsyncSupervisor, seconds: float) -> Iterator[None]:
+    """Within the block, a short request timeout: a wait that still fell back on it would end long
+    before the run does. Only there: the start and the other calls keep the default bound (a loaded
+    machine may take longer than a short one to answer them)."""
+    sync = sup.sync
+    saved = sync.config
+    sync.config = sync._link.config = saved.model_copy(update={"request_timeout_s": seconds})
+    try:
+        yield
+    finally:
+        sync.config = sync._link.config = saved
 
 
 def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 30.0) -> T:
@@ -39,17 +54,18 @@ def test_an_awaited_run_wait_without_a_timeout_outlasts_the_request_timeout() ->
         release = asyncio.Event()
         async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
             run = await sup.start_run(gated(release), session="s1", directory="/w/a")
-            waiting = asyncio.create_task(run.wait())
-            log = EventLog(sup)
-            # Past the request timeout (0.2 s) the wait still waits: a second event loop turn later...
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.5):
-                    await asyncio.shield(waiting)
-            assert not waiting.done()
-            release.set()
-            finished = await waiting
-            await log.wait_for_async("run.finished", run_id=run.run_id, timeout=None)
-            log.close()
+            with requests_bounded_to(sup, SHORT_S):
+                waiting = asyncio.create_task(run.wait())
+                log = EventLog(sup)
+                # Past the request timeout (0.2 s) the wait still waits: a second event loop turn later...
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await asyncio.shield(waiting)
+                assert not waiting.done()
+                release.set()
+                finished = await waiting
+                await log.wait_for_async("run.finished", run_id=run.run_id, timeout=None)
+                log.close()
             return finished.outcome
 
     assert run_async(host) is Outcome.COMPLETED
@@ -60,16 +76,17 @@ def test_asyncio_timeout_composes_with_run_wait_and_await_idle_and_leaves_the_ru
         release = asyncio.Event()
         async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
             run = await sup.start_run(gated(release), session="s1", directory="/w/a")
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.3):
-                    await run.wait()
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(0.3):
-                    await sup.await_idle("s1")
-            idle = asyncio.create_task(sup.await_idle("s1"))  # no timeout: waits as long as it takes
-            release.set()
-            finished = await run.wait()
-            snapshot = await idle
+            with requests_bounded_to(sup, SHORT_S):
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.3):
+                        await run.wait()
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.3):
+                        await sup.await_idle("s1")
+                idle = asyncio.create_task(sup.await_idle("s1"))  # no timeout: waits as long as it takes
+                release.set()
+                finished = await run.wait()
+                snapshot = await idle
             return finished.outcome, snapshot is not None and snapshot.active is None
 
     assert run_async(host) == (Outcome.COMPLETED, True)

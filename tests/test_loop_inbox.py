@@ -120,11 +120,15 @@ class _NoticingLoop(asyncio.SelectorEventLoop):
 
     def __init__(self) -> None:
         super().__init__()
+        self.may_hand = threading.Event()  # set once the loop has stopped turning
         self.handed = threading.Event()
 
     def call_soon_threadsafe(self, callback: Any, *args: Any, context: Any = None) -> Any:
+        handing = "run_coroutine_threadsafe" in getattr(callback, "__qualname__", "")
+        if handing:
+            assert self.may_hand.wait(20)
         handle = super().call_soon_threadsafe(callback, *args, context=context)
-        if "run_coroutine_threadsafe" in getattr(callback, "__qualname__", ""):
+        if handing:
             self.handed.set()
         return handle
 
@@ -142,6 +146,7 @@ def test_a_start_whose_loop_closes_before_running_its_on_start_gives_up_and_shut
 
     task = loop.create_task(host())
     loop.run_until_complete(asyncio.sleep(0))  # the start's thread is under way; the loop stops turning
+    loop.may_hand.set()
     assert loop.handed.wait(20)  # the on_start is handed to the loop, which will never run it
     loop.close()
     starting = [t for t in set(threading.enumerate()) - before if t.name == "run-supervisor-starting"]
@@ -150,4 +155,4 @@ def test_a_start_whose_loop_closes_before_running_its_on_start_gives_up_and_shut
         thread.join(timeout=20)  # without slices it waited for good, its supervisor left running
         assert not thread.is_alive()
     assert called == []
-    del task
+    task._log_destroy_pending = False  # type: ignore[attr-defined]  # its loop is closed: it never ends

@@ -15,17 +15,22 @@ from run_supervisor.protocol import StepKind, StepStarted
 pytest_plugins = ["pytester"]
 
 
+@pytest.mark.timeout(300)  # two fresh interpreters: a few seconds idle, many more on a loaded machine
 def test_the_plugin_is_registered_through_its_entry_point(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         """
+        import pytest
+
+        @pytest.mark.run_supervisor(leak_timeout_s=60, request_timeout_s=60)  # however loaded the machine
         def test_fixtures(run_supervisor_leak_check, run_supervisor, async_run_supervisor,
                           run_supervisor_events, run_supervisor_defaults):
             assert async_run_supervisor.sync is run_supervisor and run_supervisor_defaults == {}
         """
     )
-    result = pytester.runpytest_subprocess("--markers")
+    result = pytester.runpytest_subprocess("--markers", timeout=240)
     result.stdout.fnmatch_lines(["@pytest.mark.run_supervisor(directories=(), hooks=None, grace_ms=1000*"])
-    pytester.runpytest_subprocess().assert_outcomes(passed=1)  # a fresh process: only the entry point
+    ran = pytester.runpytest_subprocess(timeout=240)  # a fresh process: only the entry point
+    ran.assert_outcomes(passed=1)
 
 
 def test_a_host_test_gets_a_supervisor_configured_by_the_marker_and_torn_down_with_test_teardown(
