@@ -30,10 +30,10 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 import msgspec
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from run_supervisor.actors import (
     Continuation,
@@ -89,10 +89,12 @@ from run_supervisor.protocol import (
     LifecycleRequested,
     PartSnapshot,
     PartState,
+    QueuePolicy,
     ReplyPermission,
     Request,
     RequestOutcome,
     RequestResult,
+    RetryBudget,
     RunFinished,
     RunQueued,
     RunRecovered,
@@ -680,15 +682,7 @@ class _Player:
         if follow is None:
             return None
         spec = self.runs[follow].spec
-        return Continuation(
-            body=self._body(spec),
-            directory=spec.directory,
-            run_id=spec.id,
-            deadline_ms=spec.deadline_ms,
-            queue_policy=spec.queue_policy,
-            interrupt_grace_ms=spec.interrupt_grace_ms,
-            retry_budget=spec.retry_budget,
-        )
+        return Continuation(body=self._body(spec), **_run_options(spec))
 
     def _read_to_end(self, limit: float) -> None:
         """Enter every event of the current subscription until its stream ends (bounded)."""
@@ -915,7 +909,7 @@ class _Player:
             abandoned=done.abandoned,
             queue_reason=done.reason if done.reason in _QUEUE_REASONS else UNSET,
             stalled=record.stalled,
-            resume_of=UNSET if record.resume_of is None else record.resume_of,
+            resume_of=_given(record.resume_of),
         )
 
     def _contract_reason(self, done: RunFinished) -> InterruptReason | None:
@@ -936,37 +930,59 @@ class _Player:
 _QUEUE_REASONS = frozenset({InterruptReason.COALESCED, InterruptReason.DROPPED})
 
 
+_RECOVERED_AS_FINISHED = tuple(
+    name for name in RunFinished.__struct_fields__ if name in RunRecovered.__struct_fields__
+)
+"""The fields a ``run.recovered`` shares with ``run.finished`` (its seq, run, session, outcome, reason,
+origin, phase, generation and parts): a recovered run is entered as finished with these."""
+
+
 def _as_finished(event: RunFinished | RunRecovered) -> RunFinished:
     if isinstance(event, RunFinished):
         return event
-    return RunFinished(
-        seq=event.seq,
-        run_id=event.run_id,
-        session=event.session,
-        outcome=event.outcome,
-        reason=event.reason,
-        origin=event.origin,
-        action_id=None,
-        phase=event.phase,
-        generation=event.generation,
-        parts=event.parts,
+    return RunFinished(action_id=None, **{name: getattr(event, name) for name in _RECOVERED_AS_FINISHED})
+
+
+class _RunOptions(TypedDict):
+    """What a run of the file starts with, the same in its ``StartRun`` and in the ``Continuation``
+    that resumes it after a crash."""
+
+    run_id: str
+    directory: str
+    queue_policy: QueuePolicy | None
+    deadline_ms: int | None
+    interrupt_grace_ms: int | None
+    retry_budget: RetryBudget | None
+
+
+def _run_options(spec: RunSpec) -> _RunOptions:
+    return _RunOptions(
+        run_id=spec.id,
+        directory=spec.directory,
+        queue_policy=spec.queue_policy,
+        deadline_ms=spec.deadline_ms,
+        interrupt_grace_ms=spec.interrupt_grace_ms,
+        retry_budget=spec.retry_budget,
     )
 
 
 def _start(spec: RunSpec, tag: str | None = None) -> StartRun:
     """``tag``: the ``start_run`` action, named as the action of a run this start coalesces."""
     return StartRun(
-        run_id=spec.id,
         session=spec.session,
-        directory=spec.directory,
         parent_run_id=spec.parent,
-        queue_policy=spec.queue_policy,
         tag=tag,
-        deadline_ms=spec.deadline_ms,
         resume_of=spec.resume_of,
-        interrupt_grace_ms=spec.interrupt_grace_ms,
-        retry_budget=spec.retry_budget,
+        **_run_options(spec),
     )
+
+
+_T = TypeVar("_T")
+
+
+def _given(value: _T | None) -> _T | UnsetType:
+    """A report's optional key: left out (``UNSET``) where the library has no value."""
+    return UNSET if value is None else value
 
 
 def _part_report(part: PartSnapshot) -> PartReport:
@@ -976,9 +992,9 @@ def _part_report(part: PartSnapshot) -> PartReport:
         state=part.state,
         tool_started=part.tool_started,
         label=part_label(part),
-        call_id=msgspec.UNSET if part.call_id is None else part.call_id,
-        note=msgspec.UNSET if part.note is None else part.note,
-        message=msgspec.UNSET if part.message is None else part.message,
+        call_id=_given(part.call_id),
+        note=_given(part.note),
+        message=_given(part.message),
         reason=part.reason if interrupted else msgspec.UNSET,
         origin=part.origin if interrupted else msgspec.UNSET,
         phase=part.phase if interrupted else msgspec.UNSET,
@@ -997,7 +1013,7 @@ def _action_report(record: _ActionRecord) -> ActionReport:
             do=do,
             result=outcome.result,
             error=outcome.error or "rejected, without a reason",
-            code=msgspec.UNSET if outcome.code is None else outcome.code,
+            code=_given(outcome.code),
         )
     if record.joined is not None:
         return ActionReport(
