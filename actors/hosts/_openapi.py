@@ -235,6 +235,11 @@ def _request_body(name: str, source: type[Any], drop: Iterable[str] = (), **kw: 
     return Body(name=name, source=name.removesuffix("Body"), drop=("type", *drop), **kw)
 
 
+def _answer(path: str, operation_id: str, summary: str, body: Body) -> Operation:
+    """A POST that answers an ask (of a run or by its id): a request outcome, or an ask's refusals."""
+    return Operation("POST", path, operation_id, summary, ref("RequestOutcome"), body=body, codes=_ASK_CODES)
+
+
 OPERATIONS: list[Operation] = [
     Operation("GET", "/health", "health", "Is the server up (no token needed)", ref("Health"), public=True),
     Operation(
@@ -308,32 +313,23 @@ OPERATIONS: list[Operation] = [
             *_SUBMIT,
         ),
     ),
-    Operation(
-        "POST",
+    _answer(
         "/runs/{run_id}/permission",
         "reply_permission_of_run",
         "Reply to the run's one open permission ask",
-        ref("RequestOutcome"),
-        body=_request_body("ReplyPermissionBody", ReplyPermission, ("run_id", "ask_id"), aliases=_APPROVE),
-        codes=_ASK_CODES,
+        _request_body("ReplyPermissionBody", ReplyPermission, ("run_id", "ask_id"), aliases=_APPROVE),
     ),
-    Operation(
-        "POST",
+    _answer(
         "/runs/{run_id}/form",
         "answer_form_of_run",
         "Answer the run's one open form",
-        ref("RequestOutcome"),
-        body=_request_body("AnswerFormBody", AnswerForm, ("run_id", "ask_id")),
-        codes=_ASK_CODES,
+        _request_body("AnswerFormBody", AnswerForm, ("run_id", "ask_id")),
     ),
-    Operation(
-        "POST",
+    _answer(
         "/runs/{run_id}/form/dismiss",
         "dismiss_form_of_run",
         "Dismiss the run's one open form",
-        ref("RequestOutcome"),
-        body=_request_body("DismissFormBody", DismissForm, ("run_id", "ask_id")),
-        codes=_ASK_CODES,
+        _request_body("DismissFormBody", DismissForm, ("run_id", "ask_id")),
     ),
     Operation(
         "POST",
@@ -360,33 +356,14 @@ OPERATIONS: list[Operation] = [
         codes=(RejectCode.INVALID_REQUEST.value,),
         query=(("run_id", _STRING, "Only this run's asks."),),
     ),
-    Operation(
-        "POST",
+    _answer(
         "/asks/{ask_id}/permission",
         "reply_permission",
         "Reply to a permission ask",
-        ref("RequestOutcome"),
-        body=Body(name="ReplyPermissionBody"),
-        codes=_ASK_CODES,
+        Body(name="ReplyPermissionBody"),
     ),
-    Operation(
-        "POST",
-        "/asks/{ask_id}/form",
-        "answer_form",
-        "Answer a form",
-        ref("RequestOutcome"),
-        body=Body(name="AnswerFormBody"),
-        codes=_ASK_CODES,
-    ),
-    Operation(
-        "POST",
-        "/asks/{ask_id}/dismiss",
-        "dismiss_form",
-        "Dismiss a form",
-        ref("RequestOutcome"),
-        body=Body(name="DismissFormBody"),
-        codes=_ASK_CODES,
-    ),
+    _answer("/asks/{ask_id}/form", "answer_form", "Answer a form", Body(name="AnswerFormBody")),
+    _answer("/asks/{ask_id}/dismiss", "dismiss_form", "Dismiss a form", Body(name="DismissFormBody")),
     Operation(
         "GET",
         "/sessions/{session}",
