@@ -641,39 +641,27 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
         started = answers.StartedRun(result=RequestResult.OK, run_id=parsed.run_id, lease_ms=lease)
         return _json(started, 201)  # created: the run exists now
 
-    def on_run(kind: str) -> Callable[[HttpRequest], Awaitable[Response]]:
+    def on_path(kind: str, key: str, *others: str) -> Callable[[HttpRequest], Awaitable[Response]]:
+        """A request of ``kind`` aimed by the path's ``key`` (a run, an ask, an action, a session);
+        the body may name neither it nor ``others``."""
+
         async def route(request: HttpRequest) -> Response:
             fields = await _body(request)
-            _from_path(fields, f"POST {request.url.path}", "run_id", "ask_id")
+            _from_path(fields, f"{request.method} {request.url.path}", key, *others)
             if kind == "reply_permission":
                 fields = approved_spelling(fields)
-            outcome = await host.submit(
-                _request({**fields, "type": kind, "run_id": request.path_params["run_id"]})
-            )
+            outcome = await host.submit(_request({**fields, "type": kind, key: request.path_params[key]}))
             return _outcome(outcome)
 
         return route
+
+    def on_run(kind: str) -> Callable[[HttpRequest], Awaitable[Response]]:
+        return on_path(kind, "run_id", "ask_id")
 
     def on_ask(kind: str) -> Callable[[HttpRequest], Awaitable[Response]]:
-        async def route(request: HttpRequest) -> Response:
-            fields = await _body(request)
-            _from_path(fields, f"POST {request.url.path}", "ask_id", "run_id")
-            if kind == "reply_permission":
-                fields = approved_spelling(fields)
-            outcome = await host.submit(
-                _request({**fields, "type": kind, "ask_id": request.path_params["ask_id"]})
-            )
-            return _outcome(outcome)
+        return on_path(kind, "ask_id", "run_id")
 
-        return route
-
-    async def confirm_action(request: HttpRequest) -> Response:
-        fields = await _body(request)
-        _from_path(fields, f"POST {request.url.path}", "action_id")
-        action_id = request.path_params["action_id"]
-        return _outcome(
-            await host.submit(_request({**fields, "type": "confirm_close", "action_id": action_id}))
-        )
+    confirm_action = on_path("confirm_close", "action_id")
 
     async def get_asks(request: HttpRequest) -> Response:
         _only(dict(request.query_params), ("run_id",), "GET /asks")  # a misspelt filter is no filter
@@ -758,13 +746,7 @@ def create_app(host: WireHost, settings: HttpSettings) -> Guard:
                 fields[name] = query[name]
         return _outcome(await host.submit(_request(fields)))
 
-    async def set_queue_policy(request: HttpRequest) -> Response:
-        fields = await _body(request)
-        _from_path(fields, f"{request.method} {request.url.path}", "session")
-        session = request.path_params["session"]
-        return _outcome(
-            await host.submit(_request({**fields, "type": "set_queue_policy", "session": session}))
-        )
+    set_queue_policy = on_path("set_queue_policy", "session")
 
     async def events_ticket(request: HttpRequest) -> Response:
         _only(await _body(request), (), "POST /events/ticket")
