@@ -723,24 +723,16 @@ class ExternalRuns:
                 "first (or leave call_id out: the ask is then for the latest unfinished part)",
             )
         ask: Any
+        asked: dict[str, Any] = {
+            "tool": report.tool,
+            "call_id": report.call_id,
+            "title": report.title,
+            "data": report.data,
+        }
         if report.form:
-            ask = ctx.open_form(
-                tool=report.tool,
-                call_id=report.call_id,
-                title=report.title,
-                questions=report.questions,
-                data=report.data,
-            )
+            ask = ctx.open_form(**asked, questions=report.questions)
         else:
-            ask = ctx.open_permission(
-                tool=report.tool,
-                call_id=report.call_id,
-                title=report.title,
-                command=report.command,
-                options=report.options,
-                data=report.data,
-                key=report.key,
-            )
+            ask = ctx.open_permission(**asked, command=report.command, options=report.options, key=report.key)
         echo = await self._echo(run)
         if self._was_refused(run, echo):
             return self._refusal(run, ctx, echo, "the ask")

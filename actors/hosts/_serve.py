@@ -57,13 +57,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help=f"read the bearer token from this file (else ${TOKEN_ENV}, else generated)",
     )
-    parser.add_argument(
-        "--directory",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="load this directory's instance at start (repeatable)",
-    )
+    _add_directory_argument(parser)
     parser.add_argument(
         "--allow-host",
         action="append",
@@ -356,13 +350,7 @@ def _start_supervisor(
 
 
 def add_stdio_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--directory",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="load this directory's instance at start (repeatable)",
-    )
+    _add_directory_argument(parser)
     parser.add_argument("--no-events", action="store_true", help="write answers and errors only, no events")
     parser.add_argument(
         "--grace-ms", type=int, default=1000, help=f"shutdown grace when stdin closes, 1 to {MAX_MS} ms"
@@ -394,6 +382,16 @@ def stdio_command(args: argparse.Namespace) -> int:
         journal_sync=args.journal_sync,
         stall_after_ms=args.stall_after_ms,
         reload_policy=ReloadPolicy(args.reload_policy),
+    )
+
+
+def _add_directory_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--directory",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="load this directory's instance at start (repeatable)",
     )
 
 
