@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar, cast
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -933,8 +933,8 @@ _QUEUE_REASONS = frozenset({InterruptReason.COALESCED, InterruptReason.DROPPED})
 _RECOVERED_AS_FINISHED = tuple(
     name for name in RunFinished.__struct_fields__ if name in RunRecovered.__struct_fields__
 )
-"""The fields a ``run.recovered`` shares with ``run.finished`` (its seq, run, session, outcome, reason,
-origin, phase, generation and parts): a recovered run is entered as finished with these."""
+"""The fields a ``run.recovered`` shares with ``run.finished`` (its seq and epoch, run, session, outcome,
+reason, origin, phase, generation and parts): a recovered run is entered as finished with these."""
 
 
 def _as_finished(event: RunFinished | RunRecovered) -> RunFinished:
@@ -956,14 +956,9 @@ class _RunOptions(TypedDict):
 
 
 def _run_options(spec: RunSpec) -> _RunOptions:
-    return _RunOptions(
-        run_id=spec.id,
-        directory=spec.directory,
-        queue_policy=spec.queue_policy,
-        deadline_ms=spec.deadline_ms,
-        interrupt_grace_ms=spec.interrupt_grace_ms,
-        retry_budget=spec.retry_budget,
-    )
+    """Each option is the spec's field of the same name, but ``run_id``: the spec's ``id``."""
+    given = {name: getattr(spec, name) for name in _RunOptions.__annotations__ if name != "run_id"}
+    return cast(_RunOptions, {**given, "run_id": spec.id})
 
 
 def _start(spec: RunSpec, tag: str | None = None) -> StartRun:
