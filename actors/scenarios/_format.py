@@ -1446,6 +1446,26 @@ def _check_directories(directories: Sequence[str]) -> None:
 # Runs and steps
 
 
+_STEP_AS_GIVEN = (
+    "tool",
+    "gate",
+    "ms",
+    "error",
+    "fail",
+    "ignores_cancel",
+    "ask",
+    "wait",
+    "timeout_ms",
+    "title",
+    "command",
+    "key",
+    "heartbeat_ms",
+)
+"""The step keys a ``StepSpec`` holds as the file gives them (``_StepModel`` has checked them); the
+others are converted (``kind``, ``at``, ``options``, ``questions``, ``retry``) or derived (``id``,
+``part``)."""
+
+
 def _build_run(index: int, run: _RunModel) -> RunSpec:
     for position, step in enumerate(run.steps):
         _check_step_keys(index, position, step)
@@ -1456,25 +1476,13 @@ def _build_run(index: int, run: _RunModel) -> RunSpec:
         StepSpec(
             kind=StepKind(step.kind),
             id=step_id,
-            tool=step.tool,
-            gate=step.gate,
             at=PartState(step.at or PartState.RUNNING),
-            ms=step.ms,
-            error=step.error,
-            fail=step.fail,
-            ignores_cancel=step.ignores_cancel,
             part=part,
-            ask=step.ask,
-            wait=step.wait,
-            timeout_ms=step.timeout_ms,
-            title=step.title,
-            command=step.command,
             options=tuple(step.options or ()),
             questions=tuple(_question(q) for q in step.questions or ()),
-            key=step.key,
-            heartbeat_ms=step.heartbeat_ms,
             retry=tuple(retry.message for retry in retries),
             retries=retries,
+            **{name: getattr(step, name) for name in _STEP_AS_GIVEN},
         )
         for position, (step, step_id, part) in enumerate(zip(run.steps, ids, parts, strict=True))
         for retries in [_retries(step.retry or (), ("runs", index, "steps", position, "retry"))]
