@@ -179,6 +179,13 @@ def test_a_report_that_is_a_list_a_number_or_true_and_a_2000_deep_line_are_answe
     assert by_id[6]["status"] == 200 and len(replies) == 6
 
 
+def _replies(lines: list[bytes]) -> dict[int, dict[str, Any]]:
+    """Serve ``lines`` over stdio (no events) to the end of the input; its replies by id."""
+    out = io.BytesIO()
+    assert serve_stdio(io.BytesIO(b"\n".join(lines) + b"\n"), out, events=False, grace_ms=100) == 0
+    return {reply["id"]: reply for reply in map(json.loads, out.getvalue().splitlines())}
+
+
 def test_stdio_refuses_a_field_its_own_operations_do_not_take_naming_it() -> None:
     lines = [
         b'{"id": 1, "type": "report", "run_id": "r1", "report": {"type": "end"}, "runId": "r1"}',
@@ -186,9 +193,7 @@ def test_stdio_refuses_a_field_its_own_operations_do_not_take_naming_it() -> Non
         b'{"id": 3, "type": "query", "what": "run", "run_id": "r1", "session": "s1"}',
         b'{"id": 4, "type": "directories", "directories": ["/p/a"], "lod": false}',
     ]
-    out = io.BytesIO()
-    assert serve_stdio(io.BytesIO(b"\n".join(lines) + b"\n"), out, events=False, grace_ms=100) == 0
-    replies = {reply["id"]: reply for reply in map(json.loads, out.getvalue().splitlines())}
+    replies = _replies(lines)
     expected = {1: "runId", 2: "run_id", 3: "session", 4: "lod"}
     for corr, field in expected.items():
         assert (replies[corr]["type"], replies[corr]["status"]) == ("error", 422), replies[corr]
@@ -210,9 +215,7 @@ def test_stdio_refuses_an_unknown_field_of_a_request_naming_it_and_starts_or_can
         b'{"id": 5, "type": "close", "do": "dispose_all", "mode": "maintenance", "origin": "x", "grace": 1}',
         b'{"id": 6, "type": "query", "what": "statistics"}',
     ]
-    out = io.BytesIO()
-    assert serve_stdio(io.BytesIO(b"\n".join(lines) + b"\n"), out, events=False, grace_ms=100) == 0
-    replies = {reply["id"]: reply for reply in map(json.loads, out.getvalue().splitlines())}
+    replies = _replies(lines)
     for corr, field in {1: "deadline", 2: "leaseMs", 3: "reasn", 4: "lease_ms", 5: "grace"}.items():
         assert (replies[corr]["type"], replies[corr]["status"]) == ("error", 422), replies[corr]
         assert field in replies[corr]["error"], replies[corr]
