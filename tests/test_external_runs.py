@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from wire_support import Served, of_type, report, sse
+from wire_support import Served, end_run, of_type, report, sse, start_queued
 from wire_support import run_served as run
 from wire_support import start_external as start
 
@@ -45,8 +45,7 @@ def test_heartbeats_keep_a_quiet_run_alive_past_its_lease() -> None:
             while loop.time() < until:
                 assert (await report(client, "r1", type="heartbeat")).status_code == 200
                 await asyncio.sleep(0.05)  # the client's own pace, not a synchronisation
-            assert (await report(client, "r1", type="end")).status_code == 200
-            finished = await events.until(of_type("run.finished", run_id="r1"))
+            finished = await end_run(client, events)
             assert finished.data["outcome"] == "completed"
 
     run(scenario)
@@ -72,8 +71,7 @@ def test_an_interrupted_client_is_told_why_and_its_end_finishes_the_run_with_tha
             assert notice.data["action_id"] == close.json()["action_id"]
             refused = await report(client, "r1", type="step", kind="model", step="model-2")
             assert refused.status_code == 409 and refused.json()["code"] == "already_interrupting"
-            assert (await report(client, "r1", type="end")).status_code == 200
-            finished = await events.until(of_type("run.finished", run_id="r1"))
+            finished = await end_run(client, events)
             assert finished.data["reason"] == "lifecycle_interrupt"
 
     run(scenario)
@@ -155,9 +153,7 @@ def test_a_shutdown_with_external_runs_that_ignore_interrupts_completes_within_i
 def test_reports_to_a_queued_run_are_kept_and_applied_when_it_starts() -> None:
     async def scenario(srv: Served) -> None:
         async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await start(client, "r1", "s1")
-            await start(client, "r2", "s1")
-            await events.until(of_type("run.queued", run_id="r2"))
+            await start_queued(client, events)
             assert (await report(client, "r2", type="step", kind="model", step="early")).status_code == 200
             await report(client, "r1", type="end")
             step = await events.until(of_type("run.step.started", run_id="r2"))

@@ -9,8 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,8 @@ import httpx
 import jsonschema
 import msgspec
 import pytest
-from wire_support import Served, of_type, served, sse
+from wire_support import CLI, Served, end_run, of_type, reaped, report, run_node, served, sse
+from wire_support import run_served as run
 
 from run_supervisor.actors import SupervisorConfig
 from run_supervisor.actors._cli import main
@@ -27,21 +26,12 @@ from run_supervisor.actors.hosts._schema import with_hosts
 from run_supervisor.protocol import RejectCode, StartRun, wire_schema
 
 
-def run(scenario: Callable[[Served], Awaitable[None]], **kwargs: Any) -> None:
-    with served(**kwargs) as srv:
-        asyncio.run(asyncio.wait_for(scenario(srv), 45))
-
-
 async def start(client: httpx.AsyncClient, run_id: str, directory: str = "/w/a", **extra: Any) -> None:
     answer = await client.post(
         "/runs", json={"run_id": run_id, "session": f"s-{run_id}", "directory": directory, **extra}
     )
     assert answer.status_code == 201, answer.text
     assert answer.json()["result"] == "ok"
-
-
-async def report(client: httpx.AsyncClient, run_id: str, **fields: Any) -> httpx.Response:
-    return await client.post(f"/runs/{run_id}/reports", json=fields)
 
 
 # --- security ------------------------------------------------------------------------------------
@@ -106,7 +96,7 @@ def test_a_body_over_the_limit_is_refused_with_413_and_nothing_is_submitted() ->
 def test_serve_refuses_a_non_loopback_address_without_an_explicit_token() -> None:
     env = {k: v for k, v in os.environ.items() if k != "RUN_SUPERVISOR_TOKEN"}
     done = subprocess.run(
-        [sys.executable, "-m", "run_supervisor.actors._cli", "serve", "--host", "0.0.0.0", "--port", "0"],
+        [*CLI, "serve", "--host", "0.0.0.0", "--port", "0"],
         capture_output=True,
         check=False,
         text=True,
@@ -119,13 +109,14 @@ def test_serve_refuses_a_non_loopback_address_without_an_explicit_token() -> Non
 
 
 def test_serve_prints_one_ready_line_with_its_url_and_exits_after_a_shutdown_request() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "run_supervisor.actors._cli", "serve", "--port", "0", "--directory", "/p/a"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with reaped(
+        subprocess.Popen(
+            [*CLI, "serve", "--port", "0", "--directory", "/p/a"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    ) as proc:
         assert proc.stdout is not None
         ready = json.loads(proc.stdout.readline())
         assert ready["ready"] is True
@@ -138,10 +129,6 @@ def test_serve_prints_one_ready_line_with_its_url_and_exits_after_a_shutdown_req
             assert done.json()["result"] == "forced"
         assert proc.wait(timeout=20) == 0
         assert proc.stdout.read() == ""  # exactly one line on stdout
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
 
 
 # --- statuses ------------------------------------------------------------------------------------
@@ -211,8 +198,7 @@ def test_native_routes_start_cancel_close_and_query_a_run() -> None:
             assert (await client.post("/runs/r1/cancel", json={"origin": "stop-button"})).status_code == 200
             notice = await events.until(of_type("external.interrupt", run_id="r1"))
             assert notice.data["reason"] == "user_cancel" and notice.data["origin"] == "stop-button"
-            assert (await report(client, "r1", type="end")).status_code == 200
-            finished = await events.until(of_type("run.finished", run_id="r1"))
+            finished = await end_run(client, events)
             assert finished.data["outcome"] == "interrupted" and finished.data["reason"] == "user_cancel"
             await events.until(of_type("lifecycle.completed", action_id=close.json()["action_id"]))
             snapshot = (await client.get("/runs/r1")).json()
@@ -399,15 +385,7 @@ def test_sse_streams_end_when_the_supervisor_shuts_down() -> None:
 def test_the_node_example_drives_an_external_run_through_a_deferred_close() -> None:
     script = Path(__file__).resolve().parent.parent / "docs/examples/node-client.mjs"
     with served(("/proj/a",)) as srv:
-        done = subprocess.run(
-            ["node", str(script), srv.url, srv.server.token],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    assert done.returncode == 0, done.stdout + done.stderr
-    summary = json.loads(done.stdout)
+        summary = run_node(str(script), srv.url, srv.server.token)
     assert summary == {
         "close": "deferred",
         "affected": ["/proj/a"],
@@ -421,15 +399,7 @@ def test_the_node_example_drives_an_external_run_through_a_deferred_close() -> N
 def test_serve_on_sigterm_shuts_the_supervisor_down_interrupting_its_runs_and_exits_0() -> None:
     async def scenario() -> None:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "run_supervisor.actors._cli",
-            "serve",
-            "--directory",
-            "/p/a",
-            "--grace-ms",
-            "300",
-            stdout=asyncio.subprocess.PIPE,
+            *CLI, "serve", "--directory", "/p/a", "--grace-ms", "300", stdout=asyncio.subprocess.PIPE
         )
         try:
             assert proc.stdout is not None

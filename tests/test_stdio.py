@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from wire_support import CLI, run_node
 
 from run_supervisor.actors._cli import main
 from run_supervisor.actors.hosts._schema import with_hosts
@@ -72,13 +72,7 @@ class Sidecar:
 def session(scenario: Callable[[Sidecar], Awaitable[None]], *args: str) -> int:
     async def go() -> int:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "run_supervisor.actors._cli",
-            "stdio",
-            *args,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+            *CLI, "stdio", *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
         )
         try:
             await scenario(Sidecar(proc))
@@ -164,15 +158,7 @@ def test_stdio_refuses_a_non_positive_grace(capsys: Any) -> None:
 def test_the_node_sidecar_example_keeps_its_run_through_a_deferred_reload_and_shuts_down_on_eof() -> None:
     root = Path(__file__).resolve().parent.parent
     command = Path(sys.executable).with_name("run-supervisor")
-    done = subprocess.run(
-        ["node", str(root / "docs/examples/stdio-sidecar.mjs"), str(command)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    summary = json.loads(done.stdout)
+    summary = run_node(str(root / "docs/examples/stdio-sidecar.mjs"), str(command))
     assert (summary["close"], summary["blocking_runs"], summary["outcome"]) == (
         "deferred",
         ["r1"],

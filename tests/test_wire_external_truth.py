@@ -5,11 +5,10 @@ report as it answers a cancel, and an id a route cannot carry is refused where i
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,12 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from wire_support import Served, of_type, served, sse
+from wire_support import Served, end_run, of_type, report, served, serving, sse, start_queued
+from wire_support import run_served as run
+from wire_support import start_external as start
 
 from run_supervisor.actors import InvalidRequest, Supervisor, SupervisorConfig
-from run_supervisor.actors.hosts import ExternalRuns, ServerThread, WireHost, decode_report
+from run_supervisor.actors.hosts import ExternalRuns, WireHost, decode_report
 from run_supervisor.actors.hosts._external import EndReport, PartUpdate
 from run_supervisor.actors.hosts._schema import with_hosts
 from run_supervisor.actors.testing import EventLog, simulate_crash
@@ -51,22 +52,6 @@ def host_event(data: dict[str, Any]) -> None:
     jsonschema.Draft202012Validator({"$defs": schema["$defs"], "$ref": "#/$defs/HostEvent"}).validate(data)
 
 
-def run(scenario: Callable[[Served], Awaitable[None]], **kwargs: Any) -> None:
-    with served(**kwargs) as srv:
-        asyncio.run(asyncio.wait_for(scenario(srv), 45))
-
-
-async def start(client: httpx.AsyncClient, run_id: str, session: str, **extra: Any) -> None:
-    answer = await client.post(
-        "/runs", json={"run_id": run_id, "session": session, "directory": "/w/a", **extra}
-    )
-    assert answer.status_code == 201, answer.text
-
-
-async def report(client: httpx.AsyncClient, run_id: str, **fields: Any) -> httpx.Response:
-    return await client.post(f"/runs/{run_id}/reports", json=fields)
-
-
 def last_card(seen: list[Any], run_id: str, call_id: str) -> dict[str, Any]:
     cards = [
         e.data
@@ -87,8 +72,7 @@ def test_a_tool_reported_pending_running_completed_ends_on_a_card_that_says_it_r
             for state in ("pending", "running", "completed"):  # opencode's own tool states, in order
                 answer = await report(client, "r1", type="part", tool="bash", state=state, call_id="c1")
                 assert answer.status_code == 200, answer.text
-            assert (await report(client, "r1", type="end")).status_code == 200
-            finished = await events.until(of_type("run.finished", run_id="r1"))
+            finished = await end_run(client, events)
             (part,) = finished.data["parts"]
             assert (part["state"], part["tool_started"], part["label"]) == ("completed", True, "bash ran")
             card = last_card(events.seen, "r1", "c1")
@@ -108,8 +92,7 @@ def test_a_part_report_that_does_not_apply_is_rejected_naming_the_state_and_chan
             back = await report(client, "r1", type="part", tool="bash", state="running", call_id="c1")
             assert back.status_code == 422, back.text
             assert back.json()["result"] == "rejected" and "is completed" in back.json()["error"]
-            assert (await report(client, "r1", type="end")).status_code == 200
-            await events.until(of_type("run.finished", run_id="r1"))
+            await end_run(client, events)
             assert last_card(events.seen, "r1", "c1")["state"] == "completed"
 
     run(scenario)
@@ -134,8 +117,7 @@ def test_a_part_the_user_declined_with_feedback_is_not_reported_completed_with_a
             late = await report(client, "r1", type="part", tool="bash", state="completed", call_id="c1")
             assert late.status_code == 422, late.text
             assert "is error" in late.json()["error"]
-            assert (await report(client, "r1", type="end")).status_code == 200
-            await events.until(of_type("run.finished", run_id="r1"))
+            await end_run(client, events)
             card = last_card(events.seen, "r1", "c1")
             assert (card["state"], card["declined"], card["message"]) == (
                 "error",
@@ -438,8 +420,7 @@ def test_a_retried_step_retry_or_end_report_changes_nothing_the_second_time() ->
             ):
                 assert (await report(client, "r1", **body)).status_code == 200
                 assert (await report(client, "r1", **body)).status_code == 200
-            assert (await report(client, "r1", type="end")).status_code == 200
-            await events.until(of_type("run.finished", run_id="r1"))
+            await end_run(client, events)
             again = await report(client, "r1", type="end")  # its answer was lost: the client asks again
             assert again.status_code == 200, again.text
             other = await report(client, "r1", type="end", error="boom")
@@ -473,9 +454,7 @@ def test_an_end_sent_twice_before_the_first_is_answered_is_ok_twice(supervisor: 
 def test_reports_to_a_queued_run_are_bounded_and_refused_past_the_bound_with_a_clear_code() -> None:
     async def scenario(srv: Served) -> None:
         async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await start(client, "r1", "s1")
-            await start(client, "r2", "s1")
-            await events.until(of_type("run.queued", run_id="r2"))
+            await start_queued(client, events)
             big = "x" * 600_000
             first = await report(client, "r2", type="retry", attempt=1, message=big)
             assert first.status_code == 200 and first.json()["queued"] is True, first.text
@@ -507,9 +486,7 @@ def test_reports_to_a_queued_run_are_bounded_and_refused_past_the_bound_with_a_c
 def test_a_report_kept_for_a_queued_run_that_does_nothing_when_it_starts_is_told_by_an_event() -> None:
     async def scenario(srv: Served) -> None:
         async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await start(client, "r1", "s1")
-            await start(client, "r2", "s1")
-            await events.until(of_type("run.queued", run_id="r2"))
+            await start_queued(client, events)
             early = await report(client, "r2", type="part", tool="bash", state="completed", call_id="c9")
             assert early.status_code == 200 and early.json()["queued"] is True
             await report(client, "r1", type="end")
@@ -532,14 +509,8 @@ def test_a_report_kept_for_a_queued_run_that_does_nothing_when_it_starts_is_told
 def served_on(journal: Path) -> Iterator[Served]:
     sup = Supervisor.start(CONFIG, journal=journal, directories=["/w/a"])
     host = WireHost(sup)
-    server = ServerThread(host).start()
-    try:
-        yield Served(sup, host, server)
-    finally:
-        if not sup.closed:
-            sup.shutdown(grace_ms=500, reason="test_teardown")
-        host.hub.join(5.0)
-        server.stop()
+    with serving(sup, host) as srv:
+        yield srv
 
 
 def test_after_a_crash_the_recovered_runs_session_is_idle_and_a_report_answers_as_a_cancel_does(

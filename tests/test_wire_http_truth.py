@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from wire_support import Served, of_type, served, sse
+from wire_support import Served, of_type, reaped, served, serving, sse
 
 from run_supervisor.actors import Supervisor, SupervisorConfig
 from run_supervisor.actors._cli import main
@@ -44,14 +44,8 @@ def served_with(settings: HttpSettings, *, buffer: int = 10_000) -> Iterator[Ser
     sup = Supervisor.start(SupervisorConfig(shutdown_at_exit=False))
     host = WireHost(sup, buffer=buffer)
     sup.load("/w/a")
-    server = ServerThread(host, settings=settings).start()
-    try:
-        yield Served(sup, host, server)
-    finally:
-        if not sup.closed:
-            sup.shutdown(grace_ms=500, reason="test_teardown")
-        host.hub.join(5.0)
-        server.stop()
+    with serving(sup, host, settings) as srv:
+        yield srv
 
 
 async def start(client: httpx.AsyncClient, run_id: str, **extra: Any) -> None:
@@ -568,23 +562,22 @@ function get() {
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 def test_a_node_client_on_a_kept_alive_connection_is_served_with_tcp_nodelay() -> None:
-    with served(("/w/a",)) as srv:
-        node = subprocess.Popen(
-            ["node", "-e", NODE_KEEP_ALIVE, str(srv.server.port)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert node.stdout is not None and node.stdin is not None
-            seen = json.loads(node.stdout.readline())
-            assert seen["first"]["status"] == seen["second"]["status"] == 200
-            assert seen["second"]["reused"] is True and seen["first"]["port"] == seen["second"]["port"]
-            accepted = _server_side_sockets(srv.server)[seen["second"]["port"]]
-            assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
-            node.stdin.close()
-            assert node.wait(timeout=20) == 0
-        finally:
-            if node.poll() is None:
-                node.kill()
-                node.wait(timeout=10)
+    with (
+        served(("/w/a",)) as srv,
+        reaped(
+            subprocess.Popen(
+                ["node", "-e", NODE_KEEP_ALIVE, str(srv.server.port)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        ) as node,
+    ):
+        assert node.stdout is not None and node.stdin is not None
+        seen = json.loads(node.stdout.readline())
+        assert seen["first"]["status"] == seen["second"]["status"] == 200
+        assert seen["second"]["reused"] is True and seen["first"]["port"] == seen["second"]["port"]
+        accepted = _server_side_sockets(srv.server)[seen["second"]["port"]]
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        node.stdin.close()
+        assert node.wait(timeout=20) == 0

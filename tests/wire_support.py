@@ -8,14 +8,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from run_supervisor.actors import Supervisor, SupervisorConfig
-from run_supervisor.actors.hosts import ServerThread, WireHost
+from run_supervisor.actors.hosts import HttpSettings, ServerThread, WireHost
+
+Popen = TypeVar("Popen", bound="subprocess.Popen[Any]")
+CLI = (sys.executable, "-m", "run_supervisor.actors._cli")
+"""The command line of ``run-supervisor`` in this interpreter."""
 
 
 @dataclass
@@ -49,7 +55,15 @@ def served(
     host = WireHost(sup, buffer=buffer, default_lease_ms=default_lease_ms)
     if directories:
         sup.load(*directories)  # after the hub subscribed: their instance.started are in the stream
-    server = ServerThread(host).start()
+    with serving(sup, host) as srv:
+        yield srv
+
+
+@contextlib.contextmanager
+def serving(sup: Supervisor, host: WireHost, settings: HttpSettings | None = None) -> Iterator[Served]:
+    """``host`` (over ``sup``) behind a real HTTP server on 127.0.0.1; the supervisor shut down,
+    the hub joined and the server stopped after."""
+    server = ServerThread(host, settings=settings).start()
     try:
         yield Served(sup, host, server)
     finally:
@@ -211,6 +225,37 @@ async def start_external(client: httpx.AsyncClient, run_id: str, session: str, *
     assert answer.status_code == 201, answer.text
 
 
+async def start_queued(client: httpx.AsyncClient, events: SseReader) -> None:
+    """Open external run r1 in s1 and r2 behind it, until r2's ``run.queued`` is seen."""
+    await start_external(client, "r1", "s1")
+    await start_external(client, "r2", "s1")
+    await events.until(of_type("run.queued", run_id="r2"))
+
+
+async def end_run(client: httpx.AsyncClient, events: SseReader, run_id: str = "r1") -> SseEvent:
+    """Report external run ``run_id``'s end (answered 200) and wait for its ``run.finished``."""
+    assert (await report(client, run_id, type="end")).status_code == 200
+    return await events.until(of_type("run.finished", run_id=run_id))
+
+
 async def report(client: httpx.AsyncClient, run_id: str, **fields: Any) -> httpx.Response:
     """One report of an external run."""
     return await client.post(f"/runs/{run_id}/reports", json=fields)
+
+
+def run_node(*args: str) -> Any:
+    """Run ``node *args`` (a docs example) to its end, within 60 s; its stdout's JSON summary."""
+    done = subprocess.run(["node", *args], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+@contextlib.contextmanager
+def reaped(proc: Popen) -> Iterator[Popen]:
+    """``proc`` itself; killed (and waited for) after, should it still be running."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
