@@ -16,7 +16,6 @@ from run_supervisor.actors import Gate, RunContext, Supervisor, SupervisorConfig
 from run_supervisor.actors._supervisor import Query
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import (
-    Command,
     Event,
     Outcome,
     RunFinished,
@@ -31,17 +30,14 @@ def mismatches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """After every publication, compare the view with what the core answers; collect differences
     (an assertion inside the supervisor's thread would be contained, not reported)."""
     found: list[str] = []
-    publish = _view.View.refresh
+    # Every publication, one message's (refresh) or a mailbox drain's batch (refresh_batch), goes through
+    # _publish: checking there covers the supervisor's main path, not only the preload and stall ones.
+    publish = _view.View._publish
 
-    def checked(
-        self: _view.View,
-        core: SupervisorCore,
-        message: Any,
-        commands: Iterable[Command],
-    ) -> None:
-        commands = list(commands)
-        publish(self, core, message, commands)
-        where = type(message).__name__
+    def checked(self: _view.View, core: SupervisorCore, given_items: Iterable[Any]) -> None:
+        items = list(given_items)
+        publish(self, core, items)
+        where = "+".join(sorted({type(item).__name__ for item in items})) or "nothing"
         known = set(core._runs)  # the test compares with the core's own records
         if set(self.runs) != known:
             found.append(f"{where}: runs {sorted(set(self.runs) ^ known)}")
@@ -56,7 +52,7 @@ def mismatches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         if self.statistics != core.statistics():
             found.append(f"{where}: statistics")
 
-    monkeypatch.setattr(_view.View, "refresh", checked)
+    monkeypatch.setattr(_view.View, "_publish", checked)
     yield found
 
 
