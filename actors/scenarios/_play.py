@@ -477,29 +477,17 @@ class _Player:
             return CancelRun(run_id=spec.run, origin=spec.origin, tag=spec.id, grace_ms=spec.grace_ms)
         if do is UserAction.START_RUN:
             return _start(self.runs[spec.run].spec, tag=spec.id)
-        if do is UserAction.REPLY_PERMISSION:
-            approve = spec.decision is Decision.APPROVE
-            if spec.ask is not None:
-                return ReplyPermission(
-                    ask_id=self._ask_id(spec.run, spec.ask),
-                    approve=approve,
-                    message=spec.message,
-                    tag=spec.id,
-                    always=spec.always,
-                )
-            return ReplyPermission(
-                run_id=spec.run, approve=approve, message=spec.message, tag=spec.id, always=spec.always
-            )
-        if do is UserAction.ANSWER_FORM:
-            if spec.ask is not None:
-                return AnswerForm(
-                    ask_id=self._ask_id(spec.run, spec.ask), answer=spec.answer or "", tag=spec.id
-                )
-            return AnswerForm(run_id=spec.run, answer=spec.answer or "", tag=spec.id)
-        assert do is UserAction.CANCEL_FORM, do
+        # A reply names its ask when the file does, else its run (the run's one open ask of that kind).
+        to = _AskAddress(run_id=spec.run, ask_id=None)
         if spec.ask is not None:
-            return DismissForm(ask_id=self._ask_id(spec.run, spec.ask), message=spec.message, tag=spec.id)
-        return DismissForm(run_id=spec.run, message=spec.message, tag=spec.id)
+            to = _AskAddress(run_id=None, ask_id=self._ask_id(spec.run, spec.ask))
+        if do is UserAction.REPLY_PERMISSION:
+            approve, always = spec.decision is Decision.APPROVE, spec.always
+            return ReplyPermission(approve=approve, always=always, message=spec.message, tag=spec.id, **to)
+        if do is UserAction.ANSWER_FORM:
+            return AnswerForm(answer=spec.answer or "", tag=spec.id, **to)
+        assert do is UserAction.CANCEL_FORM, do
+        return DismissForm(message=spec.message, tag=spec.id, **to)
 
     def _confirm_request(self, spec: ActionSpec) -> ConfirmClose:
         """``confirm_close`` of the file's close ``spec.action``, by the supervisor's id for it (a close
@@ -941,6 +929,13 @@ def _as_finished(event: RunFinished | RunRecovered) -> RunFinished:
     if isinstance(event, RunFinished):
         return event
     return RunFinished(action_id=None, **{name: getattr(event, name) for name in _RECOVERED_AS_FINISHED})
+
+
+class _AskAddress(TypedDict):
+    """Whom a reply is for: an ask by its id, or (``ask_id`` None) the run's one open ask of its kind."""
+
+    run_id: str | None
+    ask_id: str | None
 
 
 class _RunOptions(TypedDict):
