@@ -498,10 +498,12 @@ def shutdown(
     """Interrupt everything with ``reason`` and stop every actor and thread we started (``origin``
     and ``tag`` name who asked and why, in the lifecycle events); return once the shutdown has
     completed, with its final outcome. Returns within ``grace_ms`` (None: the config's
-    ``default_grace_ms``) plus ``stop_timeout_s`` whatever host code does: bodies that ignore
-    cancellation are abandoned (``abandoned_runs``); load and dispose hooks, subscriber callbacks
-    and future callbacks still running are left behind and named in ``overran``. Idempotent: a
-    second call returns the first one's outcome."""
+    ``default_grace_ms``) plus ``stop_timeout_s`` whatever host code does, plus the supervisor's own
+    work at the deadline: bodies that ignore cancellation are abandoned (``abandoned_runs``); load
+    and dispose hooks, subscriber callbacks and future callbacks still running are left behind and
+    named in ``overran``. Abandoning costs the supervisor's thread some CPU per stuck body (about 40
+    to 50 ms past the grace for 1,000 deaf bodies on two busy cores: ``uncooperative_overrun_1000_ms``
+    in docs/performance.md). Idempotent: a second call returns the first one's outcome."""
     grace = 0 if grace_ms is None else grace_ms
     request = check.shutdown(grace_ms=grace, reason=reason, origin=origin, tag=tag)
     return ShutdownCall(request, default_grace=grace_ms is None)
