@@ -448,33 +448,22 @@ class _Player:
             return CloseRequest(
                 do=do,
                 mode=spec.mode,
-                origin=spec.origin,
                 directories=directories,
-                tag=spec.id,
                 fingerprint=spec.fingerprint,
                 reload_policy=spec.reload_policy,
-                grace_ms=spec.grace_ms,
+                **_asked_by(spec),
             )
         if do is UserAction.CONFIRM:
             return self._confirm_request(spec)
         if do is UserAction.CANCEL_SESSION:
-            assert spec.session is not None and spec.origin is not None
-            return CancelSession(
-                session=spec.session, origin=spec.origin, grace_ms=spec.grace_ms, tag=spec.id
-            )
+            assert spec.session is not None
+            return CancelSession(session=spec.session, **_asked_by(spec))
         if do is UserAction.DELETE_SESSION:
-            assert spec.session is not None and spec.origin is not None
-            return DeleteSession(
-                session=spec.session,
-                confirm=spec.confirm,
-                origin=spec.origin,
-                grace_ms=spec.grace_ms,
-                tag=spec.id,
-            )
+            assert spec.session is not None
+            return DeleteSession(session=spec.session, confirm=spec.confirm, **_asked_by(spec))
         assert spec.run is not None
         if do is UserAction.CANCEL:
-            assert spec.origin is not None
-            return CancelRun(run_id=spec.run, origin=spec.origin, tag=spec.id, grace_ms=spec.grace_ms)
+            return CancelRun(run_id=spec.run, **_asked_by(spec))
         if do is UserAction.START_RUN:
             return _start(self.runs[spec.run].spec, tag=spec.id)
         # A reply names its ask when the file does, else its run (the run's one open ask of that kind).
@@ -929,6 +918,19 @@ def _as_finished(event: RunFinished | RunRecovered) -> RunFinished:
     if isinstance(event, RunFinished):
         return event
     return RunFinished(action_id=None, **{name: getattr(event, name) for name in _RECOVERED_AS_FINISHED})
+
+
+class _AskedBy(TypedDict):
+    """Who asks a close or a cancel (its origin), with what grace, tagged with the file's action id."""
+
+    origin: str
+    grace_ms: int | None
+    tag: str
+
+
+def _asked_by(spec: ActionSpec) -> _AskedBy:
+    assert spec.origin is not None
+    return _AskedBy(origin=spec.origin, grace_ms=spec.grace_ms, tag=spec.id)
 
 
 class _AskAddress(TypedDict):
