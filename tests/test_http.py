@@ -16,7 +16,7 @@ import httpx
 import jsonschema
 import msgspec
 import pytest
-from wire_support import CLI, Served, end_run, of_type, reaped, report, run_node, served, sse
+from wire_support import CLI, Served, end_run, of_type, reaped, reaped_async, report, run_node, served, sse
 from wire_support import run_served as run
 
 from run_supervisor.actors import SupervisorConfig
@@ -398,10 +398,10 @@ def test_the_node_example_drives_an_external_run_through_a_deferred_close() -> N
 
 def test_serve_on_sigterm_shuts_the_supervisor_down_interrupting_its_runs_and_exits_0() -> None:
     async def scenario() -> None:
-        proc = await asyncio.create_subprocess_exec(
+        serve = await asyncio.create_subprocess_exec(
             *CLI, "serve", "--directory", "/p/a", "--grace-ms", "300", stdout=asyncio.subprocess.PIPE
         )
-        try:
+        async with reaped_async(serve) as proc:
             assert proc.stdout is not None
             ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), 20))
             headers = {"Authorization": f"Bearer {ready['token']}"}
@@ -417,10 +417,6 @@ def test_serve_on_sigterm_shuts_the_supervisor_down_interrupting_its_runs_and_ex
                 finished = await events.until(of_type("run.finished", run_id="r1"))
                 assert (finished.data["outcome"], finished.data["reason"]) == ("interrupted", "shutdown")
             assert await asyncio.wait_for(proc.wait(), 20) == 0
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
     asyncio.run(asyncio.wait_for(scenario(), 50))
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from wire_support import CLI, run_node
+from wire_support import CLI, reaped_async, run_node
 
 from run_supervisor.actors._cli import main
 from run_supervisor.actors.hosts._schema import with_hosts
@@ -71,16 +71,12 @@ class Sidecar:
 
 def session(scenario: Callable[[Sidecar], Awaitable[None]], *args: str) -> int:
     async def go() -> int:
-        proc = await asyncio.create_subprocess_exec(
+        stdio = await asyncio.create_subprocess_exec(
             *CLI, "stdio", *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
         )
-        try:
+        async with reaped_async(stdio) as proc:
             await scenario(Sidecar(proc))
             return await asyncio.wait_for(proc.wait(), 20)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
     return asyncio.run(asyncio.wait_for(go(), 50))
 

@@ -259,3 +259,14 @@ def reaped(proc: Popen) -> Iterator[Popen]:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@contextlib.asynccontextmanager
+async def reaped_async(proc: asyncio.subprocess.Process) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``proc`` itself; killed (and waited for) after, should it still be running."""
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
