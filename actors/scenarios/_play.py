@@ -139,19 +139,15 @@ def _config(scenario: Scenario) -> SupervisorConfig:
     contract's reading, unless the file opts into ``lazy``), and so is its stall setting (none: stalls
     are not measured), and so are its extensions' supervisor settings (load budget, interrupt grace,
     retry budget)."""
-    config = SupervisorConfig(
-        shutdown_at_exit=False,
-        reload_policy=scenario.reload_policy,
-        stall_after_ms=scenario.stall_after_ms,
-        interrupt_grace_ms=scenario.interrupt_grace_ms,
-        retry_attempts=scenario.retry_attempts,
-        retry_backoff_ms=scenario.retry_backoff_ms,
-    )
-    if scenario.resume_budget is not None:
-        config = config.model_copy(update={"resume_budget": scenario.resume_budget})
-    if scenario.load_budget_ms is None:
-        return config
-    return config.model_copy(update={"load_budget_ms": scenario.load_budget_ms})
+    config = SupervisorConfig(shutdown_at_exit=False, **{name: getattr(scenario, name) for name in _SETTINGS})
+    given = {name: getattr(scenario, name) for name in _SETTINGS_IF_GIVEN}
+    return config.model_copy(update={name: value for name, value in given.items() if value is not None})
+
+
+_SETTINGS = ("reload_policy", "stall_after_ms", "interrupt_grace_ms", "retry_attempts", "retry_backoff_ms")
+"""The supervisor settings a scenario file states, by their names in both (None is a setting: off)."""
+_SETTINGS_IF_GIVEN = ("resume_budget", "load_budget_ms")
+"""Settings the file may leave out (None): the supervisor's default then stands."""
 
 
 def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
