@@ -104,6 +104,7 @@ class ResumeOffer(msgspec.Struct, frozen=True, kw_only=True):
     run_id: str
     """The recovered run."""
     session: str
+    """The recovered run's session (a continuation runs in it)."""
     result: ResumeResult
     """``resumed``, ``declined``, ``failed`` or ``exhausted`` (not offered: the budget was spent)."""
     resume_count: int

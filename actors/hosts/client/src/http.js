@@ -189,7 +189,8 @@ export class Client {
   deleteSession(session, options = {}) {
     const query = new URLSearchParams();
     for (const [name, value] of Object.entries(options)) if (value !== undefined && value !== null) query.set(name, String(value));
-    return this.call("DELETE", `sessions/${enc(session)}${query.size ? `?${query}` : ""}`);
+    const q = query.toString(); // not query.size: older browsers (a renderer) lack it
+    return this.call("DELETE", `sessions/${enc(session)}${q ? `?${q}` : ""}`);
   }
 
   /**
@@ -292,7 +293,8 @@ export class Client {
     const headers = {};
     if (options.kind) headers["x-opencode-client-action-kind"] = options.kind;
     if (options.id) headers["x-opencode-client-action-id"] = options.id;
-    const tail = query.size ? `?${query}` : "";
+    const q = query.toString();
+    const tail = q ? `?${q}` : "";
     return this.call("POST", `${route}${tail}`, { body: {}, headers });
   }
 

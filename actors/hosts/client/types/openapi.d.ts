@@ -1306,7 +1306,9 @@ export interface components {
          * @description The load hook of this generation returned: its caches are usable (a run reading them no
          *     longer waits for the load). Sent once, after its ``instance.started`` and before its
          *     ``instance.closed``; never for a load that raised or overran its budget (the runs that read it
-         *     fail with that error), nor for a generation that closed before its load was reported.
+         *     fail with that error), nor for a generation that closed before its load was reported. A
+         *     generation already waiting to close (a deferred close on its active runs) is still said ready:
+         *     those runs use its caches.
          */
         InstanceReady: {
             directory: string;
