@@ -61,12 +61,16 @@ def _decode(table: dict[str, Any], data: bytes | str, fmt: str, what: str) -> An
 
 def decode_request(data: bytes | str, fmt: Format = "json") -> Request:
     """Decode one request; raise ``ProtocolDecodeError`` on anything else (a field the request does
-    not have, by name, and a document nested too deeply included)."""
+    not have, by name, and a document nested too deeply included). Strict: a permission reply says
+    ``approved`` (the wire hosts still take the deprecated ``approve`` before they decode; this does
+    not)."""
     request: Request = _decode(_REQUEST_DECODERS, data, fmt, "request")
     return request
 
 
 def decode_event(data: bytes | str, fmt: Format = "json") -> Event:
-    """Decode one event; raise ``ProtocolDecodeError`` on anything else."""
+    """Decode one event; raise ``ProtocolDecodeError`` on anything else. Events of this version: a
+    run's events name its ``session``, so one written by an older version without it does not
+    decode."""
     event: Event = _decode(_EVENT_DECODERS, data, fmt, "event")
     return event
