@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pykka
 import pytest
-from pg_support import BACKENDS, make_journal
 
 from run_supervisor import (
     AsyncRunContext,
@@ -47,20 +45,7 @@ CONFIG = SupervisorConfig(shutdown_at_exit=False)
 WAIT_S = 10.0
 
 
-@pytest.fixture(params=BACKENDS)
-def journal(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
-    """An SQLite file, or a shard of the session's PostgreSQL database."""
-    return make_journal(request.param, tmp_path)
-
-
-@pytest.fixture
-def opened() -> Iterator[list[Supervisor]]:
-    """Supervisors a test starts; any still open at the end is torn down."""
-    started: list[Supervisor] = []
-    yield started
-    for sup in started:
-        if not sup.closed:
-            sup.shutdown(grace_ms=500, reason="test_teardown")
+# The journal (each backend) and opened (torn down at the end) fixtures are conftest's.
 
 
 def start(
