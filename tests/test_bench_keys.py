@@ -4,30 +4,19 @@ and report the keys the benchmark reports."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from script_support import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench", ROOT / "scripts" / "bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_reported_key_has_its_unit_and_its_sentence_and_every_target_is_a_reported_key() -> None:
-    bench = _bench()
+    bench = load_script("bench")
     reported = tuple(bench.KEYS) + tuple(bench.PG_KEYS)
     assert [key for key in reported if key not in bench.WHAT] == []
     assert [key for key in bench.TARGETS if key not in reported] == []
@@ -65,7 +54,7 @@ def test_the_performance_page_names_the_commit_its_figures_were_measured_on_in_t
 
 
 def test_the_performance_page_reports_every_target_key_and_only_keys_the_benchmark_reports() -> None:
-    bench = _bench()
+    bench = load_script("bench")
     reported = re.findall(r"^\| `([a-z0-9_]+)` \|", _last_full_run(), flags=re.MULTILINE)
     known = set(bench.WHAT) | set(bench.RAW_WHAT)
     assert [key for key in reported if key not in known] == []  # a retired or renamed key: measure again

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
+
+from script_support import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "scripts" / "gen_reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("gen_reference", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_public_name_and_member_has_a_docstring() -> None:
-    _, missing = _generator().render()
+    _, missing = load_script("gen_reference").render()
     assert missing == [], f"public names without a docstring: {missing}"
 
 
 def test_the_reference_page_is_what_the_docstrings_generate() -> None:
-    text, _ = _generator().render()
+    text, _ = load_script("gen_reference").render()
     page = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
     assert page == text, "docs/reference.md is stale: run python scripts/gen_reference.py"
 
