@@ -21,19 +21,9 @@ import httpx
 from run_supervisor.actors import RunHandle, Supervisor, SupervisorConfig
 from run_supervisor.actors._cli import main as cli
 from run_supervisor.actors.hosts import ServerThread, WireHost
+from run_supervisor.actors.hosts._timeline import CHROMIUM_FLAGS
 
 ROOT = Path(__file__).resolve().parent.parent
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--hide-scrollbars",
-    "--virtual-time-budget=4000",
-)
 
 
 def shoot(url: str, target: Path, size: str) -> None:
@@ -44,7 +34,8 @@ def shoot(url: str, target: Path, size: str) -> None:
         subprocess.run(
             [
                 binary,
-                *FLAGS,
+                *CHROMIUM_FLAGS,
+                "--hide-scrollbars",
                 f"--user-data-dir={profile}",
                 f"--window-size={size}",
                 f"--screenshot={target}",

@@ -4,16 +4,15 @@ the body, on ``ask.replied`` and over both wires; one string still answers a for
 
 from __future__ import annotations
 
-import asyncio
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from scenario_support import assert_refused, played, story
 from scenario_support import run as scenario_run
 from test_stdio import Sidecar, session
-from wire_support import Served, of_type, served, sse
+from wire_support import Served, of_type, sse
+from wire_support import run_served as _http
 
 from run_supervisor.actors import FormReply, InvalidRequest, RunContext, Supervisor
 from run_supervisor.actors.hosts._openapi import document
@@ -89,11 +88,6 @@ def test_one_string_still_answers_a_form_of_several_questions_as_one_text(
     supervisor.answer_form(ask_id, answer="main; sqlite; lint")
     assert run.wait(timeout=5).outcome is Outcome.COMPLETED
     assert replies == [FormReply(answer="main; sqlite; lint")]
-
-
-def _http(scenario: Callable[[Served], Awaitable[None]]) -> None:
-    with served() as srv:
-        asyncio.run(asyncio.wait_for(scenario(srv), 40))
 
 
 def test_a_form_is_answered_per_question_over_http_and_a_misfit_is_a_422_naming_the_entry() -> None:

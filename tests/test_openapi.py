@@ -8,17 +8,16 @@ and body -- the document describes.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import jsonschema
 from wire_support import Served, of_type, served, sse
+from wire_support import run_served as run
 
 from run_supervisor.actors.hosts._openapi import OPERATIONS, document, document_json
 from run_supervisor.protocol import RejectCode
@@ -186,11 +185,6 @@ def test_the_status_of_every_reject_code_is_the_one_table_of_the_hosts() -> None
 
 
 # --- a session over every route, checked against the document -------------------------------------
-
-
-def run(scenario: Callable[[Served], Awaitable[None]]) -> None:
-    with served() as srv:
-        asyncio.run(asyncio.wait_for(scenario(srv), 50))
 
 
 def test_a_session_over_every_route_sends_and_gets_only_what_the_document_says() -> None:
@@ -366,7 +360,7 @@ def test_a_session_over_every_route_sends_and_gets_only_what_the_document_says()
                 c.codes | bare.codes
             )
 
-    run(scenario)
+    run(scenario, within=50)
 
 
 async def _next_or_none(events: Any) -> Any:

@@ -10,7 +10,6 @@ import collections
 import contextlib
 import json
 import os
-import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -18,13 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from wire_support import SseReader
+from wire_support import CLI, SseReader, reaped_async
 
 from run_supervisor.actors import Supervisor, SupervisorConfig
 from run_supervisor.actors.hosts import RemoteCaches, ServerThread, WireHost
 from run_supervisor.actors.testing import EventLog
 
-CLI = (sys.executable, "-m", "run_supervisor.actors._cli")
 RELOAD = {"do": "reload", "mode": "maintenance", "origin": "ui.reload", "directory": "/w/a"}
 DISPOSE = {"do": "dispose", "mode": "maintenance", "origin": "ui.dispose", "directory": "/w/a"}
 
@@ -171,7 +169,7 @@ def run_serve(scenario: Callable[[Remote], Awaitable[None]]) -> None:
         proc = await asyncio.create_subprocess_exec(
             *CLI, "serve", "--port", "0", stdout=asyncio.subprocess.PIPE, env=env
         )
-        try:
+        async with reaped_async(proc):
             assert proc.stdout is not None
             ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
             async with remote(ready["url"], "remote-caches-token") as r:
@@ -181,10 +179,6 @@ def run_serve(scenario: Callable[[Remote], Awaitable[None]]) -> None:
                 assert closed["error"] is None  # the shutdown's dispose was asked and acknowledged
                 assert r.host.asked[-1] == ("dispose", "/w/a", 2) and r.host.alive["/w/a"] == set()
                 assert await asyncio.wait_for(proc.wait(), 20) == 0
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
     asyncio.run(asyncio.wait_for(main(), 90))
 
@@ -514,15 +508,11 @@ def run_stdio(scenario: Callable[[Sidecar], Awaitable[None]], *args: str) -> Non
         proc = await asyncio.create_subprocess_exec(
             *CLI, "stdio", *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
         )
-        sidecar = Sidecar(proc)
-        try:
+        async with reaped_async(proc):
+            sidecar = Sidecar(proc)
             await scenario(sidecar)
             if proc.returncode is None:
                 assert await sidecar.close() == 0
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
     asyncio.run(asyncio.wait_for(main(), 60))
 

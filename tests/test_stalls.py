@@ -5,16 +5,13 @@ deferred close it holds into a confirmed one."""
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from wire_support import Served, of_type, served, sse
+from test_stdio import Sidecar, session
+from wire_support import Served, of_type, run_served, sse
 
 from run_supervisor.actors import (
     ActionAlreadyCompleted,
@@ -628,65 +625,33 @@ def test_over_http_a_progress_heartbeat_clears_a_stall_and_a_confirm_interrupts_
             notice = await events.until(of_type("external.interrupt", run_id="r1"))
             assert (notice.data["reason"], notice.data["action_id"]) == ("lifecycle_interrupt", action_id)
 
-    with served(("/w/a",), config=SupervisorConfig(shutdown_at_exit=False, stall_after_ms=60)) as srv:
-        asyncio.run(asyncio.wait_for(scenario(srv), 30))
+    run_served(
+        scenario,
+        within=30,
+        directories=("/w/a",),
+        config=SupervisorConfig(shutdown_at_exit=False, stall_after_ms=60),
+    )
 
 
 def test_stdio_takes_a_stall_setting_and_a_confirm_close_line() -> None:
-    async def go() -> None:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "run_supervisor.actors._cli",
-            "stdio",
-            "--directory",
-            "/p/a",
-            "--stall-after-ms",
-            "60",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+    async def scenario(car: Sidecar) -> None:
+        await car.send({"id": 1, "type": "start_run", "run_id": "r1", "session": "s1", "directory": "/p/a"})
+        await car.send(
+            {"id": 2, "type": "close", "do": "dispose_all", "mode": "maintenance", "origin": "cfg"}
         )
-        assert proc.stdin is not None and proc.stdout is not None
-        seen: list[dict[str, Any]] = []
+        close = await car.answer(2)
+        await car.event("run.stalled")
+        await car.send({"id": 3, "type": "confirm_close", "action_id": close["answer"]["action_id"]})
+        assert (await car.answer(3))["answer"]["interrupted_runs"] == ["r1"]
+        notice = await car.event("external.interrupt")
+        assert notice["reason"] == "lifecycle_interrupt"
+        await car.send({"id": 4, "type": "report", "run_id": "r1", "report": {"type": "end"}})
+        finished = await car.event("run.finished")
+        assert finished["reason"] == "lifecycle_interrupt"
+        assert car.proc.stdin is not None
+        car.proc.stdin.close()
 
-        async def until(match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-            for line in seen:
-                if match(line):
-                    return line
-            while True:
-                raw = await asyncio.wait_for(proc.stdout.readline(), 10)  # type: ignore[union-attr]
-                assert raw, f"stdout ended; seen {seen}"
-                line: dict[str, Any] = json.loads(raw)
-                seen.append(line)
-                if match(line):
-                    return line
-
-        def send(line: dict[str, Any]) -> None:
-            proc.stdin.write(json.dumps(line).encode() + b"\n")  # type: ignore[union-attr]
-
-        try:
-            send({"id": 1, "type": "start_run", "run_id": "r1", "session": "s1", "directory": "/p/a"})
-            send({"id": 2, "type": "close", "do": "dispose_all", "mode": "maintenance", "origin": "cfg"})
-            close = await until(lambda m: m.get("id") == 2)
-            await until(lambda m: m["type"] == "event" and m["event"]["type"] == "run.stalled")
-            send({"id": 3, "type": "confirm_close", "action_id": close["answer"]["action_id"]})
-            answer = await until(lambda m: m.get("id") == 3)
-            assert answer["answer"]["interrupted_runs"] == ["r1"]
-            notice = await until(
-                lambda m: m["type"] == "event" and m["event"]["type"] == "external.interrupt"
-            )
-            assert notice["event"]["reason"] == "lifecycle_interrupt"
-            send({"id": 4, "type": "report", "run_id": "r1", "report": {"type": "end"}})
-            finished = await until(lambda m: m["type"] == "event" and m["event"]["type"] == "run.finished")
-            assert finished["event"]["reason"] == "lifecycle_interrupt"
-            proc.stdin.close()
-            assert await asyncio.wait_for(proc.wait(), 20) == 0
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-
-    asyncio.run(asyncio.wait_for(go(), 50))
+    assert session(scenario, "--directory", "/p/a", "--stall-after-ms", "60") == 0
 
 
 def test_a_parent_whose_body_ended_waits_for_its_children_and_is_not_flagged() -> None:

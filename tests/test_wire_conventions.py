@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from wire_support import Served, of_type, served, sse
+from wire_support import Served, of_type, sse
+from wire_support import run_served as run
 
 from run_supervisor.actors._cli import synopsis
 from run_supervisor.actors.hosts._openapi import OPERATIONS, document
@@ -19,11 +19,6 @@ from run_supervisor.actors.hosts._openapi import OPERATIONS, document
 WIRE_MD = Path(__file__).resolve().parents[1] / "docs" / "wire.md"
 SNAKE = re.compile(r"[a-z][a-z0-9_]*")
 DOC = document()
-
-
-def run(scenario: Callable[[Served], Awaitable[None]]) -> None:
-    with served() as srv:
-        asyncio.run(asyncio.wait_for(scenario(srv), 40))
 
 
 def _properties(schema: Any) -> set[str]:

@@ -13,7 +13,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
@@ -22,20 +21,14 @@ from typing import Any
 
 import httpx
 import pytest
-from wire_support import Served, of_type, reaped, served, serving, sse
+from wire_support import CLI, Served, of_type, reaped, reaped_async, served, serving, sse
+from wire_support import run_served as run
 
 from run_supervisor.actors import Supervisor, SupervisorConfig
 from run_supervisor.actors._cli import main
 from run_supervisor.actors.hosts import HttpSettings, ServerThread, WireHost
 from run_supervisor.actors.hosts._hub import parse_event_id
 from run_supervisor.protocol import ProtocolDecodeError, decode_request
-
-CLI = (sys.executable, "-m", "run_supervisor.actors._cli")
-
-
-def run(scenario: Any, **kwargs: Any) -> None:
-    with served(**kwargs) as srv:
-        asyncio.run(asyncio.wait_for(scenario(srv), 45))
 
 
 @contextlib.contextmanager
@@ -104,15 +97,11 @@ async def serve_process(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Pr
     proc = await asyncio.create_subprocess_exec(
         *CLI, "serve", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
-    try:
+    async with reaped_async(proc):
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), 20)
         assert line, (await proc.stderr.read()).decode() if proc.stderr else "no ready line"  # type: ignore[union-attr]
         yield proc, json.loads(line)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
 
 
 def client_of(ready: dict[str, Any]) -> httpx.AsyncClient:

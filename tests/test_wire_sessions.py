@@ -5,22 +5,16 @@ and a permission reply says ``approved`` on every entry."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from test_stdio import Sidecar, session
 from wire_support import Served, SseEvent, SseReader, of_type, served, sse
-
-
-def run(scenario: Callable[[Served], Awaitable[None]]) -> None:
-    with served() as srv:
-        asyncio.run(asyncio.wait_for(scenario(srv), 40))
-
+from wire_support import run_served as run
 
 START = {"session": "s1", "directory": "/w/a"}
 

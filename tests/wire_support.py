@@ -18,6 +18,7 @@ import httpx
 
 from run_supervisor.actors import Supervisor, SupervisorConfig
 from run_supervisor.actors.hosts import HttpSettings, ServerThread, WireHost
+from run_supervisor.actors.hosts._timeline import CHROMIUM_FLAGS
 
 Popen = TypeVar("Popen", bound="subprocess.Popen[Any]")
 CLI = (sys.executable, "-m", "run_supervisor.actors._cli")
@@ -177,18 +178,6 @@ def of_type(wire_type: str, /, **fields: Any) -> Callable[[SseEvent], bool]:
 
 # --- headless Chromium (Debian's `chromium`; .ci/run installs it) ------------------------------------
 
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    # Run the page's timers and network until it has rendered, then dump or shoot.
-    "--virtual-time-budget=4000",
-)
-
 
 def chromium(url: str, user_data_dir: str, *extra: str, timeout: float = 90.0) -> str:
     """Run headless Chromium once on ``url`` with a fresh profile; returns its stdout."""
@@ -211,10 +200,10 @@ def chromium(url: str, user_data_dir: str, *extra: str, timeout: float = 90.0) -
 # External runs over HTTP: one served host per test, a scenario coroutine bounded in time.
 
 
-def run_served(scenario: Callable[[Served], Awaitable[None]], **kwargs: Any) -> None:
-    """Play ``scenario`` against a host ``served(**kwargs)``, within 45 s."""
+def run_served(scenario: Callable[[Served], Awaitable[None]], *, within: float = 45.0, **kwargs: Any) -> None:
+    """Play ``scenario`` against a host ``served(**kwargs)``, within ``within`` seconds."""
     with served(**kwargs) as srv:
-        asyncio.run(asyncio.wait_for(scenario(srv), 45))
+        asyncio.run(asyncio.wait_for(scenario(srv), within))
 
 
 async def start_external(client: httpx.AsyncClient, run_id: str, session: str, **extra: Any) -> None:

@@ -12,7 +12,20 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["live_page", "scenario_page", "write_scenario_pages"]
+__all__ = ["CHROMIUM_FLAGS", "live_page", "scenario_page", "write_scenario_pages"]
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    # Run the page's timers and network until it has rendered, then dump or shoot.
+    "--virtual-time-budget=4000",
+)
+"""How headless Chromium draws a page (the tests read its DOM; scripts/timeline_pictures.py shoots it)."""
 
 
 @cache
