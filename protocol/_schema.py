@@ -11,6 +11,7 @@ has a default.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -30,7 +31,6 @@ from run_supervisor.protocol._requests import (
 __all__ = ["OUTPUT_TYPES", "wire_schema"]
 
 _REF = "#/$defs/{name}"
-_REF_PREFIX = "#/$defs/"
 
 OUTPUT_TYPES: tuple[Any, ...] = (
     CloseOutcome,
@@ -74,14 +74,34 @@ def _refs(schema: Any) -> set[str]:
     if isinstance(schema, dict):
         found = set()
         ref = schema.get("$ref")
-        if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
-            found.add(ref.removeprefix(_REF_PREFIX))
+        if isinstance(ref, str):
+            found.add(ref.rsplit("/", 1)[-1])
         for value in schema.values():
             found |= _refs(value)
         return found
     if isinstance(schema, list):
         return set().union(*(_refs(item) for item in schema)) if schema else set()
     return set()
+
+
+def reachable(schemas: dict[str, Any], roots: Iterable[str]) -> set[str]:
+    """The components ``roots`` name and every component they refer to, however deep."""
+    found = set(roots)
+    todo = list(found)
+    while todo:
+        for name in _refs(schemas[todo.pop()]):
+            if name not in found:
+                found.add(name)
+                todo.append(name)
+    return found
+
+
+def require_every_property(schemas: dict[str, Any], names: Iterable[str]) -> None:
+    """Mark every property of these object components required (what is sent has every field)."""
+    for name in names:
+        properties = schemas[name].get("properties")
+        if properties is not None:
+            schemas[name] = {**schemas[name], "required": list(properties)}
 
 
 def wire_schema() -> dict[str, Any]:
@@ -95,17 +115,7 @@ def wire_schema() -> dict[str, Any]:
     # Answers carry no tag (a client knows which request it sent): a plain anyOf.
     defs["Answer"] = {"anyOf": [{"$ref": _REF.format(name=n)} for n in ("CloseOutcome", "RequestOutcome")]}
     # Everything reachable from what the supervisor sends: every property is always present.
-    sent = set(_ENTRY_POINTS) - {"Request"}
-    todo = list(sent)
-    while todo:
-        for ref in _refs(defs[todo.pop()]):
-            if ref not in sent:
-                sent.add(ref)
-                todo.append(ref)
-    for name in sent:
-        properties = defs[name].get("properties")
-        if properties is not None:
-            defs[name] = {**defs[name], "required": list(properties)}
+    require_every_property(defs, reachable(defs, set(_ENTRY_POINTS) - {"Request"}))
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "run-supervisor wire protocol",

@@ -58,6 +58,7 @@ from run_supervisor.protocol import (
     Shutdown,
     StartRun,
 )
+from run_supervisor.protocol._schema import reachable, require_every_property
 
 __all__ = ["OPERATIONS", "Operation", "document"]
 
@@ -188,11 +189,11 @@ def _ids(*names: str) -> tuple[str, ...]:
 
 _RUN = ("run_id",)
 _SUBMIT = (RejectCode.INVALID_REQUEST.value, RejectCode.SUPERVISOR_CLOSED.value, "timeout")
+_RUN_GONE = (RejectCode.UNKNOWN_RUN.value, RejectCode.RUN_FINISHED.value)
+_ASK_GONE = (*_RUN_GONE, RejectCode.NOTHING_PENDING.value, RejectCode.UNKNOWN_ASK.value)
+"""An ask's run unknown or finished, or nothing (or not this ask) pending."""
 _ASK_CODES = (
-    RejectCode.UNKNOWN_RUN.value,
-    RejectCode.RUN_FINISHED.value,
-    RejectCode.NOTHING_PENDING.value,
-    RejectCode.UNKNOWN_ASK.value,
+    *_ASK_GONE,
     RejectCode.ASK_WITHDRAWN.value,
     RejectCode.ASK_ALREADY_ANSWERED.value,
     *_SUBMIT,
@@ -200,14 +201,20 @@ _ASK_CODES = (
 _START_CODES = (
     RejectCode.RUN_ALREADY_EXISTS.value,
     RejectCode.SESSION_BUSY.value,
-    RejectCode.UNKNOWN_RUN.value,
-    RejectCode.RUN_FINISHED.value,
+    *_RUN_GONE,
     RejectCode.UNKNOWN_DIRECTORY.value,
     *_SUBMIT,
+)
+_CONFIRM_CODES = (
+    RejectCode.UNKNOWN_ACTION.value,
+    RejectCode.ACTION_ALREADY_COMPLETED.value,
+    RejectCode.NOT_CONFIRMABLE.value,
 )
 _CLOSE_CODES = (RejectCode.UNKNOWN_DIRECTORY.value, *_SUBMIT)
 _HOOKS_CODES = (RejectCode.NOT_FOUND.value, RejectCode.INVALID_REQUEST.value)
 _EITHER = {"anyOf": [ref("CloseOutcome"), ref("RequestOutcome")]}
+_CLOSE_REFUSED = {"anyOf": [ref("CloseOutcome"), ref("Refusal")]}
+"""A compatible close's refusal: a close outcome (a native close's answer) or a ``Refusal``."""
 _STRING = {"type": "string"}
 _COMPAT_HEADERS = (
     ("x-opencode-client-action-id", _STRING, "The client's own action id: echoed as `clientActionID`."),
@@ -273,9 +280,7 @@ OPERATIONS: list[Operation] = [
                     *_ASK_CODES,
                     *_CLOSE_CODES,
                     RejectCode.ALREADY_INTERRUPTING.value,
-                    RejectCode.UNKNOWN_ACTION.value,
-                    RejectCode.ACTION_ALREADY_COMPLETED.value,
-                    RejectCode.NOT_CONFIRMABLE.value,
+                    *_CONFIRM_CODES,
                 )
             )
         ),
@@ -306,12 +311,7 @@ OPERATIONS: list[Operation] = [
         "Cancel a run",
         ref("RequestOutcome"),
         body=_request_body("CancelRunBody", CancelRun, _RUN),
-        codes=(
-            RejectCode.UNKNOWN_RUN.value,
-            RejectCode.RUN_FINISHED.value,
-            RejectCode.ALREADY_INTERRUPTING.value,
-            *_SUBMIT,
-        ),
+        codes=(*_RUN_GONE, RejectCode.ALREADY_INTERRUPTING.value, *_SUBMIT),
     ),
     _answer(
         "/runs/{run_id}/permission",
@@ -338,14 +338,7 @@ OPERATIONS: list[Operation] = [
         "An external run's report (step, part, ask, retry, heartbeat, end)",
         ref("ReportOutcome"),
         body=Body(name="ExternalReport"),
-        codes=(
-            RejectCode.UNKNOWN_RUN.value,
-            RejectCode.RUN_FINISHED.value,
-            RejectCode.NOTHING_PENDING.value,
-            RejectCode.UNKNOWN_ASK.value,
-            *_SUBMIT,
-        ),
-        refused={"anyOf": [ref("ReportOutcome"), ref("Refusal")]},
+        codes=(*_ASK_GONE, *_SUBMIT),
     ),
     Operation(
         "GET",
@@ -431,13 +424,7 @@ OPERATIONS: list[Operation] = [
         "Confirm a pending maintenance close",
         ref("CloseOutcome"),
         body=_request_body("ConfirmCloseBody", ConfirmClose, ("action_id",)),
-        codes=(
-            RejectCode.UNKNOWN_ACTION.value,
-            RejectCode.ACTION_ALREADY_COMPLETED.value,
-            RejectCode.NOT_CONFIRMABLE.value,
-            *_SUBMIT,
-        ),
-        refused={"anyOf": [ref("CloseOutcome"), ref("Refusal")]},
+        codes=(*_CONFIRM_CODES, *_SUBMIT),
     ),
     Operation(
         "GET", "/statistics", "get_statistics", "Counters of the core and the host", ref("HostStatistics")
@@ -454,7 +441,6 @@ OPERATIONS: list[Operation] = [
             add={"directory": {"type": "string", "description": "One directory (instead of `directories`)."}},
         ),
         codes=_CLOSE_CODES,
-        refused={"anyOf": [ref("CloseOutcome"), ref("Refusal")]},
     ),
     Operation(
         "POST",
@@ -464,7 +450,6 @@ OPERATIONS: list[Operation] = [
         ref("CloseOutcome"),
         body=_request_body("ShutdownBody", Shutdown, optional=("grace_ms",)),
         codes=_SUBMIT,
-        refused={"anyOf": [ref("CloseOutcome"), ref("Refusal")]},
     ),
     Operation(
         "POST",
@@ -473,12 +458,7 @@ OPERATIONS: list[Operation] = [
         "Make directories known, and load them",
         ref("DirectoriesAnswer"),
         body=Body(name="DirectoriesBody"),
-        codes=(
-            RejectCode.INVALID_REQUEST.value,
-            RejectCode.SUPERVISOR_CLOSED.value,
-            RejectCode.INTERNAL_ERROR.value,
-            "timeout",
-        ),
+        codes=(*_SUBMIT, RejectCode.INTERNAL_ERROR.value),
     ),
     Operation(
         "POST",
@@ -522,7 +502,7 @@ OPERATIONS: list[Operation] = [
         headers=_COMPAT_HEADERS,
         query=_COMPAT_QUERY,
         codes=_CLOSE_CODES,
-        refused={"anyOf": [ref("CloseOutcome"), ref("Refusal")]},
+        refused=_CLOSE_REFUSED,
         tags=("compatible",),
     ),
     *(
@@ -535,7 +515,7 @@ OPERATIONS: list[Operation] = [
             headers=(*_COMPAT_HEADERS, ("x-opencode-directory", _STRING, "The directory (or ?directory=).")),
             query=(*_COMPAT_QUERY, *_DIRECTORY_QUERY),
             codes=_CLOSE_CODES,
-            refused={"anyOf": [ref("CloseOutcome"), ref("Refusal")]},
+            refused=_CLOSE_REFUSED,
             tags=("compatible",),
         )
         for what in ("dispose", "reload")
@@ -606,20 +586,6 @@ def _close_objects(schema: Any) -> None:
             _close_objects(item)
 
 
-def _refs(schema: Any) -> set[str]:
-    found: set[str] = set()
-    if isinstance(schema, dict):
-        target = schema.get("$ref")
-        if isinstance(target, str):
-            found.add(target.rsplit("/", 1)[-1])
-        for value in schema.values():
-            found |= _refs(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            found |= _refs(item)
-    return found
-
-
 def _components() -> dict[str, Any]:
     names = list(_TYPES)
     roots, components = msgspec.json.schema_components([_TYPES[n] for n in names], ref_template=_REF)
@@ -629,38 +595,18 @@ def _components() -> dict[str, Any]:
             schemas[name] = root
     # The reject codes: what the server sends is what the vocabulary says (RejectCode).
     _close_objects(schemas)
-    sent = set(_SENT_ROOTS)
-    todo = list(sent)
-    while todo:
-        for name in _refs(schemas[todo.pop()]):
-            if name not in sent:
-                sent.add(name)
-                todo.append(name)
+    sent = reachable(schemas, _SENT_ROOTS)
     # A struct both sent and received (a form's Question) is two components: what a client sends may
     # leave out what has a default (``QuestionInput``); what the server sends has every property.
-    received = _closure(schemas, _RECEIVED_ROOTS)
+    received = reachable(schemas, _RECEIVED_ROOTS)
     shared = {name for name in sent & received if "properties" in schemas[name]}
     for name in sorted(shared):
         schemas[f"{name}Input"] = {**copy.deepcopy(schemas[name]), "title": f"{name}Input"}
     for name in received:
         target = f"{name}Input" if name in shared else name
         schemas[target] = _rename_refs(schemas[target], shared)
-    for name in sent:
-        properties = schemas[name].get("properties")
-        if properties is not None:
-            schemas[name] = {**schemas[name], "required": list(properties)}
+    require_every_property(schemas, sent)
     return schemas
-
-
-def _closure(schemas: dict[str, Any], roots: Iterable[str]) -> set[str]:
-    found = set(roots)
-    todo = list(found)
-    while todo:
-        for name in _refs(schemas[todo.pop()]):
-            if name not in found:
-                found.add(name)
-                todo.append(name)
-    return found
 
 
 def _rename_refs(schema: Any, shared: set[str]) -> Any:
