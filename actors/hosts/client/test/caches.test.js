@@ -3,8 +3,8 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ExternalRun, StdioClient, eventOf, keepCaches, serve } from "../src/index.js";
-import { command } from "./support.js";
+import { ExternalRun, eventOf, keepCaches } from "../src/index.js";
+import { overHttp, overStdio } from "./support.js";
 
 /**
  * @param {import("../src/index.js").Client | import("../src/index.js").StdioClient} client
@@ -40,41 +40,20 @@ async function reloadWithCaches(client, feed) {
   assert.equal((await caches.close()).result, "ok");
 }
 
-test("caches out of process over HTTP: a reload disposes the old generation before the next loads, one load each", { timeout: 60000 }, async () => {
-  const served = await serve({ command, args: ["--lease-ms", "5000"] });
-  const feed = served.client.feed({ after: "0" });
-  try {
-    await reloadWithCaches(served.client, feed);
-  } finally {
-    feed.close();
-    assert.equal(await served.stop(), 0);
-  }
-});
+test("caches out of process over HTTP: a reload disposes the old generation before the next loads, one load each", { timeout: 60000 }, () =>
+  overHttp(["--lease-ms", "5000"], reloadWithCaches));
 
-test("caches out of process over stdio: the same", { timeout: 60000 }, async () => {
-  const sidecar = StdioClient.spawn({ command, args: ["--lease-ms", "5000"] });
-  try {
-    await reloadWithCaches(sidecar, sidecar.feed);
-  } finally {
-    assert.equal(await sidecar.stop(), 0);
-  }
-});
+test("caches out of process over stdio: the same", { timeout: 60000 }, () => overStdio(["--lease-ms", "5000"], reloadWithCaches));
 
-test("keepCaches renews its registration's lease, so it outlives the lease while the host lives", { timeout: 60000 }, async () => {
-  const served = await serve({ command, args: ["--directory", "/proj/a"] });
-  const feed = served.client.feed({ after: "0" });
-  try {
-    const caches = await keepCaches(served.client, feed, { name: "short-lease", leaseMs: 900, load() {}, dispose() {} });
+test("keepCaches renews its registration's lease, so it outlives the lease while the host lives", { timeout: 60000 }, () =>
+  overHttp(["--directory", "/proj/a"], async (client, feed) => {
+    const caches = await keepCaches(client, feed, { name: "short-lease", leaseMs: 900, load() {}, dispose() {} });
     assert.equal(caches.registered.lease_ms, 900);
     await new Promise((resolve) => setTimeout(resolve, 2500)); // near three leases: renewed every 300 ms
-    const state = await served.client.hooks();
+    const state = await client.hooks();
     assert.equal(state.registration, caches.registered.registration);
     assert.equal((await caches.close()).result, "ok");
-    const lapsed = await served.client.registerHooks({ lease_ms: 100 }); // nobody renews this one
+    const lapsed = await client.registerHooks({ lease_ms: 100 }); // nobody renews this one
     await new Promise((resolve) => setTimeout(resolve, 400));
-    assert.equal((await served.client.hooks()).registration, null, `${lapsed.registration} should have lapsed`);
-  } finally {
-    feed.close();
-    assert.equal(await served.stop(), 0);
-  }
-});
+    assert.equal((await client.hooks()).registration, null, `${lapsed.registration} should have lapsed`);
+  }));

@@ -3,8 +3,8 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ExternalRun, StdioClient, WireError, eventOf, serve } from "../src/index.js";
-import { command } from "./support.js";
+import { ExternalRun, StdioClient, WireError, eventOf } from "../src/index.js";
+import { overHttp, overStdio } from "./support.js";
 
 const questions = [
   "Which branch?",
@@ -29,22 +29,8 @@ async function flow(wire, feed, tag) {
   assert.equal((await run.end()).outcome, "completed");
 }
 
-test("over HTTP: a form answered per question", { timeout: 60000 }, async () => {
-  const served = await serve({ command, args: ["--directory", "/proj/a"] });
-  const feed = served.client.feed({ after: "0" });
-  try {
-    await flow(served.client, feed, "http");
-  } finally {
-    feed.close();
-    assert.equal(await served.stop(), 0);
-  }
-});
+test("over HTTP: a form answered per question", { timeout: 60000 }, () =>
+  overHttp(["--directory", "/proj/a"], (client, feed) => flow(client, feed, "http")));
 
-test("over stdio: a form answered per question", { timeout: 60000 }, async () => {
-  const sidecar = StdioClient.spawn({ command, args: ["--directory", "/proj/a"] });
-  try {
-    await flow(sidecar, sidecar.feed, "stdio");
-  } finally {
-    assert.equal(await sidecar.stop(), 0);
-  }
-});
+test("over stdio: a form answered per question", { timeout: 60000 }, () =>
+  overStdio(["--directory", "/proj/a"], (sidecar, feed) => flow(sidecar, feed, "stdio")));

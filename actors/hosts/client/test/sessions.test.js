@@ -3,8 +3,8 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ExternalRun, StdioClient, WireError, eventOf, serve } from "../src/index.js";
-import { command } from "./support.js";
+import { ExternalRun, StdioClient, WireError, eventOf } from "../src/index.js";
+import { overHttp, overStdio } from "./support.js";
 
 /**
  * One flow for either transport.
@@ -40,22 +40,9 @@ async function flow(wire, feed, tag) {
   await feed.waitFor(eventOf("run.finished", { run_id: `${tag}-r2` }));
 }
 
-test("over HTTP: an always grant, a refused delete, a session stop with one action id, a delete", { timeout: 60000 }, async () => {
-  const served = await serve({ command, args: ["--directory", "/proj/a", "--lease-ms", "5000"] });
-  const feed = served.client.feed({ after: "0" });
-  try {
-    await flow(served.client, feed, "http");
-  } finally {
-    feed.close();
-    assert.equal(await served.stop(), 0);
-  }
-});
+const ARGS = ["--directory", "/proj/a", "--lease-ms", "5000"];
 
-test("over stdio: the same", { timeout: 60000 }, async () => {
-  const sidecar = StdioClient.spawn({ command, args: ["--directory", "/proj/a", "--lease-ms", "5000"] });
-  try {
-    await flow(sidecar, sidecar.feed, "stdio");
-  } finally {
-    assert.equal(await sidecar.stop(), 0);
-  }
-});
+test("over HTTP: an always grant, a refused delete, a session stop with one action id, a delete", { timeout: 60000 }, () =>
+  overHttp(ARGS, (client, feed) => flow(client, feed, "http")));
+
+test("over stdio: the same", { timeout: 60000 }, () => overStdio(ARGS, (sidecar, feed) => flow(sidecar, feed, "stdio")));

@@ -2,13 +2,11 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ExternalRun, RunInterrupted, StdioClient, WireError, eventOf } from "../src/index.js";
-import { command } from "./support.js";
+import { ExternalRun, RunInterrupted, WireError, eventOf } from "../src/index.js";
+import { overStdio } from "./support.js";
 
-test("over stdio: a tool card, a permission, a form, a deferred reload, a cancel, then EOF shuts the sidecar down", { timeout: 60000 }, async () => {
-  const sidecar = StdioClient.spawn({ command, args: ["--directory", "/proj/a", "--lease-ms", "5000"] });
-  try {
-    const { feed } = sidecar;
+test("over stdio: a tool card, a permission, a form, a deferred reload, a cancel, then EOF shuts the sidecar down", { timeout: 60000 }, () =>
+  overStdio(["--directory", "/proj/a", "--lease-ms", "5000"], async (sidecar, feed) => {
     const run = await ExternalRun.start(sidecar, feed, { run_id: "r1", session: "chat-1", directory: "/proj/a" });
     await run.step("model");
     await run.part("bash", "pending", { call_id: "c1" });
@@ -42,7 +40,4 @@ test("over stdio: a tool card, a permission, a form, a deferred reload, a cancel
     assert.equal((await second.end()).outcome, "interrupted");
     await assert.rejects(sidecar.run("nope"), (e) => e instanceof WireError && e.code === "unknown_run");
     assert.equal(typeof (await sidecar.statistics()).runs_active, "number");
-  } finally {
-    assert.equal(await sidecar.stop(), 0);
-  }
-});
+  }));

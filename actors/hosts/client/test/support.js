@@ -1,17 +1,54 @@
 // What the tests share: the command to run (RUN_SUPERVISOR_BIN, e.g. a one-file binary, else the
-// checkout's venv, else `run-supervisor` on PATH) and a proxy that can hold or cut what passes.
+// checkout's venv, else `run-supervisor` on PATH), a flow played over either transport, and a proxy
+// that can hold or cut what passes.
 
+import assert from "node:assert/strict";
 import { existsSync, mkdtempSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { StdioClient, serve } from "../src/index.js";
 
 const venv = fileURLToPath(new URL("../../../../.venv/bin/run-supervisor", import.meta.url));
 export const command = process.env.RUN_SUPERVISOR_BIN ?? (existsSync(venv) ? venv : "run-supervisor");
 
 /** @param {string} prefix */
 export const tempDir = (prefix) => mkdtempSync(join(tmpdir(), prefix));
+
+/** @typedef {import("../src/index.js").EventFeed} EventFeed */
+
+/**
+ * Play `flow` against a real `run-supervisor serve` (started with `args`) and a feed from the
+ * buffer's start; after it, the feed is closed and the server stopped (exit 0).
+ * @param {string[]} args
+ * @param {(client: import("../src/index.js").Client, feed: EventFeed) => Promise<void>} flow
+ */
+export async function overHttp(args, flow) {
+  const served = await serve({ command, args });
+  const feed = served.client.feed({ after: "0" });
+  try {
+    await flow(served.client, feed);
+  } finally {
+    feed.close();
+    assert.equal(await served.stop(), 0);
+  }
+}
+
+/**
+ * Play `flow` against a real `run-supervisor stdio` sidecar (spawned with `args`) and its feed;
+ * after it, the sidecar is stopped (exit 0).
+ * @param {string[]} args
+ * @param {(sidecar: StdioClient, feed: EventFeed) => Promise<void>} flow
+ */
+export async function overStdio(args, flow) {
+  const sidecar = StdioClient.spawn({ command, args });
+  try {
+    await flow(sidecar, sidecar.feed);
+  } finally {
+    assert.equal(await sidecar.stop(), 0);
+  }
+}
 
 /**
  * A loopback proxy in front of `target`: `hold(match, ms)` answers the next matching request `ms`
