@@ -79,6 +79,7 @@ export class ExternalRun {
   /**
    * Send one report; its answer (a rejection throws, as every refused call does).
    * @param {Report} report
+   * @returns {Promise<Schemas["ReportOutcome"]>}
    */
   report(report) {
     return this.wire.report(this.runId, report);
@@ -87,6 +88,7 @@ export class ExternalRun {
   /**
    * @param {Schemas["StepKind"]} kind
    * @param {{ step?: string, finished?: boolean }} [options]
+   * @returns {Promise<Schemas["ReportOutcome"]>}
    */
   step(kind, options = {}) { return this.report({ type: "step", kind, ...options }); }
 
@@ -95,6 +97,7 @@ export class ExternalRun {
    * @param {string} tool
    * @param {Schemas["PartState"]} state
    * @param {{ call_id?: string, message?: string }} [options]
+   * @returns {Promise<Schemas["ReportOutcome"]>}
    */
   part(tool, state, options = {}) { return this.report({ type: "part", tool, state, ...options }); }
 

@@ -28,6 +28,7 @@ export class Served {
    */
   constructor(child, ready, client) {
     this.child = child;
+    /** @type {Ready} the ready line it printed */
     this.ready = ready;
     this.client = client;
     /** @type {Promise<number | null>} the exit code once it exits (null: killed by a signal) */

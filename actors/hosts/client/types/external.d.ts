@@ -50,47 +50,29 @@ export class ExternalRun {
     /**
      * Send one report; its answer (a rejection throws, as every refused call does).
      * @param {Report} report
+     * @returns {Promise<Schemas["ReportOutcome"]>}
      */
-    report(report: Report): Promise<{
-        ask_id: string | null;
-        call_id: string | null;
-        code: import("../types/openapi.js").components["schemas"]["RejectCode"] | null;
-        error: string | null;
-        queued: boolean;
-        result: import("../types/openapi.js").components["schemas"]["RequestResult"];
-    }>;
+    report(report: Report): Promise<Schemas["ReportOutcome"]>;
     /**
      * @param {Schemas["StepKind"]} kind
      * @param {{ step?: string, finished?: boolean }} [options]
+     * @returns {Promise<Schemas["ReportOutcome"]>}
      */
     step(kind: Schemas["StepKind"], options?: {
         step?: string;
         finished?: boolean;
-    }): Promise<{
-        ask_id: string | null;
-        call_id: string | null;
-        code: import("../types/openapi.js").components["schemas"]["RejectCode"] | null;
-        error: string | null;
-        queued: boolean;
-        result: import("../types/openapi.js").components["schemas"]["RequestResult"];
-    }>;
+    }): Promise<Schemas["ReportOutcome"]>;
     /**
      * A tool card's state (`pending`, `prepared`, `running`, `completed`, `error` with `message`).
      * @param {string} tool
      * @param {Schemas["PartState"]} state
      * @param {{ call_id?: string, message?: string }} [options]
+     * @returns {Promise<Schemas["ReportOutcome"]>}
      */
     part(tool: string, state: Schemas["PartState"], options?: {
         call_id?: string;
         message?: string;
-    }): Promise<{
-        ask_id: string | null;
-        call_id: string | null;
-        code: import("../types/openapi.js").components["schemas"]["RejectCode"] | null;
-        error: string | null;
-        queued: boolean;
-        result: import("../types/openapi.js").components["schemas"]["RequestResult"];
-    }>;
+    }): Promise<Schemas["ReportOutcome"]>;
     /**
      * Ask the user (a permission, or with `form: true` a form) and wait for the answer.
      * @param {Omit<Schemas["AskReport"], "type">} ask

@@ -33,14 +33,8 @@ export class Served {
      */
     constructor(child: import("node:child_process").ChildProcess, ready: Ready, client: Client);
     child: import("child_process").ChildProcess;
-    ready: {
-        pid: number;
-        port: number;
-        ready: true;
-        reload_policy: string;
-        token?: string | null;
-        url: string;
-    };
+    /** @type {Ready} the ready line it printed */
+    ready: Ready;
     client: Client;
     /** @type {Promise<number | null>} the exit code once it exits (null: killed by a signal) */
     exited: Promise<number | null>;
