@@ -18,21 +18,23 @@ from run_supervisor.actors._cli import main
 from run_supervisor.actors.hosts._timeline import live_page, scenario_page
 
 ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "docs" / "scenarios"
 needs_chromium = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
 
 
-def timeline_dom(scenario: Path, folder: Path) -> str:
-    """The DOM headless Chromium draws of ``scenario``'s static timeline page, written to ``folder``."""
-    assert main(["scenario", str(scenario), "--html", str(folder)]) == 0
-    return chromium((folder / f"{scenario.stem}.html").as_uri(), str(folder / "profile"), "--dump-dom")
+def timeline_dom(scenario: str, folder: Path) -> str:
+    """The DOM headless Chromium draws of library scenario ``scenario``'s static timeline page, written
+    to ``folder``."""
+    assert main(["scenario", str(SCENARIOS / f"{scenario}.toml"), "--html", str(folder)]) == 0
+    return chromium((folder / f"{scenario}.html").as_uri(), str(folder / "profile"), "--dump-dom")
 
 
 def test_scenario_html_writes_one_self_contained_page_per_scenario(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    scenario = ROOT / "docs/scenarios/04-dispose-all-with-runs-in-two-directories.toml"
-    assert main(["scenario", str(scenario), "--html", str(tmp_path / "out")]) == 0
-    page = (tmp_path / "out" / f"{scenario.stem}.html").read_text()
+    scenario = "04-dispose-all-with-runs-in-two-directories"
+    assert main(["scenario", str(SCENARIOS / f"{scenario}.toml"), "--html", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / f"{scenario}.html").read_text()
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)  # no CDN, no network
     assert '"type":"lifecycle.deferred"' in page
     assert "wrote" in capsys.readouterr().err
@@ -51,8 +53,7 @@ def test_embedded_data_cannot_close_its_script_element() -> None:
 def test_a_static_scenario_timeline_renders_a_deferred_close_and_tool_cards_in_chromium(
     tmp_path: Path,
 ) -> None:
-    scenario = ROOT / "docs/scenarios/04-dispose-all-with-runs-in-two-directories.toml"
-    dom = timeline_dom(scenario, tmp_path)
+    dom = timeline_dom("04-dispose-all-with-runs-in-two-directories", tmp_path)
     assert re.search(
         r'class="lane action" data-action="a1" data-do="dispose_all" data-state="deferred, then completed"',
         dom,
@@ -68,8 +69,7 @@ def test_a_static_scenario_timeline_renders_a_deferred_close_and_tool_cards_in_c
 def test_a_crash_scenario_draws_the_lost_generation_and_the_restarted_one_on_their_own_lanes(
     tmp_path: Path,
 ) -> None:
-    scenario = ROOT / "docs/scenarios/40-crash-while-a-bash-call-is-prepared.toml"
-    dom = timeline_dom(scenario, tmp_path)
+    dom = timeline_dom("40-crash-while-a-bash-call-is-prepared", tmp_path)
     lanes = re.findall(r'class="lane instance" data-directory="/proj/a" data-generation="1"', dom)
     assert len(lanes) == 2  # before the crash and after the restart, each with its own bar
     assert "lost with the crashed supervisor" in dom
@@ -80,8 +80,7 @@ def test_a_crash_scenario_draws_the_lost_generation_and_the_restarted_one_on_the
 def test_each_life_s_generation_is_named_by_its_epoch_and_every_crashed_life_s_instance_is_lost(
     tmp_path: Path,
 ) -> None:
-    scenario = ROOT / "docs/scenarios/56-a-crashed-turn-is-resumed-once-then-its-budget-ends-it.toml"
-    dom = timeline_dom(scenario, tmp_path)
+    dom = timeline_dom("56-a-crashed-turn-is-resumed-once-then-its-budget-ends-it", tmp_path)
     assert "gen 1 · life 1" in dom and "gen 1 · life 2" in dom  # two lives' generation 1 told apart
     assert dom.count('title="closed: lost with the crashed supervisor"') == 2  # the second crash too
     assert 'data-state="live"' not in dom  # the third life loads nothing
@@ -89,8 +88,7 @@ def test_each_life_s_generation_is_named_by_its_epoch_and_every_crashed_life_s_i
 
 @needs_chromium
 def test_a_run_that_ended_while_queued_says_how_on_its_queued_bar(tmp_path: Path) -> None:
-    scenario = ROOT / "docs/scenarios/35-follow-up-coalesces-into-the-queued-one.toml"
-    dom = timeline_dom(scenario, tmp_path)
+    dom = timeline_dom("35-follow-up-coalesces-into-the-queued-one", tmp_path)
     assert "interrupted while queued (coalesced, r3)" in dom  # replaced by the newer follow-up
     assert "interrupted while queued (dropped, r3)" in dom  # its run was stopped
 
@@ -143,8 +141,7 @@ def test_the_live_page_without_a_token_says_how_to_open_it(tmp_path: Path) -> No
 
 @needs_chromium
 def test_a_stalled_run_is_drawn_stalled_until_the_confirm_that_interrupts_it(tmp_path: Path) -> None:
-    scenario = ROOT / "docs/scenarios/39-stalled-run-holding-a-reload-is-interrupted-on-confirm.toml"
-    dom = timeline_dom(scenario, tmp_path)
+    dom = timeline_dom("39-stalled-run-holding-a-reload-is-interrupted-on-confirm", tmp_path)
     stalls = re.findall(r'<div class="stall" data-stalled-from="\d+" title="stalled: no progress"', dom)
     assert len(stalls) == 1
     assert 'data-confirmed="true"' in dom  # the refresh's lane marks the confirm
@@ -170,11 +167,10 @@ def test_the_page_words_no_card_sentence_of_its_own() -> None:
 def test_every_card_on_a_scenario_timeline_shows_the_label_the_events_carry(
     tmp_path: Path, scenario: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = ROOT / "docs/scenarios" / f"{scenario}.toml"
-    assert main(["scenario", str(path), "--json"]) == 0
+    assert main(["scenario", str(SCENARIOS / f"{scenario}.toml"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     labels = {part["label"] for run in report["runs"].values() for part in run["tool_parts"]}
     assert labels, "the scenario reaches a tool part"
-    dom = timeline_dom(path, tmp_path)
+    dom = timeline_dom(scenario, tmp_path)
     cards = re.findall(r'<div class="card"[^>]*><b>[^<]*</b> · [a-z]+ — ([^<]*)</div>', dom)
     assert labels <= {html.unescape(card) for card in cards}
