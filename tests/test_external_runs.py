@@ -15,6 +15,9 @@ from run_supervisor.actors._errors import raise_for_rejection
 from run_supervisor.actors.hosts import EventHub
 from run_supervisor.protocol import CancelRun, InterruptReason
 
+RELOAD_NOW = {"do": "reload", "mode": "user_confirmed_interrupt", "origin": "ui.reload", "directory": "/w/a"}
+"""A reload of /w/a the user confirmed: it interrupts the runs there."""
+
 
 def test_a_client_that_vanishes_mid_run_is_interrupted_with_reason_timeout_after_its_lease() -> None:
     async def scenario(srv: Served) -> None:
@@ -56,15 +59,7 @@ def test_an_interrupted_client_is_told_why_and_its_end_finishes_the_run_with_tha
         async with srv.client() as client, sse(client, "/events?after=0") as events:
             await start(client, "r1", "s1")
             await report(client, "r1", type="step", kind="model")
-            close = await client.post(
-                "/close",
-                json={
-                    "do": "reload",
-                    "mode": "user_confirmed_interrupt",
-                    "origin": "ui.reload",
-                    "directory": "/w/a",
-                },
-            )
+            close = await client.post("/close", json=RELOAD_NOW)
             notice = await events.until(of_type("external.interrupt", run_id="r1"))
             assert notice.data["reason"] == "lifecycle_interrupt"
             assert notice.data["origin"] == "ui.reload"

@@ -16,7 +16,19 @@ import httpx
 import jsonschema
 import msgspec
 import pytest
-from wire_support import CLI, Served, end_run, of_type, reaped, reaped_async, report, run_node, served, sse
+from wire_support import (
+    CLI,
+    Served,
+    end_run,
+    of_type,
+    reaped,
+    reaped_async,
+    report,
+    run_node,
+    served,
+    sse,
+    submit,
+)
 from wire_support import run_served as run
 
 from run_supervisor.actors import SupervisorConfig
@@ -214,15 +226,8 @@ def test_native_routes_start_cancel_close_and_query_a_run() -> None:
 def test_the_generic_route_takes_any_protocol_request() -> None:
     async def scenario(srv: Served) -> None:
         async with srv.client() as client:
-            started = await client.post(
-                "/requests",
-                json={
-                    "type": "start_run",
-                    "run_id": "g1",
-                    "session": "s",
-                    "directory": "/w/b",
-                    "lease_ms": 5000,
-                },
+            started = await submit(
+                client, "start_run", run_id="g1", session="s", directory="/w/b", lease_ms=5000
             )
             assert started.json() == {
                 "result": "ok",
@@ -231,14 +236,8 @@ def test_the_generic_route_takes_any_protocol_request() -> None:
                 "action_id": None,
                 "interrupted_runs": [],
             }
-            close = await client.post(
-                "/requests",
-                json={
-                    "type": "close",
-                    "do": "dispose_all",
-                    "mode": "user_confirmed_interrupt",
-                    "origin": "t",
-                },
+            close = await submit(
+                client, "close", do="dispose_all", mode="user_confirmed_interrupt", origin="t"
             )
             assert close.json()["result"] == "interrupted"
             assert close.json()["interrupted_runs"] == ["g1"]

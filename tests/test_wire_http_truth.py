@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from wire_support import CLI, Served, of_type, reaped, reaped_async, served, serving, sse
+from wire_support import CLI, Served, of_type, reaped, reaped_async, served, serving, sse, submit
 from wire_support import run_served as run
 
 from run_supervisor.actors import Supervisor, SupervisorConfig
@@ -217,15 +217,8 @@ def test_a_start_with_a_field_it_does_not_take_is_refused_naming_it_and_starts_n
                 assert body["code"] == "invalid_request" and f"`{name}`" in body["error"], body
                 assert (body["run_id"], body["lease_ms"]) == (None, None)
             assert (await client.get("/runs/r1")).status_code == 404
-            generic = await client.post(
-                "/requests",
-                json={
-                    "type": "start_run",
-                    "run_id": "r2",
-                    "session": "s",
-                    "directory": "/w/a",
-                    "deadline": 200,
-                },
+            generic = await submit(
+                client, "start_run", run_id="r2", session="s", directory="/w/a", deadline=200
             )
             assert generic.status_code == 422 and "`deadline`" in generic.json()["error"]
             assert (await client.get("/statistics")).json()["external_runs"] == 0

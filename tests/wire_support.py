@@ -232,6 +232,11 @@ async def report(client: httpx.AsyncClient, run_id: str, **fields: Any) -> httpx
     return await client.post(f"/runs/{run_id}/reports", json=fields)
 
 
+async def submit(client: httpx.AsyncClient, request_type: str, **fields: Any) -> httpx.Response:
+    """One protocol request, of any ``type``, on the generic route (``POST /requests``)."""
+    return await client.post("/requests", json={"type": request_type, **fields})
+
+
 def run_node(*args: str) -> Any:
     """Run ``node *args`` (a docs example) to its end, within 60 s; its stdout's JSON summary."""
     done = subprocess.run(["node", *args], capture_output=True, text=True, timeout=60, check=False)
