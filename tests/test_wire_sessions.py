@@ -11,9 +11,10 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 from test_stdio import Sidecar, session
-from wire_support import Served, SseEvent, SseReader, of_type, served, sse
+from wire_support import Served, SseEvent, SseReader, of_type, served, sse, start_external
 from wire_support import run_served as run
 
 START = {"session": "s1", "directory": "/w/a"}
@@ -27,12 +28,19 @@ async def seen_or_next(events: SseReader, match: Callable[[SseEvent], bool]) -> 
     return await events.until(match)
 
 
+async def start_active(
+    client: httpx.AsyncClient, events: SseReader, run_id: str, session: str = "s1"
+) -> None:
+    """Start external run ``run_id`` in ``session`` over /w/a (201) and wait until it is active."""
+    await start_external(client, run_id, session)
+    await seen_or_next(events, of_type("run.started", run_id=run_id))
+
+
 def test_a_session_cancel_over_http_stops_its_queued_and_active_runs_with_one_action_id() -> None:
     async def scenario(srv: Served) -> None:
         async with srv.client() as client, sse(client, "/events?after=0") as events:
-            assert (await client.post("/runs", json={"run_id": "r1", **START})).status_code == 201
-            await seen_or_next(events, of_type("run.started", run_id="r1"))
-            assert (await client.post("/runs", json={"run_id": "r2", **START})).status_code == 201
+            await start_active(client, events, "r1")
+            await start_external(client, "r2", "s1")
             cancel = await client.post("/sessions/s1/cancel", json={"origin": "ui.stop", "grace_ms": 5000})
             assert cancel.status_code == 200, cancel.text
             body = cancel.json()
@@ -62,9 +70,8 @@ def test_a_session_cancel_over_http_stops_its_queued_and_active_runs_with_one_ac
 def test_a_session_cancel_past_its_grace_frees_the_session_of_a_client_that_ignores_it() -> None:
     async def scenario(srv: Served) -> None:
         async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await client.post("/runs", json={"run_id": "r1", **START})
-            await seen_or_next(events, of_type("run.started", run_id="r1"))
-            await client.post("/runs", json={"run_id": "r2", **START})
+            await start_active(client, events, "r1")
+            await start_external(client, "r2", "s1")
             cancel = (await client.post("/sessions/s1/cancel", json={"grace_ms": 0})).json()
             ended = await seen_or_next(events, of_type("run.finished", run_id="r1"))
             assert (ended.data["outcome"], ended.data["abandoned"]) == ("interrupted", True)
@@ -79,8 +86,7 @@ def test_a_session_cancel_past_its_grace_frees_the_session_of_a_client_that_igno
 def test_deleting_a_busy_session_over_http_is_a_409_until_confirmed_and_then_it_is_forgotten() -> None:
     async def scenario(srv: Served) -> None:
         async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await client.post("/runs", json={"run_id": "r1", **START})
-            await seen_or_next(events, of_type("run.started", run_id="r1"))
+            await start_active(client, events, "r1")
             busy = await client.delete("/sessions/s1")
             assert busy.status_code == 409, busy.text
             assert (busy.json()["result"], busy.json()["code"]) == ("rejected", "session_busy")
@@ -113,10 +119,7 @@ def test_an_always_grant_over_http_approves_the_sessions_matching_open_ask_and_a
     async def scenario(srv: Served) -> None:
         async with srv.client() as client, sse(client, "/events?after=0") as events:
             for run_id, session_id in (("r1", "s1"), ("r2", "s1b"), ("r3", "s2")):
-                await client.post(
-                    "/runs", json={"run_id": run_id, "session": session_id, "directory": "/w/a"}
-                )
-                await seen_or_next(events, of_type("run.started", run_id=run_id))
+                await start_active(client, events, run_id, session_id)
 
             asked = 0
 
@@ -158,8 +161,7 @@ def test_an_always_grant_over_http_approves_the_sessions_matching_open_ask_and_a
 def test_a_permission_reply_with_approved_false_works_on_every_http_entry(entry: str) -> None:
     async def scenario(srv: Served) -> None:
         async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await client.post("/runs", json={"run_id": "r1", **START})
-            await seen_or_next(events, of_type("run.started", run_id="r1"))
+            await start_active(client, events, "r1")
             asked = (await client.post("/runs/r1/reports", json={"type": "ask", "title": "rm?"})).json()
             reply: dict[str, Any] = {"approved": False, "message": "not that"}
             if entry == "ask route":
