@@ -12,7 +12,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from wire_support import CLI, reaped_async, run_node
+from wire_support import CLI, read_until, reaped_async, run_node
 
 from run_supervisor.actors._cli import main
 from run_supervisor.actors.hosts._schema import with_hosts
@@ -42,17 +42,10 @@ class Sidecar:
         return message
 
     async def until(self, match: Callable[[dict[str, Any]], bool], timeout: float = 10.0) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
         for message in self.lines:
             if match(message):
                 return message
-        while True:
-            message = await self.read(max(0.01, deadline - loop.time()))
-            if message is None:
-                raise AssertionError(f"stdout ended; seen {self.lines}")
-            if match(message):
-                return message
+        return await read_until(self.read, match, timeout, lambda: self.lines)
 
     async def answer(self, corr: Any) -> dict[str, Any]:
         return await self.until(lambda m: m["type"] in ("answer", "error") and m.get("id") == corr)

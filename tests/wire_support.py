@@ -21,6 +21,7 @@ from run_supervisor.actors.hosts import HttpSettings, ServerThread, WireHost
 from run_supervisor.actors.hosts._timeline import CHROMIUM_FLAGS
 
 Popen = TypeVar("Popen", bound="subprocess.Popen[Any]")
+Item = TypeVar("Item")
 CLI = (sys.executable, "-m", "run_supervisor.actors._cli")
 """The command line of ``run-supervisor`` in this interpreter."""
 
@@ -72,6 +73,24 @@ def serving(sup: Supervisor, host: WireHost, settings: HttpSettings | None = Non
             sup.shutdown(grace_ms=500, reason="test_teardown")
         host.hub.join(5.0)
         server.stop()
+
+
+async def read_until(
+    read: Callable[[float], Awaitable[Item | None]],
+    match: Callable[[Item], bool],
+    timeout: float,
+    seen: Callable[[], object],
+) -> Item:
+    """Read on until an item matches, every ``read`` bounded by what is left of ``timeout``; the
+    stream's end (``read`` gives None) fails, saying what was ``seen()``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        item = await read(max(0.01, deadline - loop.time()))
+        if item is None:
+            raise AssertionError(f"the stream ended; seen: {seen()}")
+        if match(item):
+            return item
 
 
 @dataclass
@@ -139,14 +158,7 @@ class SseReader:
 
     async def until(self, match: Callable[[SseEvent], bool], timeout: float = 10.0) -> SseEvent:
         """Read on until an event matches (bounded); every event read is kept in ``seen``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            event = await self.next(max(0.01, deadline - loop.time()))
-            if event is None:
-                raise AssertionError(f"the stream ended; seen: {[e.type for e in self.seen]}")
-            if match(event):
-                return event
+        return await read_until(self.next, match, timeout, lambda: [e.type for e in self.seen])
 
     async def close(self) -> None:
         if self._getting is not None:
