@@ -574,27 +574,26 @@ def test_a_played_scenario_reports_the_stall_and_the_confirmed_interrupt() -> No
     )
 
 
-def test_a_run_that_stalled_before_a_crash_is_recovered_as_crashed(tmp_path: Path) -> None:
+def test_a_run_that_stalled_before_a_crash_is_recovered_as_crashed(
+    tmp_path: Path, opened: list[Supervisor]
+) -> None:
     journal = tmp_path / "runs.journal"
     config = SupervisorConfig(shutdown_at_exit=False, stall_after_ms=40)
     first = Supervisor.start(config, journal=journal, directories=["/w/a"])
-    try:
-        log = EventLog(first)
-        gate, entered = Gate("stream"), threading.Event()
-        first.start_run(_hung_body(gate, entered), session="s1", directory="/w/a", run_id="r1")
-        first.close("dispose", mode="maintenance", origin="cfg", directory="/w/a")
-        log.wait_for("run.stalled", run_id="r1", timeout=10)
-        log.close()
-    finally:
-        simulate_crash(first)
+    opened.append(first)
+    log = EventLog(first)
+    gate, entered = Gate("stream"), threading.Event()
+    first.start_run(_hung_body(gate, entered), session="s1", directory="/w/a", run_id="r1")
+    first.close("dispose", mode="maintenance", origin="cfg", directory="/w/a")
+    log.wait_for("run.stalled", run_id="r1", timeout=10)
+    log.close()
+    simulate_crash(first)
     second = Supervisor.start(config, journal=journal)
-    try:
-        (recovered,) = second.recovered()
-        assert (recovered.run_id, recovered.reason) == ("r1", InterruptReason.CRASH)
-        assert not second.run("r1").stalled  # type: ignore[union-attr]
-        assert second.pending_actions() == ()
-    finally:
-        second.shutdown(grace_ms=500)
+    opened.append(second)
+    (recovered,) = second.recovered()
+    assert (recovered.run_id, recovered.reason) == ("r1", InterruptReason.CRASH)
+    assert not second.run("r1").stalled  # type: ignore[union-attr]
+    assert second.pending_actions() == ()
 
 
 # --- over the wire ---------------------------------------------------------------------------------------

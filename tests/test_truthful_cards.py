@@ -210,7 +210,7 @@ def test_the_checker_refuses_a_finished_part_that_unsays_its_cards_tool_started(
     assert any("its run.finished part does not" in v for v in checker.violations)
 
 
-def _crash_and_recover(tmp_path: Path, body_asks: bool) -> bool:
+def _crash_and_recover(tmp_path: Path, opened: list[Supervisor], body_asks: bool) -> bool:
     """Crash while a running bash call waits (for its first permission, or for nothing); whether the
     recovered call may have run."""
     journal = tmp_path / "journal.db"
@@ -226,33 +226,30 @@ def _crash_and_recover(tmp_path: Path, body_asks: bool) -> bool:
         ctx.wait(gate)
 
     sup = Supervisor.start(config, journal=journal, directories=["/w/a"])
-    try:
-        log = EventLog(sup)
-        sup.start_run(body, session="s1", directory="/w/a", run_id="r1")
-        card = log.wait_for("run.part.updated", run_id="r1", state="running")
-        if body_asks:
-            card = log.wait_for("run.part.updated", run_id="r1", waiting_for="permission")
-        assert isinstance(card, RunPartUpdated) and card.tool_started is False  # not shown started yet
-        log.close()
-    finally:
-        simulate_crash(sup)
+    opened.append(sup)
+    log = EventLog(sup)
+    sup.start_run(body, session="s1", directory="/w/a", run_id="r1")
+    card = log.wait_for("run.part.updated", run_id="r1", state="running")
+    if body_asks:
+        card = log.wait_for("run.part.updated", run_id="r1", waiting_for="permission")
+    assert isinstance(card, RunPartUpdated) and card.tool_started is False  # not shown started yet
+    log.close()
+    simulate_crash(sup)
     after = Supervisor.start(config, journal=journal)
-    try:
-        (recovered,) = after.recovered()
-        (part,) = recovered.parts
-        assert part.state is PartState.INTERRUPTED
-        return part.tool_started
-    finally:
-        after.shutdown(grace_ms=500, reason="test_teardown")
+    opened.append(after)
+    (recovered,) = after.recovered()
+    (part,) = recovered.parts
+    assert part.state is PartState.INTERRUPTED
+    return part.tool_started
 
 
 def test_a_running_call_its_card_does_not_yet_show_started_is_recovered_as_one_that_may_have_run(
-    tmp_path: Path,
+    tmp_path: Path, opened: list[Supervisor]
 ) -> None:
-    assert _crash_and_recover(tmp_path, body_asks=False) is True
+    assert _crash_and_recover(tmp_path, opened, body_asks=False) is True
 
 
 def test_a_running_call_waiting_for_its_first_permission_at_the_crash_is_recovered_as_one_that_did_not_run(
-    tmp_path: Path,
+    tmp_path: Path, opened: list[Supervisor]
 ) -> None:
-    assert _crash_and_recover(tmp_path, body_asks=True) is False
+    assert _crash_and_recover(tmp_path, opened, body_asks=True) is False
