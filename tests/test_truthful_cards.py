@@ -29,9 +29,21 @@ from run_supervisor.protocol.testing import CoreShell, InvariantChecker
 ECONNRESET = "ECONNRESET: The socket connection was closed unexpectedly"
 
 
-def test_a_call_lost_to_a_dropped_stream_settles_not_run_not_as_a_failed_tool() -> None:
+def _shell() -> CoreShell:
+    """A core over /w/a with run ``r`` active in session ``s``."""
     shell = CoreShell("/w/a")
     shell.start("r", session="s")
+    return shell
+
+
+def _final_card(shell: CoreShell) -> tuple[PartState, bool, str]:
+    """The state, ``tool_started`` and label of the one part ``r``'s ``run.finished`` carries."""
+    (part,) = shell.finished("r").parts
+    return part.state, part.tool_started, part.label
+
+
+def test_a_call_lost_to_a_dropped_stream_settles_not_run_not_as_a_failed_tool() -> None:
+    shell = _shell()
     shell.tool("r", upto=PartState.PENDING)  # the model was generating the call's input
 
     shell.finish("r", error=ECONNRESET)
@@ -53,8 +65,7 @@ def test_a_call_lost_to_a_dropped_stream_settles_not_run_not_as_a_failed_tool() 
 
 
 def test_a_prepared_call_left_by_a_body_that_returned_says_the_run_ended_before_it_started() -> None:
-    shell = CoreShell("/w/a")
-    shell.start("r", session="s")
+    shell = _shell()
     shell.tool("r", upto=PartState.PREPARED)
     shell.finish("r")
     (part,) = shell.finished("r").parts
@@ -66,8 +77,7 @@ def test_a_prepared_call_left_by_a_body_that_returned_says_the_run_ended_before_
 
 
 def test_a_call_that_started_before_its_run_failed_still_says_the_tool_failed() -> None:
-    shell = CoreShell("/w/a")
-    shell.start("r", session="s")
+    shell = _shell()
     shell.tool("r", upto=PartState.RUNNING)
     shell.finish("r", error=ECONNRESET)
     (part,) = shell.finished("r").parts
@@ -76,8 +86,7 @@ def test_a_call_that_started_before_its_run_failed_still_says_the_tool_failed() 
 
 
 def test_a_declined_calls_updates_never_say_running_after_the_decision() -> None:
-    shell = CoreShell("/w/a")
-    shell.start("r", session="s")
+    shell = _shell()
     shell.ask("r")
     before = len(shell.of(RunPartUpdated, run_id="r"))
 
@@ -89,17 +98,11 @@ def test_a_declined_calls_updates_never_say_running_after_the_decision() -> None
     assert [u.state for u in after_decision] == [PartState.INTERRUPTED]
     later = shell.of(RunPartUpdated, run_id="r")[before:]
     assert all(u.state is not PartState.RUNNING for u in later)
-    (part,) = shell.finished("r").parts
-    assert (part.state, part.tool_started, part.label) == (
-        PartState.INTERRUPTED,
-        False,
-        "Did not run: the user declined bash",
-    )
+    assert _final_card(shell) == (PartState.INTERRUPTED, False, "Did not run: the user declined bash")
 
 
 def test_the_checker_refuses_a_running_update_after_a_decline() -> None:
-    shell = CoreShell("/w/a")
-    shell.start("r", session="s")
+    shell = _shell()
     ask_id = shell.ask("r")
     shell.reply("r", approve=False)
     checker = InvariantChecker()
@@ -116,8 +119,7 @@ def _started(shell: CoreShell, run: str) -> list[bool]:
 
 
 def test_a_call_that_reports_running_then_asks_its_first_permission_never_says_started_then_not() -> None:
-    shell = CoreShell("/w/a")
-    shell.start("r", session="s")
+    shell = _shell()
     shell.ask("r")  # opencode's order: the call is running, then it asks its first permission
     shell.reply("r", approve=True)
     shell.report(PartReport(run_id="r", tool="bash", state=PartState.COMPLETED))
@@ -135,14 +137,12 @@ def test_a_call_that_reports_running_then_asks_its_first_permission_never_says_s
 
 
 def test_a_running_call_no_ask_gates_is_shown_started_when_it_ends() -> None:
-    shell = CoreShell("/w/a")
-    shell.start("r", session="s")
+    shell = _shell()
     shell.tool("r", upto=PartState.RUNNING)
     shell.cancel("r")
     shell.finish("r")
     assert _started(shell, "r") == [False, False, False, True]
-    (part,) = shell.finished("r").parts
-    assert (part.state, part.tool_started, part.label) == (
+    assert _final_card(shell) == (
         PartState.INTERRUPTED,
         True,
         "Stopped: bash was interrupted by the user's cancel while it ran",
@@ -150,8 +150,7 @@ def test_a_running_call_no_ask_gates_is_shown_started_when_it_ends() -> None:
 
 
 def test_a_running_call_that_asks_a_form_is_shown_started_and_a_later_permission_keeps_it_so() -> None:
-    shell = CoreShell("/w/a")
-    shell.start("r", session="s")
+    shell = _shell()
     shell.ask("r", form=True)  # the question tool, at work: it asks
     shell.answer_form("r")
     shell.report(AskRaised(run_id="r", ask_id="r:perm", kind=AskKind.PERMISSION, payload=AskPayload()))
@@ -160,8 +159,7 @@ def test_a_running_call_that_asks_a_form_is_shown_started_and_a_later_permission
 
 
 def test_a_cancel_settles_a_call_waiting_for_its_first_permission_at_once() -> None:
-    shell = CoreShell("/w/a")
-    shell.start("r", session="s")
+    shell = _shell()
     shell.ask("r")
     before = len(shell.of(RunPartUpdated, run_id="r"))
 
@@ -182,8 +180,7 @@ def test_a_cancel_settles_a_call_waiting_for_its_first_permission_at_once() -> N
 
 
 def test_the_checker_refuses_a_tool_started_that_goes_back_to_false() -> None:
-    shell = CoreShell("/w/a")
-    shell.start("r", session="s")
+    shell = _shell()
     shell.tool("r", upto=PartState.COMPLETED)
     checker = InvariantChecker()
     for event in shell.events:
@@ -196,8 +193,7 @@ def test_the_checker_refuses_a_tool_started_that_goes_back_to_false() -> None:
 
 
 def test_the_checker_refuses_a_finished_part_that_unsays_its_cards_tool_started() -> None:
-    shell = CoreShell("/w/a")
-    shell.start("r", session="s")
+    shell = _shell()
     shell.tool("r", upto=PartState.COMPLETED)
     shell.finish("r")
     checker = InvariantChecker()
