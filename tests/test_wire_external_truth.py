@@ -18,7 +18,18 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from wire_support import Served, end_run, of_type, report, served, serving, sse, start_queued
+from wire_support import (
+    Served,
+    SseReader,
+    end_run,
+    of_type,
+    report,
+    run_external,
+    served,
+    serving,
+    sse,
+    start_queued,
+)
 from wire_support import run_served as run
 from wire_support import start_external as start
 
@@ -66,66 +77,60 @@ def last_card(seen: list[Any], run_id: str, call_id: str) -> dict[str, Any]:
 
 
 def test_a_tool_reported_pending_running_completed_ends_on_a_card_that_says_it_ran() -> None:
-    async def scenario(srv: Served) -> None:
-        async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await start(client, "r1", "s1")
-            for state in ("pending", "running", "completed"):  # opencode's own tool states, in order
-                answer = await report(client, "r1", type="part", tool="bash", state=state, call_id="c1")
-                assert answer.status_code == 200, answer.text
-            finished = await end_run(client, events)
-            (part,) = finished.data["parts"]
-            assert (part["state"], part["tool_started"], part["label"]) == ("completed", True, "bash ran")
-            card = last_card(events.seen, "r1", "c1")
-            assert (card["state"], card["tool_started"], card["label"]) == ("completed", True, "bash ran")
+    async def scenario(client: httpx.AsyncClient, events: SseReader) -> None:
+        for state in ("pending", "running", "completed"):  # opencode's own tool states, in order
+            answer = await report(client, "r1", type="part", tool="bash", state=state, call_id="c1")
+            assert answer.status_code == 200, answer.text
+        finished = await end_run(client, events)
+        (part,) = finished.data["parts"]
+        assert (part["state"], part["tool_started"], part["label"]) == ("completed", True, "bash ran")
+        card = last_card(events.seen, "r1", "c1")
+        assert (card["state"], card["tool_started"], card["label"]) == ("completed", True, "bash ran")
 
-    run(scenario)
+    run_external(scenario)
 
 
 def test_a_part_report_that_does_not_apply_is_rejected_naming_the_state_and_changes_nothing() -> None:
-    async def scenario(srv: Served) -> None:
-        async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await start(client, "r1", "s1")
-            for state in ("pending", "running", "completed"):
-                assert (
-                    await report(client, "r1", type="part", tool="bash", state=state, call_id="c1")
-                ).is_success
-            back = await report(client, "r1", type="part", tool="bash", state="running", call_id="c1")
-            assert back.status_code == 422, back.text
-            assert back.json()["result"] == "rejected" and "is completed" in back.json()["error"]
-            await end_run(client, events)
-            assert last_card(events.seen, "r1", "c1")["state"] == "completed"
+    async def scenario(client: httpx.AsyncClient, events: SseReader) -> None:
+        for state in ("pending", "running", "completed"):
+            assert (
+                await report(client, "r1", type="part", tool="bash", state=state, call_id="c1")
+            ).is_success
+        back = await report(client, "r1", type="part", tool="bash", state="running", call_id="c1")
+        assert back.status_code == 422, back.text
+        assert back.json()["result"] == "rejected" and "is completed" in back.json()["error"]
+        await end_run(client, events)
+        assert last_card(events.seen, "r1", "c1")["state"] == "completed"
 
-    run(scenario)
+    run_external(scenario)
 
 
 def test_a_part_the_user_declined_with_feedback_is_not_reported_completed_with_an_ok() -> None:
-    async def scenario(srv: Served) -> None:
-        async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await start(client, "r1", "s1")
-            for state in ("pending", "running"):
-                assert (
-                    await report(client, "r1", type="part", tool="bash", state=state, call_id="c1")
-                ).is_success
-            asked = await report(client, "r1", type="ask", tool="bash", call_id="c1", command="git push")
-            ask_id = asked.json()["ask_id"]
-            declined = await client.post(
-                f"/asks/{ask_id}/permission", json={"approve": False, "message": "not to main"}
-            )
-            assert declined.status_code == 200, declined.text
-            await events.until(of_type("external.answer", ask_id=ask_id))
-            # The core turned the part to error with the user's feedback: a late "completed" does nothing.
-            late = await report(client, "r1", type="part", tool="bash", state="completed", call_id="c1")
-            assert late.status_code == 422, late.text
-            assert "is error" in late.json()["error"]
-            await end_run(client, events)
-            card = last_card(events.seen, "r1", "c1")
-            assert (card["state"], card["declined"], card["message"]) == (
-                "error",
-                "permission",
-                "not to main",
-            )
+    async def scenario(client: httpx.AsyncClient, events: SseReader) -> None:
+        for state in ("pending", "running"):
+            assert (
+                await report(client, "r1", type="part", tool="bash", state=state, call_id="c1")
+            ).is_success
+        asked = await report(client, "r1", type="ask", tool="bash", call_id="c1", command="git push")
+        ask_id = asked.json()["ask_id"]
+        declined = await client.post(
+            f"/asks/{ask_id}/permission", json={"approve": False, "message": "not to main"}
+        )
+        assert declined.status_code == 200, declined.text
+        await events.until(of_type("external.answer", ask_id=ask_id))
+        # The core turned the part to error with the user's feedback: a late "completed" does nothing.
+        late = await report(client, "r1", type="part", tool="bash", state="completed", call_id="c1")
+        assert late.status_code == 422, late.text
+        assert "is error" in late.json()["error"]
+        await end_run(client, events)
+        card = last_card(events.seen, "r1", "c1")
+        assert (card["state"], card["declined"], card["message"]) == (
+            "error",
+            "permission",
+            "not to main",
+        )
 
-    run(scenario)
+    run_external(scenario)
 
 
 def test_what_a_reported_part_state_stands_for_is_a_chain_of_legal_moves_and_never_an_interrupt() -> None:
@@ -349,89 +354,79 @@ def test_sequences_of_part_states_through_the_real_server_draw_the_cards_they_me
 
 
 def test_a_form_dismissed_with_a_message_is_told_apart_from_a_permission_rejected_with_feedback() -> None:
-    async def scenario(srv: Served) -> None:
-        async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await start(client, "r1", "s1")
-            await report(client, "r1", type="part", tool="bash", state="pending", call_id="c1")
-            permission = (await report(client, "r1", type="ask", call_id="c1", command="ls")).json()["ask_id"]
-            await report(client, "r1", type="part", tool="question", state="pending", call_id="c2")
-            form = (
-                await report(client, "r1", type="ask", form=True, call_id="c2", questions=["why?"])
-            ).json()["ask_id"]
-            rejected = await client.post(
-                f"/asks/{permission}/permission", json={"approve": False, "message": "no"}
-            )
-            assert rejected.status_code == 200, rejected.text
-            dismissed = await client.post(f"/asks/{form}/dismiss", json={"message": "no"})
-            assert dismissed.status_code == 200, dismissed.text
-            told_permission = (await events.until(of_type("external.answer", ask_id=permission))).data
-            told_form = (await events.until(of_type("external.answer", ask_id=form))).data
-            strip = {"seq", "ask_id"}
-            assert {k: v for k, v in told_permission.items() if k not in strip} != {
-                k: v for k, v in told_form.items() if k not in strip
-            }
-            assert (told_permission["form"], told_permission.get("dismissed")) == (False, False)
-            assert (told_form["form"], told_form.get("dismissed"), told_form["message"]) == (True, True, "no")
-            host_event(told_permission)
-            host_event(told_form)
-            await report(client, "r1", type="end")
+    async def scenario(client: httpx.AsyncClient, events: SseReader) -> None:
+        await report(client, "r1", type="part", tool="bash", state="pending", call_id="c1")
+        permission = (await report(client, "r1", type="ask", call_id="c1", command="ls")).json()["ask_id"]
+        await report(client, "r1", type="part", tool="question", state="pending", call_id="c2")
+        form = (await report(client, "r1", type="ask", form=True, call_id="c2", questions=["why?"])).json()[
+            "ask_id"
+        ]
+        rejected = await client.post(
+            f"/asks/{permission}/permission", json={"approve": False, "message": "no"}
+        )
+        assert rejected.status_code == 200, rejected.text
+        dismissed = await client.post(f"/asks/{form}/dismiss", json={"message": "no"})
+        assert dismissed.status_code == 200, dismissed.text
+        told_permission = (await events.until(of_type("external.answer", ask_id=permission))).data
+        told_form = (await events.until(of_type("external.answer", ask_id=form))).data
+        strip = {"seq", "ask_id"}
+        assert {k: v for k, v in told_permission.items() if k not in strip} != {
+            k: v for k, v in told_form.items() if k not in strip
+        }
+        assert (told_permission["form"], told_permission.get("dismissed")) == (False, False)
+        assert (told_form["form"], told_form.get("dismissed"), told_form["message"]) == (True, True, "no")
+        host_event(told_permission)
+        host_event(told_form)
+        await report(client, "r1", type="end")
 
-    run(scenario)
+    run_external(scenario)
 
 
 # --- retries: a report sent again after a timeout does not happen twice --------------------------------
 
 
 def test_a_retried_ask_report_opens_one_ask() -> None:
-    async def scenario(srv: Served) -> None:
-        async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await start(client, "r1", "s1")
-            await report(client, "r1", type="part", tool="bash", state="pending", call_id="c1")
-            ask = {"type": "ask", "tool": "bash", "call_id": "c1", "command": "rm -rf build"}
-            first = await report(client, "r1", **ask)
-            again = await report(client, "r1", **ask)  # the client timed out on the first and retried
-            assert first.status_code == again.status_code == 200, (first.text, again.text)
-            ask_id = first.json()["ask_id"]
-            assert again.json()["ask_id"] == ask_id
-            assert [a["ask_id"] for a in (await client.get("/asks", params={"run_id": "r1"})).json()] == [
-                ask_id
-            ]
-            await client.post(f"/asks/{ask_id}/permission", json={"approve": True})
-            await events.until(of_type("external.answer", ask_id=ask_id))
-            await report(client, "r1", type="heartbeat")
-            late = await report(client, "r1", **ask)  # a retry that arrives after the user answered
-            assert late.json()["ask_id"] == ask_id
-            assert (await client.get("/asks", params={"run_id": "r1"})).json() == []
-            await report(client, "r1", type="end")
-            await events.until(of_type("run.finished", run_id="r1"))
-            requested = [e for e in events.seen if e.type == "ask.requested"]
-            assert len(requested) == 1
+    async def scenario(client: httpx.AsyncClient, events: SseReader) -> None:
+        await report(client, "r1", type="part", tool="bash", state="pending", call_id="c1")
+        ask = {"type": "ask", "tool": "bash", "call_id": "c1", "command": "rm -rf build"}
+        first = await report(client, "r1", **ask)
+        again = await report(client, "r1", **ask)  # the client timed out on the first and retried
+        assert first.status_code == again.status_code == 200, (first.text, again.text)
+        ask_id = first.json()["ask_id"]
+        assert again.json()["ask_id"] == ask_id
+        assert [a["ask_id"] for a in (await client.get("/asks", params={"run_id": "r1"})).json()] == [ask_id]
+        await client.post(f"/asks/{ask_id}/permission", json={"approve": True})
+        await events.until(of_type("external.answer", ask_id=ask_id))
+        await report(client, "r1", type="heartbeat")
+        late = await report(client, "r1", **ask)  # a retry that arrives after the user answered
+        assert late.json()["ask_id"] == ask_id
+        assert (await client.get("/asks", params={"run_id": "r1"})).json() == []
+        await report(client, "r1", type="end")
+        await events.until(of_type("run.finished", run_id="r1"))
+        requested = [e for e in events.seen if e.type == "ask.requested"]
+        assert len(requested) == 1
 
-    run(scenario)
+    run_external(scenario)
 
 
 def test_a_retried_step_retry_or_end_report_changes_nothing_the_second_time() -> None:
-    async def scenario(srv: Served) -> None:
-        async with srv.client() as client, sse(client, "/events?after=0") as events:
-            await start(client, "r1", "s1")
-            for body in (
-                {"type": "step", "kind": "model", "step": "m1"},
-                {"type": "retry", "attempt": 1, "message": "rate limited"},
-            ):
-                assert (await report(client, "r1", **body)).status_code == 200
-                assert (await report(client, "r1", **body)).status_code == 200
-            await end_run(client, events)
-            again = await report(client, "r1", type="end")  # its answer was lost: the client asks again
-            assert again.status_code == 200, again.text
-            other = await report(client, "r1", type="end", error="boom")
-            assert other.status_code == 409 and other.json()["code"] == "run_finished"
-            started = [e for e in events.seen if e.type == "run.step.started"]
-            retries = [
-                e for e in events.seen if e.type == "session.status" and e.data.get("status") == "retry"
-            ]
-            assert len(started) == 1 and len(retries) == 1
+    async def scenario(client: httpx.AsyncClient, events: SseReader) -> None:
+        for body in (
+            {"type": "step", "kind": "model", "step": "m1"},
+            {"type": "retry", "attempt": 1, "message": "rate limited"},
+        ):
+            assert (await report(client, "r1", **body)).status_code == 200
+            assert (await report(client, "r1", **body)).status_code == 200
+        await end_run(client, events)
+        again = await report(client, "r1", type="end")  # its answer was lost: the client asks again
+        assert again.status_code == 200, again.text
+        other = await report(client, "r1", type="end", error="boom")
+        assert other.status_code == 409 and other.json()["code"] == "run_finished"
+        started = [e for e in events.seen if e.type == "run.step.started"]
+        retries = [e for e in events.seen if e.type == "session.status" and e.data.get("status") == "retry"]
+        assert len(started) == 1 and len(retries) == 1
 
-    run(scenario)
+    run_external(scenario)
 
 
 def test_an_end_sent_twice_before_the_first_is_answered_is_ok_twice(supervisor: Supervisor) -> None:

@@ -218,6 +218,23 @@ def run_served(scenario: Callable[[Served], Awaitable[None]], *, within: float =
         asyncio.run(asyncio.wait_for(scenario(srv), within))
 
 
+def run_external(
+    scenario: Callable[[httpx.AsyncClient, SseReader], Awaitable[None]],
+    *,
+    lease_ms: int | None = None,
+    **kwargs: Any,
+) -> None:
+    """Play ``scenario`` with a client and the event stream from its start, once external run r1 is
+    open in s1 over /w/a (with ``lease_ms``, when given), against a host ``served(**kwargs)``."""
+
+    async def opened(srv: Served) -> None:
+        async with srv.client() as client, sse(client, "/events?after=0") as events:
+            await start_external(client, "r1", "s1", **({} if lease_ms is None else {"lease_ms": lease_ms}))
+            await scenario(client, events)
+
+    run_served(opened, **kwargs)
+
+
 async def start_external(client: httpx.AsyncClient, run_id: str, session: str, **extra: Any) -> None:
     """Open external run ``run_id`` in ``session`` over /w/a (201)."""
     answer = await client.post(
