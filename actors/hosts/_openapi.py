@@ -247,6 +247,22 @@ def _answer(path: str, operation_id: str, summary: str, body: Body) -> Operation
     return Operation("POST", path, operation_id, summary, ref("RequestOutcome"), body=body, codes=_ASK_CODES)
 
 
+def _stream(path: str, operation_id: str, summary: str, **kw: Any) -> Operation:
+    """A GET that answers an event stream (SSE), resumed with ``after`` or ``Last-Event-ID``."""
+    return Operation(
+        "GET",
+        path,
+        operation_id,
+        summary,
+        None,
+        media="text/event-stream",
+        query=_EVENTS_QUERY,
+        headers=_EVENTS_HEADERS,
+        codes=("unauthorized",),
+        **kw,
+    )
+
+
 OPERATIONS: list[Operation] = [
     Operation("GET", "/health", "health", "Is the server up (no token needed)", ref("Health"), public=True),
     Operation(
@@ -468,29 +484,17 @@ OPERATIONS: list[Operation] = [
         ref("Ticket"),
         status=201,
     ),
-    Operation(
-        "GET",
+    _stream(
         "/events",
         "events",
         "The event stream (SSE; each `data` is a StreamEvent, tagged by type)",
-        None,
-        media="text/event-stream",
-        query=_EVENTS_QUERY,
-        headers=_EVENTS_HEADERS,
-        codes=("unauthorized",),
         description="Each frame: `id: <epoch>:<seq>` and `data: <StreamEvent JSON>` (a `stream.reset` "
         "has no id). The stream's item schema is `x-event-schema`.",
     ),
-    Operation(
-        "GET",
+    _stream(
         "/event",
         "compat_events",
         "Seed 002's event stream (upstream's shapes; each `data` is a CompatStreamEvent)",
-        None,
-        media="text/event-stream",
-        query=_EVENTS_QUERY,
-        headers=_EVENTS_HEADERS,
-        codes=("unauthorized",),
         tags=("compatible",),
     ),
     Operation(
