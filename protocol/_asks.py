@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from run_supervisor.protocol._commands import DeliverAnswer
-from run_supervisor.protocol._core_state import CoreState
+from run_supervisor.protocol._core_state import CoreState, _RunStamp
 from run_supervisor.protocol._enums import (
     AskKind,
     AskState,
@@ -71,6 +71,12 @@ from run_supervisor.protocol._rules import (
 __all__ = ["AskBook", "AsksMixin", "part_view"]
 
 _OK = RequestOutcome(result=RequestResult.OK)
+
+
+class _AskStamp(_RunStamp):
+    """The fields every event about an ask opens with (``AsksMixin._ask_stamp``)."""
+
+    ask_id: str
 
 
 class AskBook:
@@ -233,10 +239,7 @@ class AsksMixin(CoreState):
         self._asks.add(ask)  # registered before it is announced: a reply to the event finds it
         self._emit(
             AskRequested(
-                seq=self._next_seq(),
-                ask_id=ask.ask_id,
-                run_id=run.id,
-                session=run.session,
+                **self._ask_stamp(ask),
                 kind=ask.kind,
                 tool=ask.tool,
                 call_id=ask.call_id,
@@ -285,10 +288,7 @@ class AsksMixin(CoreState):
         ask.withdraw_reason, ask.interrupt_reason = reason, interrupt
         self._emit(
             AskWithdrawn(
-                seq=self._next_seq(),
-                ask_id=ask.ask_id,
-                run_id=ask.run_id,
-                session=ask.session,
+                **self._ask_stamp(ask),
                 kind=ask.kind,
                 reason=reason,
                 interrupt_reason=interrupt,
@@ -363,10 +363,7 @@ class AsksMixin(CoreState):
         run, part = self._end_ask(ask, AskTrigger.REPLY)
         self._emit(
             AskReplied(
-                seq=self._next_seq(),
-                ask_id=ask.ask_id,
-                run_id=run.id,
-                session=run.session,
+                **self._ask_stamp(ask),
                 kind=ask.kind,
                 approved=approved,
                 message=message,
@@ -385,10 +382,7 @@ class AsksMixin(CoreState):
         run, part = self._end_ask(ask, AskTrigger.DISMISS)
         self._emit(
             AskDismissed(
-                seq=self._next_seq(),
-                ask_id=ask.ask_id,
-                run_id=run.id,
-                session=run.session,
+                **self._ask_stamp(ask),
                 message=req.message,
                 tag=req.tag,
             )
@@ -513,6 +507,10 @@ class AsksMixin(CoreState):
             part.ask = None
         self._asks.close(ask, trigger)
         return run, part
+
+    def _ask_stamp(self, ask: Ask) -> _AskStamp:
+        """The opening fields of an event about ``ask``: the next ``seq``, the ask, its run and session."""
+        return {"seq": self._next_seq(), "ask_id": ask.ask_id, "run_id": ask.run_id, "session": ask.session}
 
     # --- tool parts as events -----------------------------------------------------------------
 

@@ -393,9 +393,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
                     self._emit(part_updated(self._next_seq(), run, part.call_id or "", shown))
             self._emit(
                 RunRecovered(
-                    seq=self._next_seq(),
-                    run_id=run.id,
-                    session=run.session,
+                    **self._stamp(run),
                     directory=recovered.directory,
                     generation=recovered.generation,
                     outcome=Outcome.INTERRUPTED,
@@ -686,9 +684,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             self._journal.append(session.queue, run.id)
             self._emit(
                 RunQueued(
-                    seq=self._next_seq(),
-                    run_id=run.id,
-                    session=run.session,
+                    **self._stamp(run),
                     parent_run_id=run.parent,
                     queue_policy=policy,
                     resume_of=run.resume_of,
@@ -782,9 +778,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             self._stall_progress(parent.id)  # a child starting is its parents' progress
         self._emit(
             RunStarted(
-                seq=self._next_seq(),
-                run_id=run.id,
-                session=run.session,
+                **self._stamp(run),
                 directory=run.directory,
                 generation=instance.generation,
                 resume_of=run.resume_of,
@@ -1047,9 +1041,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         cls = StepFinished if report.finished else StepStarted
         self._emit(
             cls(
-                seq=self._next_seq(),
-                run_id=report.run_id,
-                session=live.session,
+                **self._stamp(live),
                 step=report.step,
                 kind=report.kind,
                 tool=report.tool,
@@ -1148,9 +1140,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             self._part_changed(run, part)
         self._emit(
             RunFinished(
-                seq=self._next_seq(),
-                run_id=run.id,
-                session=run.session,
+                **self._stamp(run),
                 outcome=RUN_OUTCOMES[run.state],
                 reason=interrupt.reason if interrupt else None,
                 origin=interrupt.origin if interrupt else None,

@@ -15,7 +15,7 @@ that uses another part's own types (the asks' book, the lifecycle's actions) dec
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from run_supervisor.protocol._enums import RunState
 
@@ -34,6 +34,15 @@ if TYPE_CHECKING:
     from run_supervisor.protocol._rules import InstanceTrigger, RunTrigger
 
 __all__ = ["CoreState"]
+
+
+class _RunStamp(TypedDict):
+    """The fields every event about a run opens with (``CoreState._stamp``): typed, so an event
+    built with ``**stamp`` is still checked field by field."""
+
+    seq: int
+    run_id: str
+    session: str
 
 
 class CoreState:
@@ -88,6 +97,11 @@ class CoreState:
         def _progressed(self, run: _Run) -> None: ...  # the deadlines'
 
     # --- moves more than one part makes (the lifecycle's closes, the stalls' confirm) ---
+
+    def _stamp(self, run: _Run) -> _RunStamp:
+        """The opening fields of an event about ``run``: the next ``seq``, the run and its session.
+        Build the event with them, then ``_emit`` it at once (``_next_seq``)."""
+        return {"seq": self._next_seq(), "run_id": run.id, "session": run.session}
 
     def _active_runs(self, instance: _Instance) -> list[str]:
         """The instance's active runs, in order; taken before interrupting any of them, since a

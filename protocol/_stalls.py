@@ -82,9 +82,7 @@ class StallsMixin(CoreState):
         if self._move_stall(run, StallTrigger.NO_PROGRESS):
             self._emit(
                 RunStalled(
-                    seq=self._next_seq(),
-                    run_id=run.id,
-                    session=run.session,
+                    **self._stamp(run),
                     idle_ms=report.idle_ms,
                     holding=self._holding(run),
                 )
@@ -109,9 +107,7 @@ class StallsMixin(CoreState):
         while run is not None:  # parent chains end: a child needs an active parent, which outlives it
             if run.stalled and run.state in STALLABLE_RUN_STATES:
                 self._move_stall(run, StallTrigger.PROGRESS)
-                self._emit(
-                    RunUnstalled(seq=self._next_seq(), run_id=run.id, session=run.session, progress=True)
-                )
+                self._emit(RunUnstalled(**self._stamp(run), progress=True))
             run = self._runs.get(run.parent) if run.parent is not None else None
 
     def _heartbeat(self, report: Heartbeat) -> None:
@@ -125,7 +121,7 @@ class StallsMixin(CoreState):
         """``run`` just left ``active`` (``_move_run``): a stalled flag goes with it, announced."""
         if run.stalled and run.state not in STALLABLE_RUN_STATES:
             self._move_stall(run, StallTrigger.LEFT_ACTIVE)
-            self._emit(RunUnstalled(seq=self._next_seq(), run_id=run.id, session=run.session, progress=False))
+            self._emit(RunUnstalled(**self._stamp(run), progress=False))
 
     def _move_stall(self, run: _Run, trigger: StallTrigger) -> bool:
         """Every move of a run's stalled flag goes through here; True if it changed."""
