@@ -444,34 +444,15 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
     def _atomically(self, decide: Callable[..., object], *args: Any) -> list[Command]:
         """Decide one input; on any exception, undo all of it (records, tables, counters, the
         commands decided so far) and let the exception go on."""
-        saved = (
-            self._seq,
-            self._action_count,
-            self._shutdown,
-            self._deadline_passed,
-            self._closed,
-            self._reports_ignored,
-            self._abandoned,
-            self._session_actions,
-            self._runs_in.copy(),
-            self._instances_in.copy(),
-        )
+        saved = {name: getattr(self, name) for name in _UNDONE_ATTRIBUTES}
+        counts = self._runs_in.copy(), self._instances_in.copy()
         try:
             decide(*args)
         except BaseException:
             self._journal.rollback()
-            (
-                self._seq,
-                self._action_count,
-                self._shutdown,
-                self._deadline_passed,
-                self._closed,
-                self._reports_ignored,
-                self._abandoned,
-                self._session_actions,
-                self._runs_in,
-                self._instances_in,
-            ) = saved
+            for name, value in saved.items():
+                setattr(self, name, value)
+            self._runs_in, self._instances_in = counts
             self._out.clear()
             raise
         self._journal.clear()
@@ -1239,14 +1220,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
         directory.open[instance.generation] = instance
         self._instances_in[instance.state] += 1
         self._emit(
-            InstanceStarted(
-                seq=self._next_seq(),
-                directory=name,
-                generation=instance.generation,
-                fingerprint=instance.fingerprint,
-                cause=cause,
-                epoch=instance.epoch,
-            )
+            InstanceStarted(**self._instance_stamp(instance), fingerprint=instance.fingerprint, cause=cause)
         )
         self._out.append(LoadInstance(directory=name, generation=instance.generation))
         return instance
@@ -1277,14 +1251,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             return
         self._touch(instance)
         instance.ready = True
-        self._emit(
-            InstanceReady(
-                seq=self._next_seq(),
-                directory=report.directory,
-                generation=report.generation,
-                epoch=instance.epoch,
-            )
-        )
+        self._emit(InstanceReady(**self._instance_stamp(instance)))
 
     def _dispose_done(self, report: DisposeDone) -> None:
         directory = self._dirs.get(report.directory)
@@ -1342,6 +1309,19 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
 
 
 _OK = RequestOutcome(result=RequestResult.OK)
+
+_UNDONE_ATTRIBUTES = (
+    "_seq",
+    "_action_count",
+    "_shutdown",
+    "_deadline_passed",
+    "_closed",
+    "_reports_ignored",
+    "_abandoned",
+    "_session_actions",
+)
+"""The core's values outside the journal that ``_atomically`` puts back when an input fails (with
+the two state counters, copied): the records and tables the journal undoes itself."""
 
 
 def resume_verdict(recovered: RecoveredRun, budget: int | None) -> ResumeVerdict | None:

@@ -45,6 +45,15 @@ class _RunStamp(TypedDict):
     session: str
 
 
+class _InstanceStamp(TypedDict):
+    """The fields every event about a generation opens with (``CoreState._instance_stamp``)."""
+
+    seq: int
+    directory: str
+    generation: int
+    epoch: int | None
+
+
 class CoreState:
     """What the parts of ``SupervisorCore`` use of it (see the module's docstring)."""
 
@@ -102,6 +111,16 @@ class CoreState:
         """The opening fields of an event about ``run``: the next ``seq``, the run and its session.
         Build the event with them, then ``_emit`` it at once (``_next_seq``)."""
         return {"seq": self._next_seq(), "run_id": run.id, "session": run.session}
+
+    def _instance_stamp(self, instance: _Instance) -> _InstanceStamp:
+        """The fields of an event about ``instance``: the next ``seq``, its directory, generation and
+        the supervisor's life it was loaded in."""
+        return {
+            "seq": self._next_seq(),
+            "directory": instance.directory,
+            "generation": instance.generation,
+            "epoch": instance.epoch,
+        }
 
     def _active_runs(self, instance: _Instance) -> list[str]:
         """The instance's active runs, in order; taken before interrupting any of them, since a

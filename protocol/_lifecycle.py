@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import msgspec
 
@@ -79,6 +79,13 @@ class ActionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     setting. A host may offer to ``confirm_close`` this action, interrupting them."""
     confirmed_by: str | None = None
     """The origin of the ``confirm_close`` that turned this maintenance close into a confirmed one."""
+
+
+class _ActionStamp(TypedDict):
+    """The fields every event about a lifecycle action opens with (``_action_stamp``)."""
+
+    seq: int
+    action_id: str
 
 
 @dataclass(slots=True)
@@ -296,8 +303,7 @@ class LifecycleMixin(CoreState):
         else:
             first.joiners.append(tag)
         if first.answered:
-            self._emit(ActionResult(seq=self._next_seq(), action_id=first.id, result=first.result, tag=tag))
-            self._reply(reply_to, self._close_outcome(first))
+            self._answer_one(first, tag, reply_to)
         else:
             first.joiner_answers.append((tag, reply_to))
 
@@ -402,10 +408,7 @@ class LifecycleMixin(CoreState):
         action.result = CloseResult.NOOP
         self._journal.drop(self._actions, action.id)
         self._emit_completed(action, action.tag)
-        self._emit(
-            ActionResult(seq=self._next_seq(), action_id=action.id, result=action.result, tag=action.tag)
-        )
-        self._reply(action.reply_to, self._close_outcome(action))
+        self._answer_one(action, action.tag, action.reply_to)
 
     def _move_action(self, action: _Action, trigger: ActionTrigger) -> None:
         self._touch(action)
@@ -467,8 +470,7 @@ class LifecycleMixin(CoreState):
         if action.result is CloseResult.DEFERRED:
             self._emit(
                 LifecycleDeferred(
-                    seq=self._next_seq(),
-                    action_id=action.id,
+                    **self._action_stamp(action),
                     pending_directories=action.pending_directories,
                     blocking_runs=action.blocking_runs,
                     tag=action.tag,
@@ -478,13 +480,9 @@ class LifecycleMixin(CoreState):
             self._move_action(action, ActionTrigger.ANSWER)
         else:
             self._complete(action)
-        self._emit(
-            ActionResult(seq=self._next_seq(), action_id=action.id, result=action.result, tag=action.tag)
-        )
-        self._reply(action.reply_to, self._close_outcome(action))
+        self._answer_one(action, action.tag, action.reply_to)
         for tag, reply_to in action.joiner_answers:  # later shutdowns: never answered before the first
-            self._emit(ActionResult(seq=self._next_seq(), action_id=action.id, result=action.result, tag=tag))
-            self._reply(reply_to, self._close_outcome(action))
+            self._answer_one(action, tag, reply_to)
         action.joiner_answers.clear()
 
     def _complete(self, action: _Action) -> None:
@@ -502,15 +500,7 @@ class LifecycleMixin(CoreState):
         directory = self._dirs[instance.directory]
         self._touch(directory)
         del directory.open[instance.generation]
-        self._emit(
-            InstanceClosed(
-                seq=self._next_seq(),
-                directory=instance.directory,
-                generation=instance.generation,
-                error=error,
-                epoch=instance.epoch,
-            )
-        )
+        self._emit(InstanceClosed(**self._instance_stamp(instance), error=error))
         self._load_deferred(directory)  # before the actions move: a reload is answered after it
         for action_id in instance.closers:
             action = self._actions.get(action_id)
@@ -546,8 +536,7 @@ class LifecycleMixin(CoreState):
         the first names itself, with the first one's action id."""
         self._emit(
             LifecycleRequested(
-                seq=self._next_seq(),
-                action_id=action.id,
+                **self._action_stamp(action),
                 do=do,
                 mode=mode,
                 origin=origin,
@@ -558,11 +547,20 @@ class LifecycleMixin(CoreState):
             )
         )
 
+    def _action_stamp(self, action: _Action) -> _ActionStamp:
+        """The opening fields of an event about ``action``: the next ``seq`` and its id."""
+        return {"seq": self._next_seq(), "action_id": action.id}
+
+    def _answer_one(self, action: _Action, tag: str | None, reply_to: Any) -> None:
+        """Answer one requester of ``action`` -- its own, or a shutdown that joined it (by its
+        ``tag``): ``action.result``, then the reply."""
+        self._emit(ActionResult(**self._action_stamp(action), result=action.result, tag=tag))
+        self._reply(reply_to, self._close_outcome(action))
+
     def _emit_completed(self, action: _Action, tag: str | None) -> None:
         self._emit(
             LifecycleCompleted(
-                seq=self._next_seq(),
-                action_id=action.id,
+                **self._action_stamp(action),
                 superseded_by=action.superseded_by,
                 error="; ".join(action.errors) or None,
                 abandoned_runs=tuple(sorted(action.abandoned_runs)),

@@ -47,7 +47,7 @@ from run_supervisor.protocol._rules import (
 
 if TYPE_CHECKING:
     from run_supervisor.protocol._asks import AskBook
-    from run_supervisor.protocol._lifecycle import _Action
+    from run_supervisor.protocol._lifecycle import _Action, _ActionStamp
 
 __all__ = ["StallsMixin"]
 
@@ -61,6 +61,7 @@ class StallsMixin(CoreState):
 
         @staticmethod
         def _close_outcome(action: _Action) -> CloseOutcome: ...
+        def _action_stamp(self, action: _Action) -> _ActionStamp: ...
 
     # --- the stalled flag --------------------------------------------------------------------
 
@@ -190,8 +191,7 @@ class StallsMixin(CoreState):
         action.confirmed_by = origin
         self._emit(
             LifecycleConfirmed(
-                seq=self._next_seq(),
-                action_id=action.id,
+                **self._action_stamp(action),
                 origin=origin,
                 interrupted_runs=tuple(targets),
                 tag=req.tag,
