@@ -28,7 +28,6 @@ _BEFORE = set(globals())
 if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the source cannot be read)
     from run_supervisor.actors._api import RunHandle as RunHandle
     from run_supervisor.actors._api import Supervisor as Supervisor
-    from run_supervisor.actors._api import SupervisorConfig as SupervisorConfig
     from run_supervisor.actors._api import simulate_crash as simulate_crash
     from run_supervisor.actors._async_api import AsyncInstanceHooks as AsyncInstanceHooks
     from run_supervisor.actors._async_api import AsyncRunHandle as AsyncRunHandle
@@ -39,6 +38,7 @@ if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the
     from run_supervisor.actors._async_body import AsyncRunContext as AsyncRunContext
     from run_supervisor.actors._async_body import AsyncToolCall as AsyncToolCall
     from run_supervisor.actors._async_body import RunBody as RunBody
+    from run_supervisor.actors._config import SupervisorConfig as SupervisorConfig
     from run_supervisor.actors._context import Ask as Ask
     from run_supervisor.actors._context import CancelToken as CancelToken
     from run_supervisor.actors._context import FormReply as FormReply
@@ -50,6 +50,7 @@ if TYPE_CHECKING or not _HOMES:  # pragma: no cover (at run time, only where the
     from run_supervisor.actors._errors import AlreadyInterrupting as AlreadyInterrupting
     from run_supervisor.actors._errors import AskAlreadyAnswered as AskAlreadyAnswered
     from run_supervisor.actors._errors import AskWithdrawn as AskWithdrawn
+    from run_supervisor.actors._errors import InvalidConfig as InvalidConfig
     from run_supervisor.actors._errors import InvalidRequest as InvalidRequest
     from run_supervisor.actors._errors import JournalError as JournalError
     from run_supervisor.actors._errors import JournalFailed as JournalFailed

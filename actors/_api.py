@@ -18,12 +18,12 @@ from os import PathLike
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from run_supervisor.actors import _calls as calls
 from run_supervisor.actors import _validate as check
 from run_supervisor.actors._async_body import RunBody
 from run_supervisor.actors._calls import Call, saw_run_id, taking
+from run_supervisor.actors._config import SupervisorConfig
 from run_supervisor.actors._errors import (
     InvalidRequest,
     JournalFailed,
@@ -47,12 +47,6 @@ from run_supervisor.actors._subscription import Publisher, Subscription
 from run_supervisor.actors._supervisor import Preload, Query, SessionSupervisor
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.actors._timers import Timers
-from run_supervisor.actors._validate import (
-    MAX_MS,
-    MAX_TIMEOUT_S,
-    QueuePolicyName,
-    ReloadPolicyName,
-)
 from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     ActionSnapshot,
@@ -60,9 +54,7 @@ from run_supervisor.protocol import (
     CloseOutcome,
     CoreStatistics,
     Event,
-    QueuePolicy,
     RejectCode,
-    ReloadPolicy,
     Request,
     RequestOutcome,
     RetryBudget,
@@ -79,138 +71,6 @@ if TYPE_CHECKING:  # loaded where a journal is given: a supervisor without one n
 __all__ = ["RunHandle", "Supervisor", "SupervisorConfig", "simulate_crash"]
 
 T = TypeVar("T")
-
-
-class SupervisorConfig(BaseModel):
-    """Settings a host may change. Validated strictly: a bad value (a wrong type -- ``True`` for a
-    timeout, ``"yes"`` for a bool, ``"5"`` for a number, ``1.5`` for a count --, out of range, NaN or
-    infinite) raises ``pydantic.ValidationError`` naming the field; nothing is coerced, save an int
-    for a float field. ``reload_policy`` and ``queue_policy`` take the enum or its name, as the
-    docs write them (``reload_policy="lazy"``, ``queue_policy="coalesce"``), and hold the enum."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, strict=True)
-
-    if TYPE_CHECKING:  # what a host's type checker sees: the policies also by name
-
-        def __init__(
-            self,
-            *,
-            request_timeout_s: float = ...,
-            dispose_budget_ms: int = ...,
-            load_budget_ms: int = ...,
-            default_grace_ms: int = ...,
-            retain_finished_runs: int = ...,
-            stop_timeout_s: float = ...,
-            stall_after_ms: int | None = ...,
-            interrupt_grace_ms: int | None = ...,
-            retry_attempts: int | None = ...,
-            retry_backoff_ms: int | None = ...,
-            shutdown_at_exit: bool = ...,
-            reload_policy: ReloadPolicy | ReloadPolicyName = ...,
-            queue_policy: QueuePolicy | QueuePolicyName = ...,
-            resume_budget: int = ...,
-        ) -> None: ...
-
-    request_timeout_s: float = Field(
-        default=5.0, gt=0, le=MAX_TIMEOUT_S, description="How long a blocking call waits for an answer."
-    )
-    dispose_budget_ms: int = Field(
-        default=1000, ge=0, le=MAX_MS, description="How long a dispose hook may take."
-    )
-    load_budget_ms: int = Field(
-        default=5000,
-        ge=0,
-        le=MAX_MS,
-        description="How long a load hook may take; past it the load counts as failed (left to finish).",
-    )
-    default_grace_ms: int = Field(
-        default=1000, ge=0, le=MAX_MS, description="Shutdown's grace deadline when none is given."
-    )
-    retain_finished_runs: int = Field(
-        default=10_000,
-        ge=0,
-        le=10**9,
-        description="Finished runs kept queryable (and guarded against id reuse).",
-    )
-    stop_timeout_s: float = Field(
-        default=0.05,
-        gt=0,
-        le=60.0,
-        description="After shutdown's grace deadline: how much longer it waits for threads to end before "
-        "leaving them behind (and reporting the host code among them in ``overran``).",
-    )
-    stall_after_ms: int | None = Field(
-        default=None,
-        ge=1,
-        le=MAX_MS,
-        description="A run that made no progress (no step, tool-part change, ask or heartbeat) for this "
-        "long is flagged stalled (run.stalled; pending actions list it in stalled_runs) until it makes "
-        "progress again. None (the default): stalls are not measured. start_run may set its own.",
-    )
-    interrupt_grace_ms: int | None = Field(
-        default=None,
-        ge=0,
-        le=MAX_MS,
-        description="How long a body may go on once its run is interrupted (a cancel, a declined ask, a "
-        "confirmed close, a deadline) before the run is finished without it: reported interrupted with "
-        "its reason and abandoned=true, its session moving on (idle, or its next queued run starts) and "
-        "its body's later reports refused. The body's thread or task is left to end by itself "
-        "(statistics: runs_abandoned). None (the default): the body is waited for. start_run and cancel "
-        "may set their own; a shutdown uses its own grace.",
-    )
-    retry_attempts: int | None = Field(
-        default=None,
-        ge=0,
-        le=10**6,
-        description="Every run's retry budget in attempts (start_run(retry_budget=) may give its own): the "
-        "retry a body reports past it (ctx.retrying) interrupts the run, reason timeout, origin "
-        "retry_budget, and its run.finished carries that retry's attempt and message. None: unbounded.",
-    )
-    retry_backoff_ms: int | None = Field(
-        default=None,
-        ge=0,
-        le=MAX_MS,
-        description="Every run's retry budget in total backoff (the waits its retries announce): past it "
-        "the run is interrupted as for retry_attempts. None: unbounded.",
-    )
-    shutdown_at_exit: bool = Field(
-        default=True, description="Shut down at interpreter exit if the host did not."
-    )
-    reload_policy: ReloadPolicy = Field(
-        default=ReloadPolicy.LAZY,
-        description="When a reload loads the directory's next generation: ``lazy`` (the default, what a "
-        "desktop backend wants: when the first run needs it or when the old generation has closed, so "
-        "watchers and language servers never run twice while nothing asked for the new one) or "
-        "``eager`` (at once, next to the old generation still serving its runs). A close may override it.",
-    )
-    queue_policy: QueuePolicy = Field(
-        default=QueuePolicy.QUEUE,
-        description="What a start does while its session is busy, for every session that has no policy "
-        "of its own (``set_queue_policy``) and every start that names none: ``queue`` (the default), "
-        "``coalesce`` or ``reject_if_busy``.",
-    )
-    resume_budget: int = Field(
-        default=1,
-        ge=0,
-        le=10**6,
-        description="With a resume callback (start(resume=)): how many times in a row a session's turn "
-        "that a crash interrupted is continued after a restart. A run recovered at the start whose turn "
-        "was continued this many times already is not offered to the callback: its run.recovered says "
-        "resume=exhausted and the turn ends there (interrupted, crash). Counted in the journal, across "
-        "restarts. Without a callback it does nothing.",
-    )
-
-    @field_validator("reload_policy", mode="before")
-    @classmethod
-    def _reload_policy_by_name(cls, value: object) -> object:
-        return (
-            ReloadPolicy(value) if isinstance(value, str) and not isinstance(value, ReloadPolicy) else value
-        )
-
-    @field_validator("queue_policy", mode="before")
-    @classmethod
-    def _queue_policy_by_name(cls, value: object) -> object:
-        return QueuePolicy(value) if isinstance(value, str) and not isinstance(value, QueuePolicy) else value
 
 
 class RunHandle:

@@ -9,6 +9,7 @@ __all__ = [
     "AlreadyInterrupting",
     "AskAlreadyAnswered",
     "AskWithdrawn",
+    "InvalidConfig",
     "InvalidRequest",
     "JournalError",
     "JournalFailed",
@@ -99,6 +100,20 @@ class NotConfirmable(SupervisorError):
 
 class InvalidRequest(SupervisorError):
     """The request itself is malformed (an empty id, a mode that does not fit the action...)."""
+
+
+class InvalidConfig(InvalidRequest, ValueError):
+    """A ``SupervisorConfig`` value was refused: of the wrong type, out of range, NaN or infinite, or a
+    field the config does not have. ``field`` names it; the message says which constraint, e.g.
+    ``request_timeout_s: Expected `float`, got `bool```."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+    def __reduce__(self) -> tuple[object, ...]:  # copy/pickle: two arguments, one message
+        return (type(self), (self.field, self.problem))
 
 
 class LoadFailed(SupervisorError):

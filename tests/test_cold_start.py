@@ -1,7 +1,7 @@
 """``run-supervisor serve`` reaches its ready line having imported what its first request needs and not the
 rest: the asyncio facade, the shards, the scenario tooling, the test tools, the stdio host, the OpenAPI
-document, the journals and SQLite (without ``--journal``) and loguru are each imported where they are
-first used.
+document, the journals and SQLite (without ``--journal``), loguru and pydantic (the scenario format's; the
+config is a msgspec struct) are each imported where they are first used.
 How long the start takes is a benchmark figure (scripts/bench.py, ``cold_start_ratio``), not a test."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ NOT_NEEDED_AT_START = (
     "run_supervisor.actors.hosts._openapi",
     "run_supervisor.actors._pg_journal",
     "loguru",
+    "pydantic",
 )
 """What no request needs before a first one arrives: loaded by the call that uses it (loguru by the first
 record the library makes; it stays silent all the same, actors/_logging.py)."""

@@ -1,5 +1,6 @@
-"""SupervisorConfig takes the names the docs use and refuses what it would have coerced, naming
-the field; EventLog's waits are typed by the event asked for; a host type-checks them."""
+"""SupervisorConfig takes the names the docs use and refuses what it would have coerced (or a field it
+does not have), naming the field, also in a changed copy; EventLog's waits are typed by the event asked
+for; a host type-checks them."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pydantic
+import msgspec
 import pytest
 
-from run_supervisor import QueuePolicy, ReloadPolicy, SupervisorConfig
-from run_supervisor.actors import _api
+from run_supervisor import InvalidConfig, InvalidRequest, QueuePolicy, ReloadPolicy, SupervisorConfig
+from run_supervisor.actors import _config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,25 +40,47 @@ def test_the_config_takes_the_policies_by_the_names_the_docs_use_and_holds_the_e
         ("stall_after_ms", 2.0),
         ("reload_policy", "sometimes"),
         ("queue_policy", 3),
+        ("not_a_setting", 1),
     ],
 )
 def test_a_config_value_of_the_wrong_type_is_refused_naming_its_field(field: str, value: Any) -> None:
-    with pytest.raises(pydantic.ValidationError) as refused:
+    with pytest.raises(InvalidConfig) as refused:
         SupervisorConfig(**{field: value})
-    assert [error["loc"] for error in refused.value.errors()] == [(field,)]
+    assert refused.value.field == field and str(refused.value).startswith(f"{field}: ")
+    assert isinstance(refused.value, InvalidRequest) and isinstance(refused.value, ValueError)
+    with pytest.raises(InvalidConfig) as in_a_copy:
+        SupervisorConfig().model_copy(update={field: value})
+    assert in_a_copy.value.field == field
 
 
-def test_an_int_still_passes_for_a_float_field() -> None:
-    assert SupervisorConfig(request_timeout_s=2).request_timeout_s == 2.0
+def test_the_refusal_says_which_constraint_the_value_broke() -> None:
+    with pytest.raises(InvalidConfig, match=r"^request_timeout_s: Expected `float`, got `bool`$"):
+        SupervisorConfig(request_timeout_s=True)
+    with pytest.raises(InvalidConfig, match=r"^stop_timeout_s: Expected `float` <= 60.0$"):
+        SupervisorConfig(stop_timeout_s=float("inf"))
+
+
+def test_an_int_still_passes_for_a_float_field_and_is_held_as_a_float() -> None:
+    assert type(SupervisorConfig(request_timeout_s=2).request_timeout_s) is float
+    assert type(msgspec.structs.replace(SupervisorConfig(), stop_timeout_s=1).stop_timeout_s) is float
+
+
+def test_a_config_is_frozen_and_keyword_only() -> None:
+    config = SupervisorConfig()
+    with pytest.raises(AttributeError):
+        config.request_timeout_s = 1.0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        SupervisorConfig(1.0)  # type: ignore[misc]
 
 
 def test_the_configs_typed_signature_names_every_field_with_its_default_kind() -> None:
     """The ``__init__`` a type checker reads (under ``TYPE_CHECKING``) lists every field."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(_api.SupervisorConfig)))
+    tree = ast.parse(textwrap.dedent(inspect.getsource(_config.SupervisorConfig)))
     stub = next(
         node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "__init__"
     )
-    assert [arg.arg for arg in stub.args.kwonlyargs] == list(SupervisorConfig.model_fields)
+    assert [arg.arg for arg in stub.args.kwonlyargs] == list(SupervisorConfig.__struct_fields__)
+    assert list(SupervisorConfig.model_fields) == list(SupervisorConfig.__struct_fields__)
 
 
 HOST = """
