@@ -12,6 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TypeVar
 
 from run_supervisor.protocol._enums import (
     ActionState,
@@ -113,6 +114,24 @@ class IllegalTransitionError(Exception):
     """A state machine was asked to make a move its table does not allow (a bug in the caller)."""
 
 
+_State = TypeVar("_State", bound=StrEnum)
+_Trigger = TypeVar("_Trigger", bound=StrEnum)
+
+
+def _move(
+    machine: str,
+    table: Mapping[_State, Mapping[_Trigger, _State]],
+    state: _State,
+    trigger: _Trigger,
+    where: str = "in state",
+) -> _State:
+    """The state ``trigger`` moves ``state`` to in ``table``; a move the table lacks is a bug."""
+    try:
+        return table[state][trigger]
+    except KeyError:
+        raise IllegalTransitionError(f"{machine}: {trigger.value} {where} {state.value}") from None
+
+
 class RunTrigger(StrEnum):
     START = "start"
     INTERRUPT = "interrupt"
@@ -170,10 +189,7 @@ reason is the supervisor's own decision (a decline, a close, a shutdown, a queue
 
 
 def next_run_state(state: RunState, trigger: RunTrigger) -> RunState:
-    try:
-        return RUN_TRANSITIONS[state][trigger]
-    except KeyError:
-        raise IllegalTransitionError(f"run: {trigger.value} in state {state.value}") from None
+    return _move("run", RUN_TRANSITIONS, state, trigger)
 
 
 class BodyState(StrEnum):
@@ -242,10 +258,7 @@ BODY_RULES: Mapping[BodyState, BodyRule] = MappingProxyType(
 
 
 def next_body_state(state: BodyState, trigger: BodyTrigger) -> BodyState:
-    try:
-        return BODY_TRANSITIONS[state][trigger]
-    except KeyError:
-        raise IllegalTransitionError(f"run body: {trigger.value} in state {state.value}") from None
+    return _move("run body", BODY_TRANSITIONS, state, trigger)
 
 
 PART_TRANSITIONS: Mapping[PartState, frozenset[PartState]] = MappingProxyType(
@@ -337,10 +350,7 @@ INSTANCE_TRANSITIONS: Mapping[InstanceState, Mapping[InstanceTrigger, InstanceSt
 
 
 def next_instance_state(state: InstanceState, trigger: InstanceTrigger) -> InstanceState:
-    try:
-        return INSTANCE_TRANSITIONS[state][trigger]
-    except KeyError:
-        raise IllegalTransitionError(f"instance: {trigger.value} in state {state.value}") from None
+    return _move("instance", INSTANCE_TRANSITIONS, state, trigger)
 
 
 class ActionTrigger(StrEnum):
@@ -400,10 +410,7 @@ def fingerprint_unchanged(fingerprint: str | None, loaded_with: Collection[str |
 
 
 def next_action_state(state: ActionState, trigger: ActionTrigger) -> ActionState:
-    try:
-        return ACTION_TRANSITIONS[state][trigger]
-    except KeyError:
-        raise IllegalTransitionError(f"lifecycle action: {trigger.value} in state {state.value}") from None
+    return _move("lifecycle action", ACTION_TRANSITIONS, state, trigger)
 
 
 class AskTrigger(StrEnum):
@@ -432,10 +439,7 @@ ASK_TRANSITIONS: Mapping[AskState, Mapping[AskTrigger, AskState]] = MappingProxy
 
 
 def next_ask_state(state: AskState, trigger: AskTrigger) -> AskState:
-    try:
-        return ASK_TRANSITIONS[state][trigger]
-    except KeyError:
-        raise IllegalTransitionError(f"ask: {trigger.value} in state {state.value}") from None
+    return _move("ask", ASK_TRANSITIONS, state, trigger)
 
 
 class DeclineEffect(StrEnum):
@@ -748,10 +752,7 @@ is ignored: its attempt will not come)."""
 
 
 def next_session_status(status: SessionStatus, trigger: SessionTrigger) -> SessionStatus:
-    try:
-        return SESSION_TRANSITIONS[status][trigger]
-    except KeyError:
-        raise IllegalTransitionError(f"session: {trigger.value} while {status.value}") from None
+    return _move("session", SESSION_TRANSITIONS, status, trigger, where="while")
 
 
 def session_status_announced(
