@@ -56,18 +56,31 @@ def _names(values: Any) -> str:
     return ", ".join(f"`{v.value}`" for v in sorted(values, key=lambda v: v.value))
 
 
+def _heading(title: str, columns: tuple[str, ...]) -> list[str]:
+    """A table's title paragraph, then its header row and its rule."""
+    return ["", title, "", "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+
+
+_MOVES = ("state", "trigger", "next state")
+"""The columns of a ``state -> trigger -> next state`` table."""
+
+
+def _transition_table(
+    title: str, table: Mapping[Any, Mapping[Any, Any]], columns: tuple[str, ...] = _MOVES
+) -> list[str]:
+    """A ``state -> trigger -> next state`` table under its title (``_transition_rows``)."""
+    return _heading(title, columns) + _transition_rows(table)
+
+
 def _run_end_rows() -> list[str]:
     """What a finished run reports (``RUN_OUTCOMES``), which states have a running body, and what a
     cancel may say."""
-    rows = [
-        "",
+    rows = _heading(
         "**Finished runs** (`RUN_OUTCOMES`): the outcome `run.finished` reports, by the final state. "
         f"A run in {_names(RUNNING_RUN_STATES)} has a running body (`RUNNING_RUN_STATES`); a cancel's "
         f"reason is {_names(CANCEL_REASONS)} (`CANCEL_REASONS`)",
-        "",
-        "| final state | outcome |",
-        "| --- | --- |",
-    ]
+        ("final state", "outcome"),
+    )
     rows += [f"| `{state.value}` | `{outcome.value}` |" for state, outcome in RUN_OUTCOMES.items()]
     return rows
 
@@ -75,24 +88,24 @@ def _run_end_rows() -> list[str]:
 def _body_rows() -> list[str]:
     """A run's body beside its state (``BODY_TRANSITIONS``): waiting for its children is a state of
     the rules, and ``BODY_RULES`` says what each body state still allows."""
-    rows = [
-        "",
+    rows = _transition_table(
         "**Run bodies** (`BODY_TRANSITIONS`): beside its state, whether a run's body has ended; a run "
         "whose body ended while children of it were unfinished awaits them (still `active` or "
         "`interrupting` to a host) and finishes, as its body ended, with its last child",
-        "",
-        "| body state | trigger | next body state |",
-        "| --- | --- | --- |",
-    ]
-    rows += _transition_rows(BODY_TRANSITIONS)
+        BODY_TRANSITIONS,
+        ("body state", "trigger", "next body state"),
+    )
     yes = {True: "yes", False: "no"}
-    rows += [
-        "",
+    rows += _heading(
         "**What a body state allows** (`BODY_RULES`)",
-        "",
-        "| body state | its body's end is applied | starts children | abandoned past its grace | may stall |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+        (
+            "body state",
+            "its body's end is applied",
+            "starts children",
+            "abandoned past its grace",
+            "may stall",
+        ),
+    )
     rows += [
         f"| `{state.value}` | {yes[rule.takes_body_end]} | {yes[rule.starts_children]} | "
         f"{yes[rule.abandoned_at_grace]} | {yes[rule.may_stall]} |"
@@ -104,13 +117,10 @@ def _body_rows() -> list[str]:
 def _close_rows() -> list[str]:
     """The close modes (``CLOSE_RULES``, ``CLOSE_ANSWERS``), the actions (``CLOSE_ACTION_SCOPE``) and
     the shutdown reasons (``SHUTDOWN_RULES``)."""
-    rows = [
-        "",
+    rows = _heading(
         "**Close modes** (`CLOSE_RULES`, `CLOSE_ANSWERS`)",
-        "",
-        "| mode | active runs in the affected directories | asked with | answered |",
-        "| --- | --- | --- | --- |",
-    ]
+        ("mode", "active runs in the affected directories", "asked with", "answered"),
+    )
     for mode, policy in CLOSE_RULES.items():
         effect = (
             f"interrupted with `{policy.interrupts_with.value}`"
@@ -121,23 +131,14 @@ def _close_rows() -> list[str]:
             effect += "; every directory and queued run; grace deadline"
         asked = "`Shutdown`" if policy.covers_everything else "`CloseRequest`"
         rows.append(f"| `{mode.value}` | {effect} | {asked} | {_names(CLOSE_ANSWERS[mode])} |")
-    rows += [
-        "",
-        "**Lifecycle actions' scope** (`CLOSE_ACTION_SCOPE`)",
-        "",
-        "| action | covers |",
-        "| --- | --- |",
-    ]
+    rows += _heading("**Lifecycle actions' scope** (`CLOSE_ACTION_SCOPE`)", ("action", "covers"))
     rows += [
         f"| `{do.value}` | {scope.value.replace('_', ' ')} |" for do, scope in CLOSE_ACTION_SCOPE.items()
     ]
-    rows += [
-        "",
+    rows += _heading(
         "**Shutdowns** (`SHUTDOWN_RULES`): a `Shutdown`, by its reason",
-        "",
-        "| reason | announced as | mode | runs interrupted with |",
-        "| --- | --- | --- | --- |",
-    ]
+        ("reason", "announced as", "mode", "runs interrupted with"),
+    )
     rows += [
         f"| `{reason.value}` | `{rule.do.value}` | `{rule.mode.value}` | `{reason.interrupt_reason.value}` |"
         for reason, rule in SHUTDOWN_RULES.items()
@@ -147,14 +148,11 @@ def _close_rows() -> list[str]:
 
 def _decline_rows() -> list[str]:
     """What a declined ask does (``DECLINE_RULES``), with and without a message."""
-    rows = [
-        "",
+    rows = _heading(
         "**Declines** (`DECLINE_RULES`): a permission rejected or a form dismissed; with several asks "
         "open, only an interrupt reaches the others (it withdraws them)",
-        "",
-        "| ask | message | effect | reason, origin | the run's other open asks |",
-        "| --- | --- | --- | --- | --- |",
-    ]
+        ("ask", "message", "effect", "reason, origin", "the run's other open asks"),
+    )
     for kind, by_message in DECLINE_RULES.items():
         for with_message, rule in by_message.items():
             why = f"`{rule.interrupts_with.value}`, `{rule.origin}`" if rule.interrupts_with else "-"
@@ -180,13 +178,10 @@ def _transition_rows(table: Mapping[Any, Mapping[Any, Any]]) -> list[str]:
 def _queue_rows() -> list[str]:
     """The queue policies (``QUEUE_RULES``): what a start does in a busy session, and what an
     interrupt of the active run does to a run queued under each."""
-    rows = [
-        "",
+    rows = _heading(
         "**Queue policies** (`QUEUE_RULES`): a start while its session has an active run",
-        "",
-        "| policy | a start in a busy session | a run queued under it, when the active run is interrupted |",
-        "| --- | --- | --- |",
-    ]
+        ("policy", "a start in a busy session", "a run queued under it, when the active run is interrupted"),
+    )
     for policy, rule in QUEUE_RULES.items():
         rows.append(f"| `{policy.value}` | {rule.when_busy.value} | {rule.on_interrupt.value} |")
     rows += ["", f"A queue policy's interrupts carry {_names(QUEUE_REASONS)} (`QUEUE_REASONS`)."]
@@ -199,39 +194,30 @@ def _stall_rows() -> list[str]:
     shown = {False: "not stalled", True: "stalled"}
     said = {(False, True): "`run.stalled`", (True, False): "`run.unstalled`"}
     states = ", ".join(f"`{state.value}`" for state in sorted(STALLABLE_RUN_STATES))
-    rows = [
-        "",
+    rows = _heading(
         f"**Stalls** (`STALL_TRANSITIONS`): the flag of a run in {states}; leaving it takes the flag away",
-        "",
-        "| flag | trigger | next | event |",
-        "| --- | --- | --- | --- |",
-    ]
+        ("flag", "trigger", "next", "event"),
+    )
     for flag, moves in STALL_TRANSITIONS.items():
         for trigger, target in moves.items():
             rows.append(
                 f"| {shown[flag]} | {trigger.value} | {shown[target]} | {said.get((flag, target), '-')} |"
             )
-    rows += [
-        "",
+    rows += _heading(
         "**Confirming a pending close** (`CONFIRM_RULES`)",
-        "",
-        "| a pending close in mode | acts on its blocking runs as |",
-        "| --- | --- |",
-    ]
+        ("a pending close in mode", "acts on its blocking runs as"),
+    )
     rows += [f"| `{mode.value}` | `{confirmed.value}` |" for mode, confirmed in CONFIRM_RULES.items()]
     return rows
 
 
 def _reload_rows() -> list[str]:
     """When a reload loads the directory's next generation (``RELOAD_RULES``), by policy and mode."""
-    rows = [
-        "",
+    rows = _heading(
         "**Reloads** (`RELOAD_RULES`): when a reload loads the directory's next generation (the first "
         "moment that comes; with nothing open, `previous_closed` holds at the request)",
-        "",
-        "| reload policy | mode | the next generation loads at |",
-        "| --- | --- | --- |",
-    ]
+        ("reload policy", "mode", "the next generation loads at"),
+    )
     for policy, by_mode in RELOAD_RULES.items():
         for mode, moments in by_mode.items():
             shown = ", ".join(f"`{m.value}`" for m in sorted(moments, key=lambda m: m.value))
@@ -239,91 +225,60 @@ def _reload_rows() -> list[str]:
     return rows
 
 
+def _expiry_rows(table: Mapping[Any, Any]) -> list[str]:
+    """One row per run state of an expiry table: the trigger it applies, or ``ignored``."""
+    return [
+        f"| `{state.value}` | {trigger.value if trigger else 'ignored'} |" for state, trigger in table.items()
+    ]
+
+
 def _deadline_and_session_tables() -> list[str]:
-    lines = [
-        "",
+    lines = _heading(
         "**Deadlines** (`DEADLINE_EXPIRY`): what `DeadlineExpired` does, by the run's state "
         f"(reason `timeout`, origin `{DEADLINE_ORIGIN}`)",
-        "",
-        "| run state | expiry |",
-        "| --- | --- |",
-    ]
-    for state, trigger in DEADLINE_EXPIRY.items():
-        lines.append(f"| `{state.value}` | {trigger.value if trigger else 'ignored'} |")
-    lines += [
-        "",
+        ("run state", "expiry"),
+    )
+    lines += _expiry_rows(DEADLINE_EXPIRY)
+    lines += _heading(
         "**Interrupt graces** (`INTERRUPT_GRACE`, `GRACE_EXPIRY`): whose grace an interrupted body gets, "
         "by the interrupt's reason; past a run's own grace (`InterruptGraceExpired`) a run still "
         "`interrupting` whose body has not ended is abandoned, its stuck descendants first",
-        "",
-        "| interrupt reason | grace |",
-        "| --- | --- |",
-    ]
+        ("interrupt reason", "grace"),
+    )
     for reason, clock in INTERRUPT_GRACE.items():
         lines.append(f"| `{reason.value}` | `{clock.value}` |")
     lines += ["", "| run state | own grace passes |", "| --- | --- |"]
-    for state, trigger in GRACE_EXPIRY.items():
-        lines.append(f"| `{state.value}` | {trigger.value if trigger else 'ignored'} |")
-    lines += [
-        "",
+    lines += _expiry_rows(GRACE_EXPIRY)
+    lines += _transition_table(
         "**Sessions** (`SESSION_TRANSITIONS`): `busy`, `idle` and a run's retries (`stop` is never "
         "announced). A retry past the run's `RetryBudget` is not announced: it interrupts the run with "
         f"reason `{RETRY_BUDGET_REASON.value}`, origin `{RETRY_BUDGET_ORIGIN}`",
-        "",
-        "| state | trigger | next state |",
-        "| --- | --- | --- |",
-    ]
-    lines += _transition_rows(SESSION_TRANSITIONS)
+        SESSION_TRANSITIONS,
+    )
     return lines
 
 
 def tables() -> str:
-    lines = [
-        BEGIN,
-        "",
-        "**Runs** (`RUN_TRANSITIONS`)",
-        "",
-        "| state | trigger | next state |",
-        "| --- | --- | --- |",
-    ]
-    lines += _transition_rows(RUN_TRANSITIONS)
+    lines = [BEGIN, *_transition_table("**Runs** (`RUN_TRANSITIONS`)", RUN_TRANSITIONS)]
     lines += _run_end_rows()
     lines += _body_rows()
-    lines += [
-        "",
+    lines += _heading(
         "**Tool parts** (`PART_TRANSITIONS`, `PART_PHASE`)",
-        "",
-        "| state | may move to | phase reported if interrupted here |",
-        "| --- | --- | --- |",
-    ]
+        ("state", "may move to", "phase reported if interrupted here"),
+    )
     for part_state, targets in PART_TRANSITIONS.items():
         moves = ", ".join(f"`{t.value}`" for t in sorted(targets, key=lambda t: t.value)) or "(final)"
         phase = PART_PHASE.get(part_state)
         lines.append(f"| `{part_state.value}` | {moves} | {f'`{phase.value}`' if phase else '-'} |")
-    lines += [
-        "",
-        "**Instances** (`INSTANCE_TRANSITIONS`)",
-        "",
-        "| state | trigger | next state |",
-        "| --- | --- | --- |",
-    ]
-    lines += _transition_rows(INSTANCE_TRANSITIONS)
-    lines += [
-        "",
+    lines += _transition_table("**Instances** (`INSTANCE_TRANSITIONS`)", INSTANCE_TRANSITIONS)
+    lines += _transition_table(
         "**Lifecycle actions** (`ACTION_TRANSITIONS`): a close or a shutdown, from request to completion",
-        "",
-        "| state | trigger | next state |",
-        "| --- | --- | --- |",
-    ]
-    lines += _transition_rows(ACTION_TRANSITIONS)
-    lines += [
-        "",
+        ACTION_TRANSITIONS,
+    )
+    lines += _transition_table(
         "**Asks** (`ASK_TRANSITIONS`): a permission or a form, from `ask.requested` to its decision",
-        "",
-        "| state | trigger | next state |",
-        "| --- | --- | --- |",
-    ]
-    lines += _transition_rows(ASK_TRANSITIONS)
+        ASK_TRANSITIONS,
+    )
     lines += _decline_rows()
     lines += _close_rows()
     lines += _queue_rows()
