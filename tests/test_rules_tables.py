@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import sys
+from enum import StrEnum
 from pathlib import Path
 from types import ModuleType
 from typing import get_args
@@ -23,6 +24,8 @@ from run_supervisor.protocol import (
     DismissForm,
     ReplyPermission,
     RunState,
+    _enums,
+    _rules,
 )
 from run_supervisor.protocol._commands import DeliverAnswer
 from run_supervisor.protocol._events import AskWithdrawn
@@ -43,22 +46,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DECIDING_MODULES = ("_core.py", "_lifecycle.py", "_asks.py", "_stalls.py", "_deadlines.py", "testing.py")
 """The modules that decide when (the core's parts) and the oracle that checks them."""
 ENUMS = {
-    "ActionState",
-    "AskKind",
-    "AskState",
-    "CloseAction",
-    "CloseMode",
-    "CloseResult",
-    "InstanceState",
-    "InterruptReason",
-    "Outcome",
-    "PartState",
-    "QueuePolicy",
-    "ReloadPolicy",
-    "RunState",
-    "SessionStatus",
-    "ShutdownReason",
+    name
+    for name, value in vars(_rules).items()
+    if isinstance(value, type) and issubclass(value, StrEnum) and value.__module__ == _enums.__name__
 }
+"""The vocabularies the rules are written in (each enum ``protocol/_rules.py`` takes from ``_enums``):
+a literal that names their members is a decision table."""
 
 
 def _names_an_enum_member(node: ast.AST) -> bool:
