@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 import pytest
@@ -23,35 +24,31 @@ from run_supervisor.protocol import (
 
 
 def _read_by_name(items: list[Any]) -> tuple[Any, ...]:
-    """The names every item carries, each looked up by name on every item (the plain reading)."""
-    touched: dict[str, None] = {}
-    sessions: dict[str, None] = {}
-    actions: dict[str, None] = {}
-    directories: set[str] = set()
-    unpinned: list[str] = []
-    released: list[str] = []
-    stalls: list[str] = []
+    """The names every item carries, each looked up by name on every item (the plain reading): every
+    name collected in order, the runs, sessions and actions then deduplicated."""
+    found: defaultdict[str, list[str]] = defaultdict(list)
     for given in items:
         item = given.event if isinstance(given, Emit) else given
-        for name, into in (("run_id", touched), ("session", sessions)):
+        for name in ("run_id", "session"):
             value = getattr(item, name, None)
             if isinstance(value, str):
-                into[value] = None
+                found[name].append(value)
         parent = getattr(item, "parent_run_id", None)
         if isinstance(parent, str) and isinstance(item, RunQueued | RunStarted):
-            touched[parent] = None
+            found["run_id"].append(parent)
         action = getattr(item, "action_id", None)
         if isinstance(action, str) and not isinstance(item, RunFinished):
-            actions[action] = None
+            found["action_id"].append(action)
         if isinstance(item, RunStarted | InstanceClosed):
-            directories.add(item.directory)
+            found["directory"].append(item.directory)
         elif isinstance(item, RunFinished) and item.generation is not None:
-            unpinned.append(item.run_id)
+            found["unpinned"].append(item.run_id)
         elif isinstance(item, ReleaseRun | RunRecovered):
-            released.append(item.run_id)
+            found["released"].append(item.run_id)
         elif isinstance(item, RunStalled | RunUnstalled):
-            stalls.append(item.run_id)
-    return (list(touched), list(sessions), list(actions), directories, unpinned, released, stalls)
+            found["stalls"].append(item.run_id)
+    ordered = [list(dict.fromkeys(found[name])) for name in ("run_id", "session", "action_id")]
+    return (*ordered, set(found["directory"]), found["unpinned"], found["released"], found["stalls"])
 
 
 def test_a_publication_names_what_reading_every_field_by_name_names(monkeypatch: pytest.MonkeyPatch) -> None:
