@@ -1528,14 +1528,7 @@ def _retries(entries: Sequence[object], prefix: tuple[str | int, ...]) -> tuple[
                     _key(*key, "backoff_ms"), "give next_at_ms (when) or backoff_ms (how long), not both"
                 )
             attempt = position if given.attempt is None else given.attempt
-            retries.append(
-                RetrySpec(
-                    message=given.message,
-                    attempt=attempt,
-                    next_at_ms=given.next_at_ms,
-                    backoff_ms=given.backoff_ms,
-                )
-            )
+            retries.append(RetrySpec(given.message, attempt, given.next_at_ms, given.backoff_ms))
         else:
             raise _InvalidError(
                 _key(*key),
