@@ -424,12 +424,15 @@ def set_queue_policy(session: object, policy: object) -> SetQueuePolicy:
     )
 
 
+def _interrupting(origin: object, grace_ms: object) -> tuple[str, int | None]:
+    """The ``origin`` and ``grace_ms`` of a request that interrupts runs (a cancel, a session's
+    cancel or delete); no grace: the run's, else the supervisor's."""
+    return name_text("origin", origin), None if grace_ms is None else grace("grace_ms", grace_ms)
+
+
 def cancel(run_id: object, *, origin: object, grace_ms: object = None) -> CancelRun:
-    return CancelRun(
-        run_id=identifier("run_id", run_id),
-        origin=name_text("origin", origin),
-        grace_ms=None if grace_ms is None else grace("grace_ms", grace_ms),
-    )
+    why, grace_left = _interrupting(origin, grace_ms)
+    return CancelRun(run_id=identifier("run_id", run_id), origin=why, grace_ms=grace_left)
 
 
 def close(
@@ -496,21 +499,19 @@ def reply_permission(
 
 
 def cancel_session(session: object, *, origin: object, grace_ms: object = None) -> CancelSession:
-    return CancelSession(
-        session=identifier("session", session),
-        origin=name_text("origin", origin),
-        grace_ms=None if grace_ms is None else grace("grace_ms", grace_ms),
-    )
+    why, grace_left = _interrupting(origin, grace_ms)
+    return CancelSession(session=identifier("session", session), origin=why, grace_ms=grace_left)
 
 
 def delete_session(
     session: object, *, confirm: object, origin: object, grace_ms: object = None
 ) -> DeleteSession:
+    why, grace_left = _interrupting(origin, grace_ms)
     return DeleteSession(
         session=identifier("session", session),
         confirm=flag("confirm", confirm),
-        origin=name_text("origin", origin),
-        grace_ms=None if grace_ms is None else grace("grace_ms", grace_ms),
+        origin=why,
+        grace_ms=grace_left,
     )
 
 
