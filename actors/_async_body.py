@@ -25,6 +25,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar
 
 import pykka
@@ -274,17 +275,15 @@ class AsyncCancelToken(CancelToken):
                         self._waiters.remove(waiter)
 
 
+@dataclass(frozen=True, slots=True)
 class _Step:
     """``ctx.step(...)`` for an async body: usable with ``with`` and with ``async with``."""
 
-    def __init__(
-        self, ctx: RunContext, kind: StepKind, step_id: str, tool: str | None, call_id: str | None
-    ) -> None:
-        self._ctx = ctx
-        self._kind = kind
-        self._tool = tool
-        self._call_id = call_id
-        self.step_id = step_id
+    _ctx: RunContext
+    _kind: StepKind
+    step_id: str
+    _tool: str | None
+    _call_id: str | None
 
     def __enter__(self) -> str:
         self._ctx.step_started(self.step_id, self._kind, tool=self._tool, call_id=self._call_id)
