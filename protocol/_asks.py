@@ -99,19 +99,12 @@ class AskBook:
         return self._asks.get(ask_id)
 
     def add(self, ask: Ask) -> None:
-        journal = self._journal
-        journal.fresh(ask)
-        journal.put(self._asks, ask.ask_id, ask)
-        journal.put(self._open, ask.ask_id, ask)
-        ids = self._by_run.get(ask.run_id)
-        if ids is None:
-            journal.put(self._by_run, ask.run_id, [ask.ask_id])
-        else:
-            journal.append(ids, ask.ask_id)
+        self.restore(ask)
+        self._journal.put(self._open, ask.ask_id, ask)
 
     def restore(self, ask: Ask) -> None:
         """Take on an ask that ended in a past life of the supervisor (recovered from its journal
-        with its run): known, never open."""
+        with its run): known, never open. (``add`` takes on a new one, open, the same way.)"""
         journal = self._journal
         journal.fresh(ask)
         journal.put(self._asks, ask.ask_id, ask)

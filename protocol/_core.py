@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import msgspec
 
@@ -42,6 +42,7 @@ from run_supervisor.protocol._enums import (
     LoadCause,
     Outcome,
     PartState,
+    Phase,
     QueuePolicy,
     RejectCode,
     ReloadPolicy,
@@ -480,25 +481,33 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             run_id=run.id,
             session=run.session,
             directory=run.directory,
-            generation=run.generation,
             state=run.state,
             outcome=outcome,
-            reason=interrupt.reason if interrupt else None,
-            origin=interrupt.origin if interrupt else None,
-            action_id=interrupt.action if interrupt else None,
-            phase=interrupt.phase if interrupt else None,
-            error=run.error,
-            abandoned=run.abandoned,
-            parts=self._part_snapshots(run),
+            **self._ending(run, interrupt),
             parent_run_id=run.parent,
             children=tuple(run.children),
             deadline_ms=run.deadline_ms,
             stalled=run.stalled,
-            retry_attempt=run.last_retry[0] if run.last_retry is not None else None,
-            retry_message=run.last_retry[1] if run.last_retry is not None else None,
-            epoch=run.epoch if run.generation is not None else None,
             resume_count=run.resume_count,
         )
+
+    def _ending(self, run: _Run, interrupt: _Interrupt | None) -> _RunEnding:
+        """How ``run`` ended, or is ending -- what its snapshot and its ``run.finished`` both tell:
+        ``interrupt`` (None: not interrupted), its error, generation, cards and last retry."""
+        retry = run.last_retry
+        return {
+            "reason": interrupt.reason if interrupt else None,
+            "origin": interrupt.origin if interrupt else None,
+            "action_id": interrupt.action if interrupt else None,
+            "phase": interrupt.phase if interrupt else None,
+            "error": run.error,
+            "abandoned": run.abandoned,
+            "generation": run.generation,
+            "parts": self._part_snapshots(run),
+            "retry_attempt": retry[0] if retry is not None else None,
+            "retry_message": retry[1] if retry is not None else None,
+            "epoch": run.epoch if run.generation is not None else None,
+        }
 
     def report_echo(self, run_id: str, call_id: str | None = None) -> ReportEcho | None:
         """What the body of ``run_id`` may learn of its reports so far: the run's state, how many
@@ -1123,17 +1132,7 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
             RunFinished(
                 **self._stamp(run),
                 outcome=RUN_OUTCOMES[run.state],
-                reason=interrupt.reason if interrupt else None,
-                origin=interrupt.origin if interrupt else None,
-                action_id=interrupt.action if interrupt else None,
-                phase=interrupt.phase if interrupt else None,
-                error=run.error,
-                abandoned=run.abandoned,
-                generation=run.generation,
-                parts=self._part_snapshots(run),
-                retry_attempt=run.last_retry[0] if run.last_retry is not None else None,
-                retry_message=run.last_retry[1] if run.last_retry is not None else None,
-                epoch=run.epoch if run.generation is not None else None,
+                **self._ending(run, interrupt),
             )
         )
         self._remember_finished(run.id)
@@ -1309,6 +1308,24 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
 
 
 _OK = RequestOutcome(result=RequestResult.OK)
+
+
+class _RunEnding(TypedDict):
+    """The fields of how a run ended (``SupervisorCore._ending``), in its snapshot and its
+    ``run.finished`` alike."""
+
+    reason: InterruptReason | None
+    origin: str | None
+    action_id: str | None
+    phase: Phase | None
+    error: str | None
+    abandoned: bool
+    generation: int | None
+    parts: tuple[PartSnapshot, ...]
+    retry_attempt: int | None
+    retry_message: str | None
+    epoch: int | None
+
 
 _UNDONE_ATTRIBUTES = (
     "_seq",

@@ -524,6 +524,15 @@ class InvariantChecker:
                 self.violation(f"the grace of {run_id} passed, but none was armed")
             run.grace_passed = True
 
+    def _timer_passed(self, report: Report) -> None:
+        """What a driver that feeds the core a timer's report (the three above) tells first."""
+        if isinstance(report, GraceExpired):
+            self.grace_passed()
+        if isinstance(report, DeadlineExpired):
+            self.deadline_passed(report.run_id)
+        if isinstance(report, InterruptGraceExpired):
+            self.interrupt_grace_passed(report.run_id)
+
     def event(self, event: Event) -> None:
         """One published event, in ``seq`` order."""
         self.events += 1
@@ -1679,12 +1688,7 @@ class CoreShell:
         return self.answers.get(token)
 
     def report(self, report: Report) -> list[Command]:
-        if isinstance(report, GraceExpired):
-            self.checker.grace_passed()
-        if isinstance(report, DeadlineExpired):
-            self.checker.deadline_passed(report.run_id)
-        if isinstance(report, InterruptGraceExpired):
-            self.checker.interrupt_grace_passed(report.run_id)
+        self.checker._timer_passed(report)
         self.last = self.carry_out(self.core.report(report))
         return self.last
 

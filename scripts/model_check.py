@@ -188,12 +188,7 @@ class World:
         self.carry_out(self.core.request(request, token))
 
     def report(self, report: Report) -> None:
-        if isinstance(report, GraceExpired):
-            self.checker.grace_passed()
-        if isinstance(report, DeadlineExpired):
-            self.checker.deadline_passed(report.run_id)
-        if isinstance(report, InterruptGraceExpired):
-            self.checker.interrupt_grace_passed(report.run_id)
+        self.checker._timer_passed(report)
         self.carry_out(self.core.report(report))
 
 
