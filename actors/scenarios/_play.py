@@ -162,7 +162,7 @@ def play(scenario: Scenario, *, timeout: float = 10.0) -> ScenarioReport:
     with tempfile.TemporaryDirectory(prefix="run-supervisor-scenario-") as folder:
         journal = os.path.join(folder, "runs.journal") if crashes else None
         supervisor = Supervisor.start(_config(scenario), hooks=hooks, journal=journal)
-        player = _Player(scenario, supervisor, supervisor.subscribe(), time.monotonic() + timeout, timeout)
+        player = _Player(scenario, supervisor, timeout)
         player.journal = journal
         try:
             player.hooks = hooks
@@ -245,13 +245,12 @@ class _Timeline:
 
 
 class _Player:
-    def __init__(
-        self, scenario: Scenario, supervisor: Supervisor, inbox: Subscription, deadline: float, timeout: float
-    ) -> None:
+    def __init__(self, scenario: Scenario, supervisor: Supervisor, timeout: float) -> None:
+        """Plays ``scenario`` on ``supervisor``, subscribed from now, until ``timeout`` seconds from now."""
         self.scenario = scenario
         self.supervisor = supervisor
-        self.inbox = inbox
-        self.deadline = deadline
+        self.inbox = supervisor.subscribe()
+        self.deadline = time.monotonic() + timeout
         self.timeout = timeout
         self.gates = {name: Gate(name) for name in scenario.gates}
         self.timeline = _Timeline()
