@@ -290,13 +290,18 @@ class ActionResult(_Event, frozen=True, tag="action.result"):
     tag: str | None = None
 
 
-class AskRequested(_Event, frozen=True, tag="ask.requested"):
-    """A body asks the user. The ask is registered before this event is published: a reply sent
-    as soon as it arrives (addressed by ``ask_id``) always finds it."""
-
+class _AskEvent(_Event, frozen=True):
+    # What every event of an ask opens with: the ask, its run, and its run's session.
     ask_id: str
     run_id: str
     session: str
+    """The session of its run: a client filters by session without a table of runs."""
+
+
+class AskRequested(_AskEvent, frozen=True, tag="ask.requested"):
+    """A body asks the user. The ask is registered before this event is published: a reply sent
+    as soon as it arrives (addressed by ``ask_id``) always finds it."""
+
     kind: AskKind
     tool: str | None
     call_id: str | None
@@ -304,13 +309,9 @@ class AskRequested(_Event, frozen=True, tag="ask.requested"):
     payload: AskPayload
 
 
-class AskReplied(_Event, frozen=True, tag="ask.replied"):
+class AskReplied(_AskEvent, frozen=True, tag="ask.replied"):
     """A permission was approved or rejected, or a form answered."""
 
-    ask_id: str
-    run_id: str
-    session: str
-    """The session of its run: a client filters by session without a table of runs."""
     kind: AskKind
     approved: bool
     """Permission: the decision; a form answer counts as approved."""
@@ -325,25 +326,17 @@ class AskReplied(_Event, frozen=True, tag="ask.replied"):
     """Approved by its session's "always" grant for this key (``payload.key``): no reply of its own."""
 
 
-class AskDismissed(_Event, frozen=True, tag="ask.dismissed"):
+class AskDismissed(_AskEvent, frozen=True, tag="ask.dismissed"):
     """A form was dismissed: with a ``message`` it is model-visible feedback and the run goes on;
     without one the run is interrupted (``form_dismissed``)."""
 
-    ask_id: str
-    run_id: str
-    session: str
-    """The session of its run: a client filters by session without a table of runs."""
     message: str | None
     tag: str | None = None
 
 
-class AskWithdrawn(_Event, frozen=True, tag="ask.withdrawn"):
+class AskWithdrawn(_AskEvent, frozen=True, tag="ask.withdrawn"):
     """Nobody waits for this ask any more; a UI removes its prompt. A late reply is rejected."""
 
-    ask_id: str
-    run_id: str
-    session: str
-    """The session of its run: a client filters by session without a table of runs."""
     kind: AskKind
     reason: WithdrawReason
     interrupt_reason: InterruptReason | None
