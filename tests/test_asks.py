@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from run_support import assert_ended
 from scenario_support import LIBRARY_FILES, library_report
 
 from run_supervisor.actors import (
@@ -558,11 +559,7 @@ def test_a_form_dismissed_without_a_message_interrupts_with_form_dismissed(
     (ask,) = requested(events, "r1")
     supervisor.dismiss_form(ask.ask_id)
     finished = run.wait(timeout=5)
-    assert (finished.outcome, finished.reason, finished.origin) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.FORM_DISMISSED,
-        "form",
-    )
+    assert_ended(finished, Outcome.INTERRUPTED, reason=InterruptReason.FORM_DISMISSED, origin="form")
     assert finished.parts[0].label == "question: the user dismissed the form"
 
 

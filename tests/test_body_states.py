@@ -4,6 +4,7 @@ its ``RunState``, and ``BODY_RULES`` says what each body state still allows; the
 from __future__ import annotations
 
 import pytest
+from run_support import assert_ended
 
 from run_supervisor.protocol import CancelRun, InterruptReason, Outcome, RunFinished, RunState, StartRun
 from run_supervisor.protocol._rules import (
@@ -58,8 +59,4 @@ def test_a_parent_awaiting_its_children_is_not_abandoned_past_its_grace() -> Non
     shell.finish("c")
 
     finished = shell.finished("p")
-    assert (finished.outcome, finished.reason, finished.abandoned) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.USER_CANCEL,
-        False,
-    )
+    assert_ended(finished, Outcome.INTERRUPTED, reason=InterruptReason.USER_CANCEL, abandoned=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from run_support import assert_ended
 
 from run_supervisor.actors import Gate, InvalidRequest, RunContext, Supervisor, SupervisorConfig, UnknownRun
 from run_supervisor.protocol import (
@@ -105,11 +106,7 @@ def test_a_queued_child_of_an_interrupted_parent_ends_unstarted_with_the_parents
     shell.cancel("parent")
 
     child = shell.finished("child")
-    assert (child.outcome, child.reason, child.generation) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.USER_CANCEL,
-        None,
-    )
+    assert_ended(child, Outcome.INTERRUPTED, reason=InterruptReason.USER_CANCEL, generation=None)
     assert shell.core.session_snapshot("s-sub").queued == ()  # type: ignore[union-attr]
 
 

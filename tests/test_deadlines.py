@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+from run_support import assert_ended
 from wire_support import Served, of_type, served, sse
 
 from run_supervisor.actors import (
@@ -67,11 +68,8 @@ def test_a_run_past_its_deadline_is_interrupted_with_reason_timeout_and_origin_d
     assert shell.commands(SignalInterrupt, batch) == [SignalInterrupt("r", InterruptReason.TIMEOUT)]
     shell.finish("r")
     finished = shell.finished("r")
-    assert (finished.outcome, finished.reason, finished.origin, finished.action_id) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.TIMEOUT,
-        DEADLINE_ORIGIN,
-        None,
+    assert_ended(
+        finished, Outcome.INTERRUPTED, reason=InterruptReason.TIMEOUT, origin=DEADLINE_ORIGIN, action_id=None
     )
     assert finished.parts[0].reason is InterruptReason.TIMEOUT  # its tool card says so too
     assert finished.parts[0].label == "Stopped: bash was interrupted by the run's deadline while it ran"
@@ -176,11 +174,8 @@ def test_a_run_past_its_deadline_ends_interrupted_timeout_with_origin_deadline(
     snapshot = handle.wait(timeout=BOUND_S)
 
     assert snapshot is not None
-    assert (snapshot.outcome, snapshot.reason, snapshot.origin, snapshot.action_id) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.TIMEOUT,
-        DEADLINE_ORIGIN,
-        None,
+    assert_ended(
+        snapshot, Outcome.INTERRUPTED, reason=InterruptReason.TIMEOUT, origin=DEADLINE_ORIGIN, action_id=None
     )
     assert snapshot.deadline_ms == 50
     finished = events.wait_for("run.finished", run_id=handle.run_id, timeout=BOUND_S)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from run_support import assert_ended
 from wire_support import served
 
 from run_supervisor.actors import (
@@ -58,6 +59,14 @@ def _start(shell: CoreShell, run: str, policy: QueuePolicy | None = None, sessio
     return shell.request(StartRun(run_id=run, session=session, directory="/w/a", queue_policy=policy))
 
 
+def _behind_r1(**follow_ups: QueuePolicy | None) -> CoreShell:
+    """A core whose session s1 runs r1, then sent a start for each follow-up: run id=its queue policy."""
+    shell = CoreShell("/w/a")
+    for run in ("r1", *follow_ups):
+        _start(shell, run, follow_ups.get(run))
+    return shell
+
+
 def _queued(shell: CoreShell, session: str = "s1") -> tuple[str, ...]:
     snapshot = shell.core.session_snapshot(session)
     assert snapshot is not None
@@ -80,9 +89,7 @@ def test_a_start_in_a_busy_session_queues_first_in_first_out_by_default() -> Non
 
 
 def test_a_queued_run_is_kept_when_the_active_run_is_interrupted_and_starts_next() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
-    _start(shell, "r2", QUEUE)
+    shell = _behind_r1(r2=QUEUE)
 
     shell.cancel("r1")
     assert _queued(shell) == ("r2",)
@@ -95,17 +102,10 @@ def test_a_queued_run_is_kept_when_the_active_run_is_interrupted_and_starts_next
 
 
 def test_a_coalesce_start_replaces_the_queued_follow_up_which_ends_coalesced_naming_its_replacement() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
-    _start(shell, "r2", COALESCE)
-    _start(shell, "r3", COALESCE, session="s1")
+    shell = _behind_r1(r2=COALESCE, r3=COALESCE)
 
     replaced = shell.finished("r2")
-    assert (replaced.outcome, replaced.reason, replaced.origin) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.COALESCED,
-        "r3",
-    )
+    assert_ended(replaced, Outcome.INTERRUPTED, reason=InterruptReason.COALESCED, origin="r3")
     assert replaced.generation is None  # it never started
     assert shell.seq(RunFinished, run_id="r2") < shell.seq(RunQueued, run_id="r3")
     assert _queued(shell) == ("r3",)
@@ -114,8 +114,7 @@ def test_a_coalesce_start_replaces_the_queued_follow_up_which_ends_coalesced_nam
 
 
 def test_a_session_never_holds_two_queued_coalesce_runs() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
+    shell = _behind_r1()
     for n in range(2, 12):
         _start(shell, f"r{n}", COALESCE)
         assert _queued(shell) == (f"r{n}",)
@@ -124,12 +123,7 @@ def test_a_session_never_holds_two_queued_coalesce_runs() -> None:
 
 
 def test_a_coalesce_start_leaves_runs_queued_under_queue_alone() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
-    _start(shell, "q1", QUEUE)
-    _start(shell, "c1", COALESCE)
-    _start(shell, "q2", QUEUE)
-    _start(shell, "c2", COALESCE)
+    shell = _behind_r1(q1=QUEUE, c1=COALESCE, q2=QUEUE, c2=COALESCE)
 
     assert _queued(shell) == ("q1", "q2", "c2")  # the new one joins the back
     assert shell.finished("c1").origin == "c2"
@@ -144,10 +138,7 @@ def test_a_coalesce_start_in_an_idle_session_starts_at_once() -> None:
 
 
 def test_interrupting_the_active_run_drops_its_coalesce_follow_up_and_keeps_queue_ones() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
-    _start(shell, "q1", QUEUE)
-    _start(shell, "c1", COALESCE)
+    shell = _behind_r1(q1=QUEUE, c1=COALESCE)
 
     shell.cancel("r1", origin="stop-button", tag="ui-7")
 
@@ -160,9 +151,7 @@ def test_interrupting_the_active_run_drops_its_coalesce_follow_up_and_keeps_queu
 
 
 def test_a_follow_up_started_after_the_interrupt_is_kept_and_starts_next() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
-    _start(shell, "old", COALESCE)
+    shell = _behind_r1(old=COALESCE)
     shell.cancel("r1")  # drops "old"
     _start(shell, "new", COALESCE)  # the user typed again while r1 stops
 
@@ -173,9 +162,7 @@ def test_a_follow_up_started_after_the_interrupt_is_kept_and_starts_next() -> No
 
 
 def test_a_confirmed_close_that_interrupts_the_active_run_drops_the_follow_up_naming_its_action() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
-    _start(shell, "c1", COALESCE)
+    shell = _behind_r1(c1=COALESCE)
 
     answer = shell.close(CloseAction.RELOAD, "/w/a", mode=CloseMode.USER_CONFIRMED_INTERRUPT)
 
@@ -189,9 +176,7 @@ def test_a_confirmed_close_that_interrupts_the_active_run_drops_the_follow_up_na
 
 
 def test_a_run_that_completes_or_fails_drops_nothing() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
-    _start(shell, "c1", COALESCE)
+    shell = _behind_r1(c1=COALESCE)
     shell.finish("r1", error="provider down")
     _start(shell, "c2", COALESCE)  # queued behind c1, now active: nothing of c1 is replaced
     shell.finish("c1")
@@ -214,9 +199,7 @@ def test_interrupting_a_parent_drops_the_coalesce_follow_up_queued_in_its_childs
 
 
 def test_a_shutdown_ends_queued_follow_ups_with_its_own_reason() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
-    _start(shell, "c1", COALESCE)
+    shell = _behind_r1(c1=COALESCE)
 
     shell.shutdown()
 
@@ -227,9 +210,7 @@ def test_a_shutdown_ends_queued_follow_ups_with_its_own_reason() -> None:
 
 
 def test_a_reject_if_busy_start_in_a_busy_session_is_rejected_session_busy_and_changes_nothing() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
-    _start(shell, "r2")
+    shell = _behind_r1(r2=None)
     before = (shell.core.statistics(), shell.core.session_snapshot("s1"), len(shell.events))
 
     answer = _start(shell, "r3", REJECT)
@@ -252,8 +233,7 @@ def test_a_reject_if_busy_start_in_an_idle_session_runs_at_once() -> None:
 
 
 def test_a_start_is_rejected_while_the_active_run_is_still_being_interrupted() -> None:
-    shell = CoreShell("/w/a")
-    _start(shell, "r1")
+    shell = _behind_r1()
     shell.cancel("r1")
 
     answer = _start(shell, "r2", REJECT)

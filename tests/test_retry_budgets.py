@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import msgspec
 import pytest
+from run_support import assert_ended
 
 from run_supervisor.actors import Gate, InvalidRequest, RunContext, Supervisor
 from run_supervisor.actors.testing import EventLog
@@ -38,6 +39,10 @@ def _retry(shell: CoreShell, attempt: int, run: str = "r", backoff_ms: int | Non
     )
 
 
+RETRIED_TWICE = [SessionStatus.BUSY, SessionStatus.RETRY, SessionStatus.RETRY, SessionStatus.IDLE]
+"""A session's statuses through a run whose first two retries were announced, then its end."""
+
+
 def _statuses(shell: CoreShell, session: str = "s") -> list[SessionStatus]:
     return [e.status for e in shell.of(SessionStatusChanged, session=session)]
 
@@ -54,19 +59,15 @@ def test_a_run_that_exhausts_its_attempts_is_interrupted_timeout_retry_budget_wi
     assert shell.commands(SignalInterrupt) == [SignalInterrupt(run_id="r", reason=InterruptReason.TIMEOUT)]
     shell.finish("r")
     finished = shell.finished("r")
-    assert (finished.outcome, finished.reason, finished.origin, finished.action_id) == (
+    assert_ended(
+        finished,
         Outcome.INTERRUPTED,
-        InterruptReason.TIMEOUT,
-        RETRY_BUDGET_ORIGIN,
-        None,
+        reason=InterruptReason.TIMEOUT,
+        origin=RETRY_BUDGET_ORIGIN,
+        action_id=None,
     )
     assert (finished.retry_attempt, finished.retry_message) == (3, "529 overloaded #3")
-    assert _statuses(shell) == [
-        SessionStatus.BUSY,
-        SessionStatus.RETRY,
-        SessionStatus.RETRY,
-        SessionStatus.IDLE,
-    ]
+    assert _statuses(shell) == RETRIED_TWICE
 
 
 def test_the_supervisors_budget_bounds_total_backoff_when_the_run_names_none() -> None:
@@ -102,12 +103,7 @@ def test_a_run_stopped_during_a_backoff_keeps_the_providers_error_on_its_finish(
         2,
         "529 overloaded #2",
     )
-    assert _statuses(shell) == [
-        SessionStatus.BUSY,
-        SessionStatus.RETRY,
-        SessionStatus.RETRY,
-        SessionStatus.IDLE,
-    ]
+    assert _statuses(shell) == RETRIED_TWICE
 
 
 def test_a_run_that_retried_then_went_on_still_says_its_last_retry_when_it_ends() -> None:
@@ -201,11 +197,7 @@ def test_a_body_retrying_past_the_configs_budget_ends_timeout_retry_budget_with_
 
     snapshot = handle.wait(timeout=BOUND_S)
 
-    assert (snapshot.outcome, snapshot.reason, snapshot.origin) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.TIMEOUT,
-        RETRY_BUDGET_ORIGIN,
-    )
+    assert_ended(snapshot, Outcome.INTERRUPTED, reason=InterruptReason.TIMEOUT, origin=RETRY_BUDGET_ORIGIN)
     finished = events.wait_for("run.finished", run_id=handle.run_id, timeout=BOUND_S)
     assert isinstance(finished, RunFinished)
     assert (finished.retry_attempt, finished.retry_message) == (3, "529 overloaded #3")
@@ -213,7 +205,7 @@ def test_a_body_retrying_past_the_configs_budget_ends_timeout_retry_budget_with_
     statuses = [
         e.status for e in events.of("session.status", session="s") if isinstance(e, SessionStatusChanged)
     ]
-    assert statuses == [SessionStatus.BUSY, SessionStatus.RETRY, SessionStatus.RETRY, SessionStatus.IDLE]
+    assert statuses == RETRIED_TWICE
 
 
 def test_a_runs_own_budget_is_given_to_start_run_and_checked(supervisor: Supervisor) -> None:

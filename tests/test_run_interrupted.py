@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from run_support import assert_ended
 
 from run_supervisor.actors import Gate, RunContext, RunHandle, RunInterrupted, Supervisor
 from run_supervisor.protocol import InterruptReason, Outcome
@@ -11,11 +12,7 @@ from run_supervisor.protocol import InterruptReason, Outcome
 def assert_cancelled(run: RunHandle) -> None:
     """``run`` ends interrupted by the user's cancel, with no error."""
     ended = run.wait(timeout=5)
-    assert (ended.outcome, ended.reason, ended.error) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.USER_CANCEL,
-        None,
-    )
+    assert_ended(ended, Outcome.INTERRUPTED, reason=InterruptReason.USER_CANCEL, error=None)
 
 
 def test_a_host_or_a_body_cannot_construct_a_run_interrupted() -> None:
