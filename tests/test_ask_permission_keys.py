@@ -4,15 +4,16 @@
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 
-from run_supervisor import AsyncSupervisor, Outcome, SupervisorConfig
+import pytest
+from async_support import CONFIG, run_async
+
+from run_supervisor import AsyncSupervisor, Outcome
 from run_supervisor.actors import RunContext, Supervisor
 from run_supervisor.actors._async_body import AsyncRunContext
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import AskRequested
-
-CONFIG = SupervisorConfig(shutdown_at_exit=False)
 
 
 def _asked(events: EventLog, run_id: str) -> AskRequested:
@@ -21,38 +22,30 @@ def _asked(events: EventLog, run_id: str) -> AskRequested:
     return ask
 
 
+def _on_context(ctx: RunContext) -> bool:
+    return ctx.ask_permission(timeout=20, command="ls", key="bash:ls").approved
+
+
+def _on_part(ctx: RunContext) -> bool:
+    call = ctx.tool("bash")
+    call.prepared()
+    call.running()
+    approved = call.ask_permission(timeout=20, command="ls", key="bash:ls").approved
+    call.completed()
+    return approved
+
+
+@pytest.mark.parametrize("ask", [_on_context, _on_part], ids=["context", "tool_part"])
 def test_a_sync_body_s_ask_permission_with_a_key_is_answered_by_an_always_grant(
-    supervisor: Supervisor, events: EventLog
+    supervisor: Supervisor, events: EventLog, ask: Callable[[RunContext], bool]
 ) -> None:
     approved: list[bool] = []
-
-    def body(ctx: RunContext) -> None:
-        approved.append(ctx.ask_permission(timeout=20, command="ls", key="bash:ls").approved)
-
-    run = supervisor.start_run(body, session="s1", directory="/w/a", run_id="r1")
-    ask = _asked(events, "r1")
-    assert ask.payload.key == "bash:ls"
-    supervisor.reply_permission(ask.ask_id, approve=True, always=True)
-    assert run.wait(timeout=20).outcome is Outcome.COMPLETED
-    assert approved == [True]
-
-
-def test_a_tool_part_s_ask_permission_with_a_key_is_answered_by_an_always_grant(
-    supervisor: Supervisor, events: EventLog
-) -> None:
-    approved: list[bool] = []
-
-    def body(ctx: RunContext) -> None:
-        call = ctx.tool("bash")
-        call.prepared()
-        call.running()
-        approved.append(call.ask_permission(timeout=20, command="ls", key="bash:ls").approved)
-        call.completed()
-
-    run = supervisor.start_run(body, session="s1", directory="/w/a", run_id="r1")
-    ask = _asked(events, "r1")
-    assert ask.payload.key == "bash:ls"
-    supervisor.reply_permission(ask.ask_id, approve=True, always=True)
+    run = supervisor.start_run(
+        lambda ctx: approved.append(ask(ctx)), session="s1", directory="/w/a", run_id="r1"
+    )
+    ask_event = _asked(events, "r1")
+    assert ask_event.payload.key == "bash:ls"
+    supervisor.reply_permission(ask_event.ask_id, approve=True, always=True)
     assert run.wait(timeout=20).outcome is Outcome.COMPLETED
     assert approved == [True]
 
@@ -85,9 +78,5 @@ def test_an_async_body_s_ask_permission_with_a_key_is_answered_by_an_always_gran
                 events.close()
         return results
 
-    async def bounded() -> list[object]:
-        async with asyncio.timeout(60):
-            return await host()
-
-    assert asyncio.run(bounded()) == [Outcome.COMPLETED, Outcome.COMPLETED]
+    assert run_async(host, bound=60) == [Outcome.COMPLETED, Outcome.COMPLETED]
     assert approved == [True, True]

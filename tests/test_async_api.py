@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from async_support import CONFIG, run_async
 
 from run_supervisor import (
     AsyncSupervisor,
@@ -34,7 +35,6 @@ from run_supervisor import (
     RunSnapshot,
     Supervisor,
     SupervisorClosed,
-    SupervisorConfig,
     SupervisorError,
     SupervisorTimeout,
     UnknownDirectory,
@@ -43,17 +43,6 @@ from run_supervisor import (
 from run_supervisor.actors._async_body import AsyncRunContext
 from run_supervisor.actors.testing import EventLog, simulate_crash
 from run_supervisor.protocol import CancelRun, Event, InterruptReason, RejectCode
-
-T = TypeVar("T")
-CONFIG = SupervisorConfig(shutdown_at_exit=False)
-
-
-def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 30.0) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(bound):
-            return await main()
-
-    return asyncio.run(bounded())
 
 
 def held(gate: Gate) -> Callable[[RunContext], None]:

@@ -10,22 +10,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
-from run_supervisor import AsyncSupervisor, Outcome, Supervisor, SupervisorConfig
+from async_support import CONFIG, run_async
+
+from run_supervisor import AsyncSupervisor, Outcome, Supervisor
 from run_supervisor.actors._async_body import AsyncRunContext
-
-T = TypeVar("T")
-CONFIG = SupervisorConfig(shutdown_at_exit=False)
-
-
-def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 60.0) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(bound):
-            return await main()
-
-    return asyncio.run(bounded())
 
 
 def test_a_hundred_open_async_runs_add_no_os_thread() -> None:
@@ -53,7 +43,7 @@ def test_a_hundred_open_async_runs_add_no_os_thread() -> None:
             finished = [await run.wait(timeout=20) for run in [first, *runs]]
             return before, during, [snapshot.outcome for snapshot in finished]
 
-    before, during, outcomes = run_async(host)
+    before, during, outcomes = run_async(host, bound=60)
     assert outcomes == [Outcome.COMPLETED] * 101
     assert during - before <= 0, f"100 open async runs added {during - before} OS threads"
 
@@ -84,7 +74,7 @@ def test_an_async_start_runs_no_thread_on_the_loop_and_no_body_off_it() -> None:
                 threading.Thread.start = original  # type: ignore[method-assign]
         return seen
 
-    seen = run_async(host)
+    seen = run_async(host, bound=60)
     assert seen == [True] * 21
     assert started_on == [], f"threads were started from {started_on}"
 
@@ -116,7 +106,7 @@ def test_the_loop_stays_prompt_while_two_hundred_async_runs_start() -> None:
             await tick
         return worst, [snapshot.outcome for snapshot in finished]
 
-    worst, outcomes = run_async(host)
+    worst, outcomes = run_async(host, bound=60)
     assert outcomes == [Outcome.COMPLETED] * 200
     # Generous for a loaded 2-core machine; the figure itself is scripts/bench.py's.
     assert worst < 1.0, f"the loop was {worst:.3f} s late"
@@ -176,7 +166,7 @@ def test_an_async_bodys_instance_is_awaited_without_a_thread() -> None:
                 threading.Thread.start = original  # type: ignore[method-assign]
         return got
 
-    got = run_async(host)
+    got = run_async(host, bound=60)
     assert got == [{"directory": "/w/a", "generation": 1}] * 6
     assert started_on == [], f"threads were started: {started_on}"
 
@@ -206,6 +196,6 @@ def test_shutdown_hands_the_host_the_task_of_an_async_body_it_abandoned() -> Non
         await asyncio.gather(*tasks)
         return outcome.abandoned_runs, names, still, all(task.done() for task in tasks)
 
-    abandoned, names, still_running, ended = run_async(host)
+    abandoned, names, still_running, ended = run_async(host, bound=60)
     assert abandoned == ("deaf",)
     assert names == ["run-supervisor-run-deaf"] and still_running and ended

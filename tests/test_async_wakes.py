@@ -10,23 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
-from run_supervisor import AsyncSupervisor, InvalidRequest, Outcome, SupervisorConfig
+from async_support import CONFIG, Ticker, run_async
+
+from run_supervisor import AsyncSupervisor, InvalidRequest, Outcome
 from run_supervisor.actors._async_body import AsyncRunContext, inbox_of
 
-T = TypeVar("T")
-CONFIG = SupervisorConfig(shutdown_at_exit=False)
 STARTS = 50
-
-
-def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 60.0) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(bound):
-            return await main()
-
-    return asyncio.run(bounded())
 
 
 class _CountingLoop(asyncio.SelectorEventLoop):
@@ -112,7 +103,7 @@ def test_a_request_sent_after_a_loop_s_start_in_the_same_turn_reaches_the_superv
             snapshot = await run.wait(timeout=20)
             return snapshot.outcome, start.done()
 
-    outcome, started = run_async(host)
+    outcome, started = run_async(host, bound=60)
     assert started
     assert outcome is Outcome.INTERRUPTED
 
@@ -123,15 +114,6 @@ def test_a_burst_of_async_starts_is_checked_and_sent_a_batch_per_loop_turn_with_
     their ``InvalidRequest``s come back over several turns, with a ticking task running between."""
 
     async def host() -> tuple[int, int]:
-        turns = 0
-        done = False
-
-        async def ticker() -> None:
-            nonlocal turns
-            while not done:
-                turns += 1
-                await asyncio.sleep(0)
-
         async def turn(ctx: AsyncRunContext) -> None:
             pass
 
@@ -141,47 +123,36 @@ def test_a_burst_of_async_starts_is_checked_and_sent_a_batch_per_loop_turn_with_
             try:
                 await sup.start_run(turn, session=f"not a session {i}", directory="/w/a")
             except InvalidRequest:
-                refused_at.append(turns)
+                refused_at.append(ticker.turns)
 
         async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
-            ticking = asyncio.create_task(ticker())
+            ticker = Ticker()
             await asyncio.gather(*(refused(i) for i in range(200)))
-            done = True
-            await ticking
+            await ticker.stop()
         return len(refused_at), refused_at[-1] - refused_at[0]
 
-    refused, turns_between = run_async(host)
+    refused, turns_between = run_async(host, bound=60)
     assert refused == 200
     assert turns_between >= 3, f"200 refused starts came back within {turns_between} turns of the loop"
 
 
 def test_waiting_on_a_run_already_finished_returns_at_once_without_a_turn_of_the_loop() -> None:
     async def host() -> tuple[Outcome, int]:
-        turns = 0
-        done = False
-
-        async def ticker() -> None:
-            nonlocal turns
-            while not done:
-                turns += 1
-                await asyncio.sleep(0)
-
         async def turn(ctx: AsyncRunContext) -> None:
             pass
 
         async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
             run = await sup.start_run(turn, session="s", directory="/w/a")
             await run.wait(timeout=20)
-            ticking = asyncio.create_task(ticker())
+            ticker = Ticker()
             await asyncio.sleep(0)  # the ticker has ticked once
-            before = turns
+            before = ticker.turns
             snapshot = await run.wait(timeout=20)
-            after = turns
-            done = True
-            await ticking
+            after = ticker.turns
+            await ticker.stop()
         assert snapshot.outcome is not None
         return snapshot.outcome, after - before
 
-    outcome, turns = run_async(host)
+    outcome, turns = run_async(host, bound=60)
     assert outcome is Outcome.COMPLETED
     assert turns == 0
