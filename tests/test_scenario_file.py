@@ -874,97 +874,68 @@ def test_runs_may_share_a_session() -> None:
 
 def _action_case(key: str, case_id: str, **keys: Any) -> Any:
     """A one-run scenario (r1 begins, m1 is manual, gate g1) plus one action, by default ``when = "begin"``
-    (``when=None``: none)."""
+    (``when=None``: none), refused at ``actions[0].<key>``."""
     keys = {name: value for name, value in {"when": "begin", **keys}.items() if value is not None}
     text = one_run(run(id="m1", session="s2", extra='start = "manual"'), action(**keys))
-    return pytest.param(text, key, id=case_id)
+    return pytest.param(text, f"actions[0].{key}", id=case_id)
 
 
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        _action_case("actions[0].colour", "unknown action key", do="shutdown", colour=1),
-        _action_case("actions[0].when", "action without when", when=None, do="shutdown"),
-        _action_case("actions[0].do", "action without do", when="begin"),
-        _action_case("actions[0].do", "unknown do", do="explode"),
-        _action_case("actions[0].when", "when not a string", when=1, do="shutdown"),
+        _action_case("colour", "unknown action key", do="shutdown", colour=1),
+        _action_case("when", "action without when", when=None, do="shutdown"),
+        _action_case("do", "action without do", when="begin"),
+        _action_case("do", "unknown do", do="explode"),
+        _action_case("when", "when not a string", when=1, do="shutdown"),
+        _action_case("gate", "gate on dispose", do="dispose", directory="/p", mode="maintenance", gate="g1"),
         _action_case(
-            "actions[0].gate", "gate on dispose", do="dispose", directory="/p", mode="maintenance", gate="g1"
+            "directory", "directory on dispose_all", do="dispose_all", mode="maintenance", directory="/p"
         ),
+        _action_case("mode", "mode on cancel", do="cancel", run="r1", mode="maintenance"),
+        _action_case("mode", "mode on shutdown", do="shutdown", mode="maintenance"),
+        _action_case("origin", "origin on start_run", do="start_run", run="m1", origin="x"),
+        _action_case("grace_ms", "grace_ms on a close", do="dispose_all", mode="maintenance", grace_ms=10),
+        _action_case("run", "run on open_gate", do="open_gate", gate="g1", run="r1"),
+        _action_case("answer", "answer on cancel_form", do="cancel_form", run="r1", answer="x"),
         _action_case(
-            "actions[0].directory",
-            "directory on dispose_all",
-            do="dispose_all",
-            mode="maintenance",
-            directory="/p",
+            "message", "message on answer_form", do="answer_form", run="r1", answer="x", message="y"
         ),
-        _action_case("actions[0].mode", "mode on cancel", do="cancel", run="r1", mode="maintenance"),
-        _action_case("actions[0].mode", "mode on shutdown", do="shutdown", mode="maintenance"),
-        _action_case("actions[0].origin", "origin on start_run", do="start_run", run="m1", origin="x"),
+        _action_case("decision", "decision on cancel", do="cancel", run="r1", decision="approve"),
+        _action_case("mode", "dispose without mode", do="dispose", directory="/p"),
+        _action_case("mode", "dispose_all without mode", do="dispose_all"),
+        _action_case("mode", "reload without mode", do="reload", directory="/p"),
+        _action_case("mode", "invalidate_config without mode", do="invalidate_config"),
+        _action_case("mode", "unknown mode", do="dispose_all", mode="gentle"),
+        _action_case("mode", "shutdown as a close mode", do="dispose_all", mode="shutdown"),
+        _action_case("mode", "mode not a string", do="dispose_all", mode=1),
+        _action_case("directory", "dispose without directory", do="dispose", mode="maintenance"),
+        _action_case("directory", "reload without directory", do="reload", mode="maintenance"),
         _action_case(
-            "actions[0].grace_ms", "grace_ms on a close", do="dispose_all", mode="maintenance", grace_ms=10
+            "directory", "unknown directory", do="dispose", directory="/nowhere", mode="maintenance"
         ),
-        _action_case("actions[0].run", "run on open_gate", do="open_gate", gate="g1", run="r1"),
-        _action_case("actions[0].answer", "answer on cancel_form", do="cancel_form", run="r1", answer="x"),
+        _action_case("origin", "origin not a string", do="shutdown", origin=1),
+        _action_case("run", "cancel without run", do="cancel"),
+        _action_case("run", "cancel of an unknown run", do="cancel", run="r9"),
+        _action_case("run", "cancel of a session", do="cancel", run="s1"),
+        _action_case("run", "start_run without run", do="start_run"),
+        _action_case("run", "start_run of a begin run", do="start_run", run="r1"),
         _action_case(
-            "actions[0].message",
-            "message on answer_form",
-            do="answer_form",
-            run="r1",
-            answer="x",
-            message="y",
+            "run", "reply_permission of an unknown run", do="reply_permission", run="r9", decision="approve"
         ),
-        _action_case("actions[0].decision", "decision on cancel", do="cancel", run="r1", decision="approve"),
-        _action_case("actions[0].mode", "dispose without mode", do="dispose", directory="/p"),
-        _action_case("actions[0].mode", "dispose_all without mode", do="dispose_all"),
-        _action_case("actions[0].mode", "reload without mode", do="reload", directory="/p"),
-        _action_case("actions[0].mode", "invalidate_config without mode", do="invalidate_config"),
-        _action_case("actions[0].mode", "unknown mode", do="dispose_all", mode="gentle"),
-        _action_case("actions[0].mode", "shutdown as a close mode", do="dispose_all", mode="shutdown"),
-        _action_case("actions[0].mode", "mode not a string", do="dispose_all", mode=1),
-        _action_case("actions[0].directory", "dispose without directory", do="dispose", mode="maintenance"),
-        _action_case("actions[0].directory", "reload without directory", do="reload", mode="maintenance"),
-        _action_case(
-            "actions[0].directory",
-            "unknown directory",
-            do="dispose",
-            directory="/nowhere",
-            mode="maintenance",
-        ),
-        _action_case("actions[0].origin", "origin not a string", do="shutdown", origin=1),
-        _action_case("actions[0].run", "cancel without run", do="cancel"),
-        _action_case("actions[0].run", "cancel of an unknown run", do="cancel", run="r9"),
-        _action_case("actions[0].run", "cancel of a session", do="cancel", run="s1"),
-        _action_case("actions[0].run", "start_run without run", do="start_run"),
-        _action_case("actions[0].run", "start_run of a begin run", do="start_run", run="r1"),
-        _action_case(
-            "actions[0].run",
-            "reply_permission of an unknown run",
-            do="reply_permission",
-            run="r9",
-            decision="approve",
-        ),
-        _action_case(
-            "actions[0].decision", "reply_permission without decision", do="reply_permission", run="r1"
-        ),
-        _action_case(
-            "actions[0].decision", "unknown decision", do="reply_permission", run="r1", decision="yes"
-        ),
-        _action_case("actions[0].run", "answer_form without run", do="answer_form", answer="x"),
-        _action_case("actions[0].answer", "answer_form without answer", do="answer_form", run="r1"),
+        _action_case("decision", "reply_permission without decision", do="reply_permission", run="r1"),
+        _action_case("decision", "unknown decision", do="reply_permission", run="r1", decision="yes"),
+        _action_case("run", "answer_form without run", do="answer_form", answer="x"),
+        _action_case("answer", "answer_form without answer", do="answer_form", run="r1"),
         # a list of one entry per question is an answer; one whose picks hold a list is not
         _action_case(
-            "actions[0].answer",
-            "answer whose picks hold a list",
-            do="answer_form",
-            run="r1",
-            answer=[["a", ["b"]]],
+            "answer", "answer whose picks hold a list", do="answer_form", run="r1", answer=[["a", ["b"]]]
         ),
-        _action_case("actions[0].run", "cancel_form of an unknown run", do="cancel_form", run="r9"),
-        _action_case("actions[0].gate", "open_gate without gate", do="open_gate"),
-        _action_case("actions[0].gate", "open_gate of a gate no step names", do="open_gate", gate="g2"),
-        _action_case("actions[0].grace_ms", "negative grace_ms", do="shutdown", grace_ms=-1),
-        _action_case("actions[0].grace_ms", "boolean grace_ms", do="test_teardown", grace_ms=True),
+        _action_case("run", "cancel_form of an unknown run", do="cancel_form", run="r9"),
+        _action_case("gate", "open_gate without gate", do="open_gate"),
+        _action_case("gate", "open_gate of a gate no step names", do="open_gate", gate="g2"),
+        _action_case("grace_ms", "negative grace_ms", do="shutdown", grace_ms=-1),
+        _action_case("grace_ms", "boolean grace_ms", do="test_teardown", grace_ms=True),
     ],
 )
 def test_a_broken_action_is_invalid(text: str, key: str) -> None:
@@ -1048,75 +1019,66 @@ def test_a_when_that_cannot_happen_says_which_events_the_action_has() -> None:
 
 
 def _expect_case(entries: str, key: str, case_id: str) -> Any:
-    """Run r1 (session s1), action a1 (a close), then ``[expect]`` with ``entries``."""
+    """Run r1 (session s1), action a1 (a close), then ``[expect]`` with ``entries``, refused at
+    ``expect.<key>``."""
     text = one_run(
         action(id="a1", when="begin", do="dispose_all", mode="maintenance"), f"[expect]\n{entries}\n"
     )
-    return pytest.param(text, key, id=case_id)
+    return pytest.param(text, f"expect.{key}", id=case_id)
 
 
 @pytest.mark.parametrize(
     ("text", "key"),
     [
-        _expect_case('r9 = { outcome = "completed" }', "expect.r9", "an unknown id"),
-        _expect_case('"r 9" = {}', 'expect."r 9"', "an unknown id that needs quoting"),
-        _expect_case('r1 = "completed"', "expect.r1", "an entry that is not a table"),
-        _expect_case('r1 = { result = "ok" }', "expect.r1.result", "an action key on a run"),
-        _expect_case('r1 = { status = "idle" }', "expect.r1.status", "a session key on a run"),
-        _expect_case('a1 = { outcome = "completed" }', "expect.a1.outcome", "a run key on an action"),
-        _expect_case('s1 = { outcome = "completed" }', "expect.s1.outcome", "a run key on a session"),
-        _expect_case('r1 = { outcome = "done" }', "expect.r1.outcome", "an unknown outcome"),
-        _expect_case('r1 = { reason = "because" }', "expect.r1.reason", "an unknown reason"),
-        _expect_case('r1 = { phase = "thinking" }', "expect.r1.phase", "an unknown phase"),
-        _expect_case("r1 = { generation = 0 }", "expect.r1.generation", "generation zero"),
-        _expect_case('r1 = { generation = "1" }', "expect.r1.generation", "generation as a string"),
-        _expect_case("r1 = { generation = true }", "expect.r1.generation", "generation as a boolean"),
-        _expect_case("r1 = { origin = 1 }", "expect.r1.origin", "origin not a string"),
-        _expect_case("r1 = { error = false }", "expect.r1.error", "error not a string"),
-        _expect_case('r1 = { action = "a9" }', "expect.r1.action", "an action that is not in the file"),
-        _expect_case('r1 = { action = "r1" }', "expect.r1.action", "a run as the action"),
-        _expect_case('r1 = { tool_parts = "none" }', "expect.r1.tool_parts", "tool_parts not a list"),
-        _expect_case(
-            'r1 = { tool_parts = ["completed", "done"] }', "expect.r1.tool_parts[1]", "an unknown state"
-        ),
-        _expect_case("r1 = { tool_parts = [1] }", "expect.r1.tool_parts[0]", "a part that is a number"),
+        _expect_case('r9 = { outcome = "completed" }', "r9", "an unknown id"),
+        _expect_case('"r 9" = {}', '"r 9"', "an unknown id that needs quoting"),
+        _expect_case('r1 = "completed"', "r1", "an entry that is not a table"),
+        _expect_case('r1 = { result = "ok" }', "r1.result", "an action key on a run"),
+        _expect_case('r1 = { status = "idle" }', "r1.status", "a session key on a run"),
+        _expect_case('a1 = { outcome = "completed" }', "a1.outcome", "a run key on an action"),
+        _expect_case('s1 = { outcome = "completed" }', "s1.outcome", "a run key on a session"),
+        _expect_case('r1 = { outcome = "done" }', "r1.outcome", "an unknown outcome"),
+        _expect_case('r1 = { reason = "because" }', "r1.reason", "an unknown reason"),
+        _expect_case('r1 = { phase = "thinking" }', "r1.phase", "an unknown phase"),
+        _expect_case("r1 = { generation = 0 }", "r1.generation", "generation zero"),
+        _expect_case('r1 = { generation = "1" }', "r1.generation", "generation as a string"),
+        _expect_case("r1 = { generation = true }", "r1.generation", "generation as a boolean"),
+        _expect_case("r1 = { origin = 1 }", "r1.origin", "origin not a string"),
+        _expect_case("r1 = { error = false }", "r1.error", "error not a string"),
+        _expect_case('r1 = { action = "a9" }', "r1.action", "an action that is not in the file"),
+        _expect_case('r1 = { action = "r1" }', "r1.action", "a run as the action"),
+        _expect_case('r1 = { tool_parts = "none" }', "r1.tool_parts", "tool_parts not a list"),
+        _expect_case('r1 = { tool_parts = ["completed", "done"] }', "r1.tool_parts[1]", "an unknown state"),
+        _expect_case("r1 = { tool_parts = [1] }", "r1.tool_parts[0]", "a part that is a number"),
         _expect_case(
             "r1 = { tool_parts = [{ tool_started = true }] }",
-            "expect.r1.tool_parts[0].state",
+            "r1.tool_parts[0].state",
             "a part without state",
         ),
         _expect_case(
-            'r1 = { tool_parts = [{ state = "done" }] }',
-            "expect.r1.tool_parts[0].state",
-            "a part's unknown state",
+            'r1 = { tool_parts = [{ state = "done" }] }', "r1.tool_parts[0].state", "a part's unknown state"
         ),
         _expect_case(
             'r1 = { tool_parts = [{ state = "completed", note = "x" }] }',
-            "expect.r1.tool_parts[0].note",
+            "r1.tool_parts[0].note",
             "an unknown part key",
         ),
         _expect_case(
             'r1 = { tool_parts = [{ state = "completed", tool_started = "yes" }] }',
-            "expect.r1.tool_parts[0].tool_started",
+            "r1.tool_parts[0].tool_started",
             "tool_started not a boolean",
         ),
-        _expect_case('a1 = { result = "fine" }', "expect.a1.result", "an unknown result"),
-        _expect_case('a1 = { result = "none" }', "expect.a1.result", "a null result"),
-        _expect_case('a1 = { completed = "yes" }', "expect.a1.completed", "completed not a boolean"),
+        _expect_case('a1 = { result = "fine" }', "a1.result", "an unknown result"),
+        _expect_case('a1 = { result = "none" }', "a1.result", "a null result"),
+        _expect_case('a1 = { completed = "yes" }', "a1.completed", "completed not a boolean"),
+        _expect_case('a1 = { completed_after = "r9.finished" }', "a1.completed_after", "an unknown event"),
+        _expect_case('a1 = { completed_after = "a1.ok" }', "a1.completed_after", "an event that can't be"),
+        _expect_case('a1 = { interrupted_runs = "r1" }', "a1.interrupted_runs", "runs not a list"),
         _expect_case(
-            'a1 = { completed_after = "r9.finished" }', "expect.a1.completed_after", "an unknown event"
+            'a1 = { interrupted_runs = ["r1", "r9"] }', "a1.interrupted_runs[1]", "a run that is not there"
         ),
-        _expect_case(
-            'a1 = { completed_after = "a1.ok" }', "expect.a1.completed_after", "an event that can't be"
-        ),
-        _expect_case('a1 = { interrupted_runs = "r1" }', "expect.a1.interrupted_runs", "runs not a list"),
-        _expect_case(
-            'a1 = { interrupted_runs = ["r1", "r9"] }',
-            "expect.a1.interrupted_runs[1]",
-            "a run that is not there",
-        ),
-        _expect_case('s1 = { status = "running" }', "expect.s1.status", "an unknown status"),
-        _expect_case('s1 = { status = "none" }', "expect.s1.status", "a null status"),
+        _expect_case('s1 = { status = "running" }', "s1.status", "an unknown status"),
+        _expect_case('s1 = { status = "none" }', "s1.status", "a null status"),
     ],
 )
 def test_a_broken_expectation_is_invalid(text: str, key: str) -> None:
