@@ -321,22 +321,24 @@ def optional_reload_policy(name: str, value: object) -> ReloadPolicy | None:
     return None if value is None else _choice(name, value, ReloadPolicy, _RELOAD_POLICIES)
 
 
+_START_OPTIONS: tuple[tuple[str, Callable[[str, object], object]], ...] = (
+    ("parent_run_id", identifier),
+    ("resume_of", identifier),
+    ("deadline_ms", deadline),
+    ("stall_after_ms", stall_after_ms),
+    ("interrupt_grace_ms", grace),
+    ("retry_budget", retry_budget),
+)
+"""The optional fields of a ``StartRun``, in the order they are checked when set, with their check."""
+
+
 def _check_fields(req: Request) -> None:
     optional_text("tag", req.tag)
     if isinstance(req, StartRun):
         identifier("run_id", req.run_id)
-        if req.parent_run_id is not None:
-            identifier("parent_run_id", req.parent_run_id)
-        if req.resume_of is not None:
-            identifier("resume_of", req.resume_of)
-        if req.deadline_ms is not None:
-            deadline("deadline_ms", req.deadline_ms)
-        if req.stall_after_ms is not None:
-            stall_after_ms("stall_after_ms", req.stall_after_ms)
-        if req.interrupt_grace_ms is not None:
-            grace("interrupt_grace_ms", req.interrupt_grace_ms)
-        if req.retry_budget is not None:
-            retry_budget("retry_budget", req.retry_budget)
+        for field, check in _START_OPTIONS:
+            if (value := getattr(req, field)) is not None:
+                check(field, value)
         identifier("session", req.session)
         directory_name("directory", req.directory)
         if req.queue_policy is not None and not isinstance(req.queue_policy, QueuePolicy):
