@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -42,7 +42,6 @@ from run_supervisor.protocol._enums import (
     LoadCause,
     Outcome,
     PartState,
-    Phase,
     QueuePolicy,
     RejectCode,
     ReloadPolicy,
@@ -73,6 +72,7 @@ from run_supervisor.protocol._records import (
     _Interrupt,
     _Part,
     _Run,
+    _RunEnding,
     _Session,
 )
 from run_supervisor.protocol._requests import (
@@ -1308,23 +1308,6 @@ class SupervisorCore(LifecycleMixin, AsksMixin, DeadlinesMixin, StallsMixin):
 
 
 _OK = RequestOutcome(result=RequestResult.OK)
-
-
-class _RunEnding(TypedDict):
-    """The fields of how a run ended (``SupervisorCore._ending``), in its snapshot and its
-    ``run.finished`` alike."""
-
-    reason: InterruptReason | None
-    origin: str | None
-    action_id: str | None
-    phase: Phase | None
-    error: str | None
-    abandoned: bool
-    generation: int | None
-    parts: tuple[PartSnapshot, ...]
-    retry_attempt: int | None
-    retry_message: str | None
-    epoch: int | None
 
 
 _UNDONE_ATTRIBUTES = (

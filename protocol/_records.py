@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from typing import Any, TypedDict
 
 from run_supervisor.protocol._enums import (
     AskKind,
@@ -26,7 +26,17 @@ from run_supervisor.protocol._parts import PartSnapshot
 from run_supervisor.protocol._payloads import AskPayload, AskSnapshot
 from run_supervisor.protocol._rules import UNFINISHED_PART_STATES, BodyState, RunTrigger
 
-__all__ = ["Ask", "Journal", "_Directory", "_Instance", "_Interrupt", "_Part", "_Run", "_Session"]
+__all__ = [
+    "Ask",
+    "Journal",
+    "_Directory",
+    "_Instance",
+    "_Interrupt",
+    "_Part",
+    "_Run",
+    "_RunEnding",
+    "_Session",
+]
 
 
 @dataclass(slots=True)
@@ -90,6 +100,23 @@ class _Interrupt:
     origin: str
     action: str | None
     phase: Phase | None
+
+
+class _RunEnding(TypedDict):
+    """The fields of how a run ended (``SupervisorCore._ending``), in its snapshot and its
+    ``run.finished`` alike."""
+
+    reason: InterruptReason | None
+    origin: str | None
+    action_id: str | None
+    phase: Phase | None
+    error: str | None
+    abandoned: bool
+    generation: int | None
+    parts: tuple[PartSnapshot, ...]
+    retry_attempt: int | None
+    retry_message: str | None
+    epoch: int | None
 
 
 @dataclass(slots=True)
