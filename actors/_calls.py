@@ -164,20 +164,8 @@ def _no_body(context: object) -> None:
     """Stands in for the body when only the request is checked (the body is checked apart)."""
 
 
-_START_OPTIONS: tuple[tuple[str, Callable[[str, object], object]], ...] = (
-    ("queue_policy", check.queue_policy),  # None: the session's default
-    ("resume_of", check.identifier),
-    ("parent_run_id", check.identifier),
-    ("deadline_ms", check.deadline),
-    ("stall_after_ms", check.stall_after_ms),
-    ("interrupt_grace_ms", check.grace),
-    ("retry_budget", check.retry_budget),
-)
-"""A start's options, in the order the facades document them, each with its check."""
-
-
 def start_run_request(*, session: object, directory: object, run_id: object, **options: object) -> StartRun:
-    """Checked (``InvalidRequest`` naming the argument), every option of ``_START_OPTIONS`` (None:
+    """Checked (``InvalidRequest`` naming the argument), every option of ``check.START_OPTIONS`` (None:
     not given); without ``run_id``, a fresh ``run-N`` no host id has taken."""
     fresh = run_id is None
     request = check.start_run(
@@ -188,10 +176,12 @@ def start_run_request(*, session: object, directory: object, run_id: object, **o
     )
     if not fresh:
         saw_run_id(request.run_id)
-    unknown = set(options) - {name for name, _ in _START_OPTIONS}
+    unknown = set(options) - {name for name, _ in check.START_OPTIONS}
     assert not unknown, f"not an option of a start: {sorted(unknown)}"
     checked = {
-        name: checks(name, options[name]) for name, checks in _START_OPTIONS if options.get(name) is not None
+        name: checks(name, options[name])
+        for name, checks in check.START_OPTIONS
+        if options.get(name) is not None
     }
     return msgspec.structs.replace(request, **checked) if checked else request
 

@@ -321,23 +321,26 @@ def optional_reload_policy(name: str, value: object) -> ReloadPolicy | None:
     return None if value is None else _choice(name, value, ReloadPolicy, _RELOAD_POLICIES)
 
 
-_START_OPTIONS: tuple[tuple[str, Callable[[str, object], object]], ...] = (
-    ("parent_run_id", identifier),
+START_OPTIONS: tuple[tuple[str, Callable[[str, object], object]], ...] = (
+    ("queue_policy", queue_policy),  # None: the session's default
     ("resume_of", identifier),
+    ("parent_run_id", identifier),
     ("deadline_ms", deadline),
     ("stall_after_ms", stall_after_ms),
     ("interrupt_grace_ms", grace),
     ("retry_budget", retry_budget),
 )
-"""The optional fields of a ``StartRun``, in the order they are checked when set, with their check."""
+"""A start's options, in the order the facades document them, each with its check (a facade's
+arguments; a raw ``StartRun``'s ``queue_policy`` is a ``QueuePolicy`` already)."""
 
 
 def _check_fields(req: Request) -> None:
     optional_text("tag", req.tag)
     if isinstance(req, StartRun):
         identifier("run_id", req.run_id)
-        for field, check in _START_OPTIONS:
-            if (value := getattr(req, field)) is not None:
+        for field, check in START_OPTIONS:
+            value = getattr(req, field)
+            if value is not None and field != "queue_policy":  # below: it is a QueuePolicy already
                 check(field, value)
         identifier("session", req.session)
         directory_name("directory", req.directory)
