@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import msgspec
@@ -13,37 +14,36 @@ __all__ = ["ProtocolDecodeError", "decode_event", "decode_request", "encode"]
 
 Format = Literal["json", "msgpack"]
 
-_REQUEST_DECODERS: dict[str, Any] = {
-    "json": msgspec.json.Decoder(Request),
-    "msgpack": msgspec.msgpack.Decoder(Request),
-}
-_EVENT_DECODERS: dict[str, Any] = {
-    "json": msgspec.json.Decoder(Event),
-    "msgpack": msgspec.msgpack.Decoder(Event),
-}
 _ENCODERS: dict[str, Any] = {"json": msgspec.json.Encoder(), "msgpack": msgspec.msgpack.Encoder()}
+_MODULES = {"json": msgspec.json, "msgpack": msgspec.msgpack}
 
 
 class ProtocolDecodeError(ValueError):
     """Bytes that are not a valid request or event; the message says what and where."""
 
 
-def _decoder(table: dict[str, Any], fmt: str) -> Any:
-    try:
-        return table[fmt]
-    except KeyError:
-        raise ValueError(f"unknown format {fmt!r}: use 'json' or 'msgpack'") from None
+def _format(fmt: str) -> str:
+    if not isinstance(fmt, str) or fmt not in _ENCODERS:
+        raise ValueError(f"unknown format {fmt!r}: use 'json' or 'msgpack'")
+    return fmt
+
+
+@functools.cache
+def _decoder(kind: Any, fmt: str) -> Any:
+    """The decoder of ``kind`` (``Request`` or ``Event``) in ``fmt``, built on first use: a decoder of
+    the whole union takes msgspec a while to build, and a host that never decodes one never waits."""
+    return _MODULES[fmt].Decoder(kind)
 
 
 def encode(message: Any, fmt: Format = "json") -> bytes:
     """Encode a request, event or answer."""
-    encoder: Any = _decoder(_ENCODERS, fmt)
+    encoder: Any = _ENCODERS[_format(fmt)]
     data: bytes = encoder.encode(message)
     return data
 
 
-def _decode(table: dict[str, Any], data: bytes | str, fmt: str, what: str) -> Any:
-    decoder = _decoder(table, fmt)
+def _decode(kind: Any, data: bytes | str, fmt: str, what: str) -> Any:
+    decoder = _decoder(kind, _format(fmt))
     if isinstance(data, str):
         if fmt == "msgpack":
             raise ProtocolDecodeError(f"not a valid {what}: msgpack is bytes, not text")
@@ -64,7 +64,7 @@ def decode_request(data: bytes | str, fmt: Format = "json") -> Request:
     not have, by name, and a document nested too deeply included). Strict: a permission reply says
     ``approved`` (the wire hosts still take the deprecated ``approve`` before they decode; this does
     not)."""
-    request: Request = _decode(_REQUEST_DECODERS, data, fmt, "request")
+    request: Request = _decode(Request, data, fmt, "request")
     return request
 
 
@@ -72,5 +72,5 @@ def decode_event(data: bytes | str, fmt: Format = "json") -> Event:
     """Decode one event; raise ``ProtocolDecodeError`` on anything else. Events of this version: a
     run's events name its ``session``, so one written by an older version without it does not
     decode."""
-    event: Event = _decode(_EVENT_DECODERS, data, fmt, "event")
+    event: Event = _decode(Event, data, fmt, "event")
     return event

@@ -242,7 +242,7 @@ def serve_command(args: argparse.Namespace) -> int:
             loop.add_signal_handler(signum, on_signal)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
-            await asyncio.sleep(0.01)  # uvicorn offers no started event; bounded by the task
+            await asyncio.sleep(0.001)  # uvicorn offers no started event; bounded by the task
         if server.started:
             ready = ReadyLine(  # the document's ReadyLine (docs/openapi.json, x-ready-line)
                 ready=True,
