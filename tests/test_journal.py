@@ -45,6 +45,18 @@ def crash_while(opened: list[Supervisor], journal: Path | str, body: Any, kind: 
     crash_during(start(opened, journal, directories=["/w/a"]), body, kind, **fields)
 
 
+def recovered_after(
+    opened: list[Supervisor], journal: Path | str, body: Any, kind: str, **fields: Any
+) -> tuple[Supervisor, RunRecovered]:
+    """Crash a supervisor during run r1 (``crash_while``), start the next one on ``journal``: it and
+    the one run it recovered."""
+    crash_while(opened, journal, body, kind, **fields)
+    after = start(opened, journal)
+    (recovered,) = after.recovered()
+    assert isinstance(recovered, RunRecovered)
+    return after, recovered
+
+
 def preparing_bash(gate: Gate) -> Any:
     """A body held while the model generates a bash call: the tool has not started."""
 
@@ -71,10 +83,7 @@ def running_bash(gate: Gate) -> Any:
 def test_a_run_preparing_a_bash_call_when_the_backend_dies_is_recovered_as_a_crash_whose_tool_did_not_run(
     journal: Path | str, opened: list[Supervisor]
 ) -> None:
-    crash_while(opened, journal, preparing_bash(Gate("never")), "run.part.updated")
-
-    after = start(opened, journal)
-    (recovered,) = after.recovered()
+    after, recovered = recovered_after(opened, journal, preparing_bash(Gate("never")), "run.part.updated")
     assert (recovered.run_id, recovered.outcome, recovered.reason) == ("r1", Outcome.INTERRUPTED, "crash")
     (part,) = recovered.parts
     assert part.state is PartState.INTERRUPTED and part.tool_started is False
@@ -89,9 +98,9 @@ def test_a_run_preparing_a_bash_call_when_the_backend_dies_is_recovered_as_a_cra
 def test_a_tool_that_was_running_at_the_crash_is_reported_as_one_that_may_have_run(
     journal: Path | str, opened: list[Supervisor]
 ) -> None:
-    crash_while(opened, journal, running_bash(Gate("never")), "run.part.updated", state="running")
-
-    (recovered,) = start(opened, journal).recovered()
+    _, recovered = recovered_after(
+        opened, journal, running_bash(Gate("never")), "run.part.updated", state="running"
+    )
     (part,) = recovered.parts
     assert part.state is PartState.INTERRUPTED and part.tool_started is True
 
@@ -122,11 +131,7 @@ def test_queued_runs_and_pending_closes_are_settled_by_the_restart(
 def test_recovered_runs_are_published_first_and_a_second_start_does_not_recover_them_again(
     journal: Path | str, opened: list[Supervisor]
 ) -> None:
-    crash_while(opened, journal, preparing_bash(Gate("never")), "run.step.started")
-
-    second = start(opened, journal)
-    (recovered,) = second.recovered()
-    assert isinstance(recovered, RunRecovered)
+    second, recovered = recovered_after(opened, journal, preparing_bash(Gate("never")), "run.step.started")
     assert second.recovery_events()[-1] == recovered  # the recovery's events come first: seq 1..k
     assert [e.seq for e in second.recovery_events()] == list(range(1, len(second.recovery_events()) + 1))
     simulate_crash(second)  # dies again at once: r1 was settled, it is not reported twice

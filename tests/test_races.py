@@ -20,6 +20,7 @@ from run_supervisor.actors import (
     NothingPending,
     RunAlreadyFinished,
     RunContext,
+    RunHandle,
     Supervisor,
     SupervisorClosed,
     SupervisorConfig,
@@ -72,6 +73,21 @@ def fresh() -> Iterator[Callable[[], tuple[Supervisor, EventLog]]]:
             sup.shutdown(grace_ms=500, reason="test_teardown")
 
 
+def r1_at_its_step(
+    fresh: Callable[[], tuple[Supervisor, EventLog]], gate: Gate | None = None
+) -> tuple[Supervisor, EventLog, RunHandle]:
+    """A fresh supervisor whose run r1 (session s1, /w/a) holds at ``gate`` inside its model step."""
+    sup, events = fresh()
+    run = sup.start_run(gated(gate or Gate()), session="s1", directory="/w/a", run_id="r1")
+    events.wait_for("run.step.started", run_id="r1")
+    return sup, events, run
+
+
+def completed_once(events: EventLog, action_id: str) -> None:
+    events.wait_for("lifecycle.completed", action_id=action_id)
+    assert len(events.of("lifecycle.completed", action_id=action_id)) == 1
+
+
 def finished_once(events: EventLog, run: str) -> RunFinished:
     event = events.wait_for("run.finished", run_id=run, timeout=2)
     assert len(events.of("run.finished", run_id=run)) == 1
@@ -97,18 +113,15 @@ def test_a_close_requested_in_the_instant_a_run_starts_never_strands_the_run(
         assert started.generation == 2  # type: ignore[union-attr]
     gate.open()
     assert run.wait(2).outcome is Outcome.COMPLETED
-    events.wait_for("lifecycle.completed", action_id=close.action_id)
-    assert len(events.of("lifecycle.completed", action_id=close.action_id)) == 1
+    completed_once(events, close.action_id)
 
 
 @pytest.mark.parametrize("attempt", range(REPEATS))
 def test_a_cancel_racing_the_run_s_natural_end_gives_one_consistent_outcome(
     attempt: int, fresh: Callable[[], tuple[Supervisor, EventLog]]
 ) -> None:
-    sup, events = fresh()
     gate = Gate()
-    run = sup.start_run(gated(gate), session="s1", directory="/w/a", run_id="r1")
-    events.wait_for("run.step.started", run_id="r1")
+    sup, events, run = r1_at_its_step(fresh, gate)
     cancel, _ = together(lambda: sup.cancel("r1"), gate.open)
     finished = finished_once(events, "r1")
     if isinstance(cancel, RunAlreadyFinished):
@@ -123,9 +136,7 @@ def test_a_cancel_racing_the_run_s_natural_end_gives_one_consistent_outcome(
 def test_a_cancel_racing_shutdown_gives_exactly_one_reason_and_it_is_the_first(
     attempt: int, fresh: Callable[[], tuple[Supervisor, EventLog]]
 ) -> None:
-    sup, events = fresh()
-    sup.start_run(gated(Gate()), session="s1", directory="/w/a", run_id="r1")
-    events.wait_for("run.step.started", run_id="r1")
+    sup, events, _ = r1_at_its_step(fresh)
     cancel, shutdown = together(lambda: sup.cancel("r1"), lambda: sup.shutdown(grace_ms=1000))
     finished = finished_once(events, "r1")
     assert shutdown.result is CloseResult.FORCED
@@ -142,9 +153,7 @@ def test_a_cancel_racing_shutdown_gives_exactly_one_reason_and_it_is_the_first(
 def test_two_closes_in_different_modes_racing_interrupt_once_and_both_complete_once(
     attempt: int, fresh: Callable[[], tuple[Supervisor, EventLog]]
 ) -> None:
-    sup, events = fresh()
-    sup.start_run(gated(Gate()), session="s1", directory="/w/a", run_id="r1")
-    events.wait_for("run.step.started", run_id="r1")
+    sup, events, _ = r1_at_its_step(fresh)
     maintenance, confirmed = together(
         lambda: sup.close("dispose", mode="maintenance", origin="config", directory="/w/a"),
         lambda: sup.close("dispose", mode="user_confirmed_interrupt", origin="dialog", directory="/w/a"),
@@ -156,8 +165,7 @@ def test_two_closes_in_different_modes_racing_interrupt_once_and_both_complete_o
     assert maintenance.interrupted_runs == ()
     assert confirmed.result is CloseResult.INTERRUPTED and confirmed.interrupted_runs == ("r1",)
     for action in (maintenance.action_id, confirmed.action_id):
-        events.wait_for("lifecycle.completed", action_id=action)
-        assert len(events.of("lifecycle.completed", action_id=action)) == 1
+        completed_once(events, action)
     assert len(events.of("instance.closed", directory="/w/a", generation=1)) == 1
 
 
@@ -183,9 +191,7 @@ EXPECTED_REJECTIONS: dict[str, tuple[type[SupervisorError], ...]] = {
 def test_a_request_racing_shutdown_is_answered_or_rejected_never_left_hanging(
     request_kind: str, attempt: int, fresh: Callable[[], tuple[Supervisor, EventLog]]
 ) -> None:
-    sup, events = fresh()
-    sup.start_run(gated(Gate()), session="s1", directory="/w/a", run_id="r1")
-    events.wait_for("run.step.started", run_id="r1")
+    sup, _, _ = r1_at_its_step(fresh)
     answer, shutdown = together(lambda: REQUESTS[request_kind](sup), lambda: sup.shutdown(grace_ms=1000))
     # A value or a typed rejection came back in time: nothing hung (a hang would be SupervisorTimeout).
     assert shutdown.result is CloseResult.FORCED

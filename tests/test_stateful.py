@@ -424,6 +424,27 @@ class Expected:
     blocking_runs: tuple[str, ...]
     interrupted_runs: tuple[str, ...]
 
+    @classmethod
+    def of_rule(
+        cls,
+        result: CloseResult,
+        completed: bool | None,
+        done: list[str],
+        pending: list[str],
+        blocking: set[str],
+        interrupted: set[str],
+    ) -> Expected:
+        """The answer to a close whose rule (``Model._apply_rule``) left these directories done and
+        pending, and these runs blocking and interrupted."""
+        return cls(
+            result,
+            completed,
+            tuple(done),
+            tuple(pending),
+            tuple(sorted(blocking)),
+            tuple(sorted(interrupted)),
+        )
+
     def check(self, outcome: CloseOutcome) -> None:
         got = Expected(
             result=outcome.result,
@@ -719,14 +740,7 @@ class Model:
         completed_now = None if interrupted and disposed_at_once else action.completed
         self.expect("action.result", action_id=action_id)
         self.settle()
-        return Expected(
-            result=action.result,
-            completed=completed_now,
-            completed_directories=tuple(done),
-            pending_directories=tuple(pending),
-            blocking_runs=tuple(sorted(blocking)),
-            interrupted_runs=tuple(sorted(interrupted)),
-        )
+        return Expected.of_rule(action.result, completed_now, done, pending, blocking, interrupted)
 
     def shutdown(self, reason: InterruptReason, origin: str, action_id: str) -> Expected:
         mode = CloseMode(reason.value)
@@ -752,14 +766,7 @@ class Model:
             self._complete(action)
         self.settle()
         assert action.completed, "the model's shutdown did not complete"
-        return Expected(
-            result=CloseResult.FORCED,
-            completed=True,
-            completed_directories=tuple(done),
-            pending_directories=tuple(pending),
-            blocking_runs=tuple(sorted(blocking)),
-            interrupted_runs=tuple(sorted(interrupted)),
-        )
+        return Expected.of_rule(CloseResult.FORCED, True, done, pending, blocking, interrupted)
 
     # -- user decisions --
 
@@ -951,21 +958,22 @@ class SupervisorMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
         """Open the gate a run holds at: it goes on to its next stop, or ends."""
-        with self._checked():
-            run = self._draw_run(data, _at_gate)
-            run.control.gates[run.at].open()
-            self.model.passed(run)
-            self._sync()
+        self._open_gate(data, fail=False)
 
     @_SOME_RUN_AT_A_GATE
     @rule(data=st.data())
     def fault(self, data: st.DataObject) -> None:
         """A body raises where it holds: that run fails, nothing else is touched."""
+        self._open_gate(data, fail=True)
+
+    def _open_gate(self, data: st.DataObject, *, fail: bool) -> None:
+        """Open the gate a drawn run holds at; with ``fail`` its body raises there."""
         with self._checked():
             run = self._draw_run(data, _at_gate)
-            run.control.fail_at = run.at
+            if fail:
+                run.control.fail_at = run.at
             run.control.gates[run.at].open()
-            self.model.fault(run)
+            (self.model.fault if fail else self.model.passed)(run)
             self._sync()
 
     @precondition(lambda self: any(r.state != FINISHED for r in self.model.runs.values()))

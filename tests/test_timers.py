@@ -14,15 +14,29 @@ from run_supervisor.actors._timers import Timers
 BOUND_S = 10.0  # generous: the machine may be loaded; nothing here waits this long when it works
 
 
+def _held(timers: Timers) -> threading.Event:
+    """Hold the timer thread busy in a callback until the returned event is set."""
+    held, release = threading.Event(), threading.Event()
+    timers.schedule(0.0, lambda: (held.set(), release.wait(BOUND_S)))
+    assert held.wait(BOUND_S)
+    return release
+
+
+def _closed(timers: Timers) -> None:
+    """Close ``timers``: its thread ends."""
+    timers.close()
+    assert timers.thread is not None
+    timers.thread.join(BOUND_S)
+    assert not timers.thread.is_alive()
+
+
 def test_callbacks_run_in_the_order_they_come_due_not_the_order_they_were_scheduled() -> None:
     timers = Timers(ThreadBook())
     ran: list[str] = []
     last = threading.Event()
     # The thread is held busy while the three are scheduled, and each is due at a fixed instant (not
     # "so long after its own schedule call"), so a loaded machine's gaps between the calls change nothing.
-    held, release = threading.Event(), threading.Event()
-    timers.schedule(0.0, lambda: (held.set(), release.wait(BOUND_S)))
-    assert held.wait(BOUND_S)
+    release = _held(timers)
     base = time.monotonic() + 0.5
     for name, offset in (("late", 0.06), ("now", 0.0), ("soon", 0.03)):
         done = last.set if name == "late" else (lambda: None)
@@ -33,10 +47,7 @@ def test_callbacks_run_in_the_order_they_come_due_not_the_order_they_were_schedu
     release.set()
     assert last.wait(BOUND_S)
     assert ran == ["now", "soon", "late"]
-    timers.close()
-    assert timers.thread is not None
-    timers.thread.join(BOUND_S)
-    assert not timers.thread.is_alive()
+    _closed(timers)
 
 
 def test_a_thousand_scheduled_callbacks_share_one_thread() -> None:
@@ -50,10 +61,7 @@ def test_a_thousand_scheduled_callbacks_share_one_thread() -> None:
     for handle in handles:
         handle.cancel()
     assert timers.pending() == 0
-    timers.close()
-    assert timers.thread is not None
-    timers.thread.join(BOUND_S)
-    assert not timers.thread.is_alive()
+    _closed(timers)
 
 
 def test_cancelled_callbacks_do_not_pile_up_until_their_due_time() -> None:
@@ -72,9 +80,7 @@ def test_a_cancelled_callback_never_runs_and_cancel_says_whether_it_was_in_time(
     after = threading.Event()
     # The thread is held busy while the callbacks are scheduled and the first is cancelled, so a loaded
     # machine's gap between the schedule and the cancel cannot let the callback come due first.
-    held, release = threading.Event(), threading.Event()
-    timers.schedule(0.0, lambda: (held.set(), release.wait(BOUND_S)))
-    assert held.wait(BOUND_S)
+    release = _held(timers)
     cancelled = timers.schedule(0.0, lambda: ran.append("cancelled"))
     done = timers.schedule(0.0, lambda: ran.append("done"))
     assert cancelled.cancel() is True
@@ -104,10 +110,7 @@ def test_close_ends_the_thread_at_once_and_nothing_scheduled_runs_afterwards() -
     timers = Timers(ThreadBook())
     ran = threading.Event()
     timers.schedule(3600.0, ran.set)
-    timers.close()
-    assert timers.thread is not None
-    timers.thread.join(BOUND_S)
-    assert not timers.thread.is_alive()
+    _closed(timers)
     late = timers.schedule(0.0, ran.set)
     assert late.cancelled
     assert not ran.is_set()
