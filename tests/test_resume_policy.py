@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,11 @@ def crash_while_streaming(opened: list[Supervisor], journal: Path | str, run_id:
     simulate_crash(sup)
 
 
+def as_r2(body: Any) -> Callable[[RunRecovered], Continuation]:
+    """A resume callback that continues every recovered turn as run r2 with ``body``."""
+    return lambda event: Continuation(body=body, run_id="r2")
+
+
 class Offers:
     """A resume callback that records what it is offered and answers ``answer(event)``."""
 
@@ -131,9 +137,7 @@ def test_a_turn_that_crashes_again_after_its_resume_exhausts_the_budget_and_ends
 
     # Life 2: r1 is resumed by r2, which streams until this life dies too.
     streams = threading.Event()
-    second = start(
-        opened, journal, resume=lambda event: Continuation(body=streaming_then(streams), run_id="r2")
-    )
+    second = start(opened, journal, resume=as_r2(streaming_then(streams)))
     assert [(o.run_id, o.result) for o in second.resumes()] == [("r1", ResumeResult.RESUMED)]
     assert streams.wait(WAIT_S)
     simulate_crash(second)
@@ -509,9 +513,7 @@ def test_a_continuation_still_queued_at_a_crash_keeps_its_resume_count(
     def busy_first(sup: Supervisor) -> None:  # before the offers: the continuation queues behind it
         sup.start_run(streaming_then(blocking), session="s1", directory="/w/a", run_id="blocker")
 
-    second = start(
-        opened, journal, resume=lambda event: Continuation(body=finishing, run_id="r2"), on_start=busy_first
-    )
+    second = start(opened, journal, resume=as_r2(finishing), on_start=busy_first)
     assert [(o.run_id, o.result, o.continued_by) for o in second.resumes()] == [
         ("r1", ResumeResult.RESUMED, "r2")
     ]
@@ -534,7 +536,7 @@ def test_on_start_sees_every_event_after_the_recovery_and_one_that_raises_fails_
         opened,
         journal,
         directories=["/w/a"],
-        resume=lambda event: Continuation(body=finishing, run_id="r2"),
+        resume=as_r2(finishing),
         on_start=lambda sup: logs.append(EventLog(sup)),
     )
     (log,) = logs
@@ -584,7 +586,7 @@ def test_a_continuation_of_a_run_queued_at_the_crash_must_name_its_directory(
     second = start(
         opened,
         journal,
-        resume=lambda event: Continuation(body=finishing, run_id="r2"),
+        resume=as_r2(finishing),
         on_start=lambda sup: sup.start_run(
             streaming_then(blocking), session="s1", directory="/w/a", run_id="b"
         ),

@@ -11,8 +11,27 @@ from run_supervisor.protocol import InterruptReason, Outcome
 
 def assert_cancelled(run: RunHandle) -> None:
     """``run`` ends interrupted by the user's cancel, with no error."""
-    ended = run.wait(timeout=5)
-    assert_ended(ended, Outcome.INTERRUPTED, reason=InterruptReason.USER_CANCEL, error=None)
+    assert_ended(run.wait(timeout=5), Outcome.INTERRUPTED, reason=InterruptReason.USER_CANCEL, error=None)
+
+
+def cancelled_r1(supervisor: Supervisor, gate: Gate) -> RunInterrupted:
+    """Run r1 waits at ``gate`` and is cancelled; its body catches the ``RunInterrupted`` (its cleanup)
+    and raises it again, a little later than the interrupt: r1 still ends cancelled. Returns what it
+    caught."""
+    caught: list[RunInterrupted] = []
+
+    def body(ctx: RunContext) -> None:
+        try:
+            ctx.wait(gate)
+        except RunInterrupted as exc:
+            caught.append(exc)
+            raise exc from None
+
+    run = supervisor.start_run(body, session="s1", directory="/w/a", run_id="r1")
+    supervisor.cancel("r1")
+    assert_cancelled(run)
+    (exc,) = caught
+    return exc
 
 
 def test_a_host_or_a_body_cannot_construct_a_run_interrupted() -> None:
@@ -32,22 +51,10 @@ def test_an_interrupted_body_that_lets_its_interruption_propagate_ends_interrupt
 def test_a_body_that_raises_another_runs_interruption_fails_saying_so(
     supervisor: Supervisor, gate: Gate
 ) -> None:
-    caught: list[RunInterrupted] = []
-
-    def keeps_its_interruption(ctx: RunContext) -> None:
-        try:
-            ctx.wait(gate)
-        except RunInterrupted as exc:
-            caught.append(exc)
-            raise
-
-    first = supervisor.start_run(keeps_its_interruption, session="s1", directory="/w/a", run_id="r1")
-    supervisor.cancel("r1")
-    assert first.wait(timeout=5).outcome is Outcome.INTERRUPTED
-    assert len(caught) == 1
+    caught = cancelled_r1(supervisor, gate)
 
     def raises_it_again(ctx: RunContext) -> None:
-        raise caught[0]
+        raise caught
 
     second = supervisor.start_run(raises_it_again, session="s2", directory="/w/a", run_id="r2").wait(
         timeout=5
@@ -60,17 +67,4 @@ def test_a_body_that_raises_its_own_run_interrupted_later_than_its_run_was_inter
     supervisor: Supervisor, gate: Gate
 ) -> None:
     """The interrupt was decided; the body unwinding a little later with it is the expected path."""
-
-    cleaned: list[str] = []
-
-    def unwinds_after_cleanup(ctx: RunContext) -> None:
-        try:
-            ctx.wait(gate)
-        except RunInterrupted as exc:
-            cleaned.append(ctx.run_id)
-            raise exc from None
-
-    run = supervisor.start_run(unwinds_after_cleanup, session="s1", directory="/w/a", run_id="r1")
-    supervisor.cancel("r1")
-    assert_cancelled(run)
-    assert cleaned == ["r1"]
+    cancelled_r1(supervisor, gate)
