@@ -20,7 +20,6 @@ from run_supervisor.actors import (
     NothingPending,
     RunAlreadyFinished,
     RunContext,
-    RunHandle,
     Supervisor,
     SupervisorClosed,
     SupervisorConfig,
@@ -73,14 +72,13 @@ def fresh() -> Iterator[Callable[[], tuple[Supervisor, EventLog]]]:
             sup.shutdown(grace_ms=500, reason="test_teardown")
 
 
-def r1_at_its_step(
-    fresh: Callable[[], tuple[Supervisor, EventLog]], gate: Gate | None = None
-) -> tuple[Supervisor, EventLog, RunHandle]:
-    """A fresh supervisor whose run r1 (session s1, /w/a) holds at ``gate`` inside its model step."""
+def r1_at_its_step(fresh: Callable[[], tuple[Supervisor, EventLog]]) -> tuple[Supervisor, EventLog]:
+    """A fresh supervisor whose run r1 (session s1, /w/a) holds inside its model step at a gate that
+    never opens."""
     sup, events = fresh()
-    run = sup.start_run(gated(gate or Gate()), session="s1", directory="/w/a", run_id="r1")
+    sup.start_run(gated(Gate()), session="s1", directory="/w/a", run_id="r1")
     events.wait_for("run.step.started", run_id="r1")
-    return sup, events, run
+    return sup, events
 
 
 def completed_once(events: EventLog, action_id: str) -> None:
@@ -120,8 +118,10 @@ def test_a_close_requested_in_the_instant_a_run_starts_never_strands_the_run(
 def test_a_cancel_racing_the_run_s_natural_end_gives_one_consistent_outcome(
     attempt: int, fresh: Callable[[], tuple[Supervisor, EventLog]]
 ) -> None:
+    sup, events = fresh()
     gate = Gate()
-    sup, events, run = r1_at_its_step(fresh, gate)
+    run = sup.start_run(gated(gate), session="s1", directory="/w/a", run_id="r1")
+    events.wait_for("run.step.started", run_id="r1")
     cancel, _ = together(lambda: sup.cancel("r1"), gate.open)
     finished = finished_once(events, "r1")
     if isinstance(cancel, RunAlreadyFinished):
@@ -136,7 +136,7 @@ def test_a_cancel_racing_the_run_s_natural_end_gives_one_consistent_outcome(
 def test_a_cancel_racing_shutdown_gives_exactly_one_reason_and_it_is_the_first(
     attempt: int, fresh: Callable[[], tuple[Supervisor, EventLog]]
 ) -> None:
-    sup, events, _ = r1_at_its_step(fresh)
+    sup, events = r1_at_its_step(fresh)
     cancel, shutdown = together(lambda: sup.cancel("r1"), lambda: sup.shutdown(grace_ms=1000))
     finished = finished_once(events, "r1")
     assert shutdown.result is CloseResult.FORCED
@@ -153,7 +153,7 @@ def test_a_cancel_racing_shutdown_gives_exactly_one_reason_and_it_is_the_first(
 def test_two_closes_in_different_modes_racing_interrupt_once_and_both_complete_once(
     attempt: int, fresh: Callable[[], tuple[Supervisor, EventLog]]
 ) -> None:
-    sup, events, _ = r1_at_its_step(fresh)
+    sup, events = r1_at_its_step(fresh)
     maintenance, confirmed = together(
         lambda: sup.close("dispose", mode="maintenance", origin="config", directory="/w/a"),
         lambda: sup.close("dispose", mode="user_confirmed_interrupt", origin="dialog", directory="/w/a"),
@@ -191,7 +191,7 @@ EXPECTED_REJECTIONS: dict[str, tuple[type[SupervisorError], ...]] = {
 def test_a_request_racing_shutdown_is_answered_or_rejected_never_left_hanging(
     request_kind: str, attempt: int, fresh: Callable[[], tuple[Supervisor, EventLog]]
 ) -> None:
-    sup, _, _ = r1_at_its_step(fresh)
+    sup, _ = r1_at_its_step(fresh)
     answer, shutdown = together(lambda: REQUESTS[request_kind](sup), lambda: sup.shutdown(grace_ms=1000))
     # A value or a typed rejection came back in time: nothing hung (a hang would be SupervisorTimeout).
     assert shutdown.result is CloseResult.FORCED

@@ -93,6 +93,7 @@ from run_supervisor.protocol import (
     RequestResult,
     RunFinished,
     RunQueued,
+    RunSnapshot,
     RunStarted,
     SessionStatus,
     SessionStatusChanged,
@@ -309,24 +310,17 @@ class Ending:
     outcome: Outcome
     reason: InterruptReason | None
     origin: str | None
-    action: str | None
+    action_id: str | None
     phase: Phase | None
     error: str | None
     generation: int | None
     parts: tuple[Part, ...]
 
     @classmethod
-    def of(cls, event: RunFinished) -> Ending:
-        return cls(
-            outcome=event.outcome,
-            reason=event.reason,
-            origin=event.origin,
-            action=event.action_id,
-            phase=event.phase,
-            error=event.error,
-            generation=event.generation,
-            parts=tuple(part_of(p) for p in event.parts),
-        )
+    def of(cls, said: RunFinished | RunSnapshot) -> Ending:
+        """The ending a ``run.finished`` event (or the finished run's snapshot) says."""
+        fields = {name: getattr(said, name) for name in cls.__dataclass_fields__ if name != "parts"}
+        return cls(**fields, parts=tuple(part_of(p) for p in said.parts))
 
 
 QUEUED, ACTIVE, FINISHED = "queued", "active", "finished"
@@ -576,7 +570,7 @@ class Model:
             outcome=outcome,
             reason=interrupt.reason if interrupt else None,
             origin=interrupt.origin if interrupt else None,
-            action=interrupt.action if interrupt else None,
+            action_id=interrupt.action if interrupt else None,
             phase=phase,
             error=error,
             generation=run.generation,
@@ -891,11 +885,7 @@ class SupervisorMachine(RuleBasedStateMachine):
             if run.finished is not None and run.handle is not None and run.id not in self.waited:
                 self.waited.add(run.id)
                 snapshot = run.handle.wait(timeout=WAIT_S)
-                got = (snapshot.outcome, snapshot.reason, snapshot.origin, snapshot.action_id, snapshot.phase)
-                want = run.finished
-                assert got == (want.outcome, want.reason, want.origin, want.action, want.phase), (got, want)
-                assert (snapshot.error, snapshot.generation) == (want.error, want.generation), snapshot
-                assert tuple(part_of(p) for p in snapshot.parts) == want.parts, snapshot
+                assert Ending.of(snapshot) == run.finished, snapshot
 
     def _ids(self, keep: Callable[[MRun], bool]) -> list[str]:
         return [run.id for run in self.model.runs.values() if keep(run)]
