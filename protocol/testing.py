@@ -223,6 +223,15 @@ class InvariantViolation(AssertionError):
 
 
 @dataclass(slots=True)
+class _Clock:
+    """One of a run's own timers, as the commands arm and stop it and the driver says it passed."""
+
+    armed: bool = False
+    stopped: bool = False
+    passed: bool = False
+
+
+@dataclass(slots=True)
 class _Run:
     id: str
     session: str
@@ -236,14 +245,10 @@ class _Run:
     parent: str | None = None
     children: list[str] = field(default_factory=list)
     deadline_ms: int | None = None  # from run.started
-    armed: bool = False
-    disarmed: bool = False
-    deadline_passed: bool = False
+    deadline: _Clock = field(default_factory=_Clock)  # ArmDeadline, DisarmDeadline
     policy: QueuePolicy = QueuePolicy.QUEUE  # what it was queued under (``run.queued``)
     stalled: bool = False
-    grace_armed: bool = False  # its own grace (StartInterruptGrace)
-    grace_stopped: bool = False
-    grace_passed: bool = False  # the driver delivered InterruptGraceExpired
+    grace: _Clock = field(default_factory=_Clock)  # its own: StartInterruptGrace, StopInterruptGrace
 
 
 @dataclass(slots=True)
@@ -452,7 +457,7 @@ class InvariantChecker:
         """The run's own grace passed, or that of an ancestor it was abandoned with."""
         walk: _Run | None = run
         while walk is not None:
-            if walk.grace_passed:
+            if walk.grace.passed:
                 return True
             walk = self.runs.get(walk.parent) if walk.parent is not None else None
         return False
@@ -460,7 +465,7 @@ class InvariantChecker:
     def _interrupt_grace_command(self, command: StartInterruptGrace | StopInterruptGrace) -> None:
         run = self.runs.get(command.run_id)
         if isinstance(command, StartInterruptGrace):
-            if run is None or run.signalled is None or run.finished is not None or run.grace_armed:
+            if run is None or run.signalled is None or run.finished is not None or run.grace.armed:
                 self.violation(f"a grace armed for {command.run_id}, which was not just interrupted")
             elif INTERRUPT_GRACE[run.signalled] is not GraceClock.RUN or self.shutdown_id is not None:
                 self.violation(
@@ -470,12 +475,16 @@ class InvariantChecker:
             elif command.grace_ms < 0:
                 self.violation(f"{command.run_id} given a negative grace ({command.grace_ms} ms)")
             else:
-                run.grace_armed = True
+                run.grace.armed = True
             return
-        if run is None or not run.grace_armed or run.finished is None or run.grace_stopped:
-            self.violation(f"the grace of {command.run_id} stopped while not armed or not finished")
+        self._clock_stopped(run, run.grace if run else None, f"the grace of {command.run_id} stopped")
+
+    def _clock_stopped(self, run: _Run | None, clock: _Clock | None, what: str) -> None:
+        """``what``: one of ``run``'s clocks stopped -- once, once armed, after its run finished."""
+        if run is None or clock is None or not clock.armed or run.finished is None or clock.stopped:
+            self.violation(f"{what} while not armed or not finished")
         else:
-            run.grace_stopped = True
+            clock.stopped = True
 
     def _release_command(self, command: ReleaseRun) -> None:
         run = self.runs.get(command.run_id)
@@ -511,18 +520,18 @@ class InvariantChecker:
         command batches must say so: a deadline interrupt nobody reported is a violation."""
         run = self.runs.get(run_id)
         if run is not None:
-            if not run.armed:
+            if not run.deadline.armed:
                 self.violation(f"a deadline of {run_id} passed, but none was armed")
-            run.deadline_passed = True
+            run.deadline.passed = True
 
     def interrupt_grace_passed(self, run_id: str) -> None:
         """A run's own grace passed (the driver delivered ``InterruptGraceExpired``). A driver that
         feeds command batches must say so: an abandon nobody's grace allowed is a violation."""
         run = self.runs.get(run_id)
         if run is not None:
-            if self.commands_seen and not run.grace_armed:
+            if self.commands_seen and not run.grace.armed:
                 self.violation(f"the grace of {run_id} passed, but none was armed")
-            run.grace_passed = True
+            run.grace.passed = True
 
     def _timer_passed(self, report: Report) -> None:
         """What a driver that feeds the core a timer's report (the three above) tells first."""
@@ -1209,7 +1218,7 @@ class InvariantChecker:
     def _deadline_command(self, command: ArmDeadline | DisarmDeadline) -> None:
         run = self.runs.get(command.run_id)
         if isinstance(command, ArmDeadline):
-            if run is None or run.state != "active" or run.armed or run.signalled is not None:
+            if run is None or run.state != "active" or run.deadline.armed or run.signalled is not None:
                 self.violation(f"a deadline armed for {command.run_id}, which did not just start")
             elif command.deadline_ms <= 0 or command.deadline_ms != run.deadline_ms:
                 self.violation(
@@ -1217,12 +1226,9 @@ class InvariantChecker:
                     f"{run.deadline_ms}"
                 )
             else:
-                run.armed = True
+                run.deadline.armed = True
             return
-        if run is None or not run.armed or run.finished is None or run.disarmed:
-            self.violation(f"a deadline of {command.run_id} disarmed while not armed or not finished")
-        else:
-            run.disarmed = True
+        self._clock_stopped(run, run.deadline if run else None, f"a deadline of {command.run_id} disarmed")
 
     def _signal(self, command: SignalInterrupt) -> None:
         run = self.runs.get(command.run_id)
@@ -1521,7 +1527,7 @@ class InvariantChecker:
         here: _Run | None = run
         while here is not None and here.id not in seen:
             seen.add(here.id)
-            if here.deadline_ms is not None and (here.deadline_passed or not self.commands_seen):
+            if here.deadline_ms is not None and (here.deadline.passed or not self.commands_seen):
                 return here.id
             here = self.runs.get(here.parent) if here.parent is not None else None
         return None
@@ -1557,9 +1563,11 @@ class InvariantChecker:
                 self.violation(f"session {name} ended {session.status.value}")
         for run in self.runs.values():
             started = self.commands_seen and run.deadline_ms is not None and run.generation is not None
-            if started and (not run.armed or (run.finished is not None and not run.disarmed)):
+            if started and (
+                not run.deadline.armed or (run.finished is not None and not run.deadline.stopped)
+            ):
                 self.violation(
-                    f"{run.id}'s deadline: armed {run.armed}, disarmed {run.disarmed} "
+                    f"{run.id}'s deadline: armed {run.deadline.armed}, disarmed {run.deadline.stopped} "
                     f"(finished: {run.finished is not None})"
                 )
             if session.status is SessionStatus.BUSY:
