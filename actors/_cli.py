@@ -22,9 +22,8 @@ import math
 import stat
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, NoReturn
+from typing import IO, TYPE_CHECKING, NamedTuple, NoReturn
 
 if TYPE_CHECKING:
     from run_supervisor.actors.scenarios import InvalidScenario, ScenarioReport
@@ -32,8 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["SUBCOMMANDS", "Subcommand", "main", "synopsis"]
 
 
-@dataclass(frozen=True, slots=True)
-class Subcommand:
+class Subcommand(NamedTuple):  # not a dataclass: making one costs the cold start a millisecond or two
     """One ``run-supervisor`` subcommand."""
 
     name: str
