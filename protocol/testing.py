@@ -658,10 +658,8 @@ class InvariantChecker:
 
     def _instance_ready(self, event: InstanceReady) -> None:
         """A generation's caches are usable: said once, after it started and before it closed."""
-        key = (event.directory, event.generation)
-        instance = self.instances.get(key)
+        key, instance = self._generation(event, "said ready")
         if instance is None:
-            self.violation(f"{key} said ready but never started")
             return
         if instance.state == "closed":
             self.violation(f"{key} said ready after it closed")
@@ -669,11 +667,20 @@ class InvariantChecker:
             self.violation(f"{key} said ready twice")
         instance.ready = True
 
-    def _instance_closed(self, event: InstanceClosed) -> None:
+    def _generation(
+        self, event: InstanceReady | InstanceClosed, what: str
+    ) -> tuple[tuple[str, int], _Instance | None]:
+        """The generation ``event`` speaks of, and what the checker knows of it (None, a violation:
+        it never started)."""
         key = (event.directory, event.generation)
         instance = self.instances.get(key)
         if instance is None:
-            self.violation(f"{key} closed but never started")
+            self.violation(f"{key} {what} but never started")
+        return key, instance
+
+    def _instance_closed(self, event: InstanceClosed) -> None:
+        key, instance = self._generation(event, "closed")
+        if instance is None:
             return
         if instance.state == "closed":
             self.violation(f"{key} closed twice")
