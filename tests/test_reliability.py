@@ -121,56 +121,37 @@ def held(gate: Gate) -> Callable[[RunContext], None]:
 
 # --- 1. wrong-typed input is refused at the boundary, before anything changes -----------------
 
+
+def _start_with(**wrong: Any) -> Callable[[Supervisor], object]:
+    """A start_run of an empty body in session s on /w/a, with the ``wrong`` arguments instead."""
+    body = wrong.pop("body", lambda c: None)
+    return lambda s: s.start_run(body, **{"session": "s", "directory": "/w/a", **wrong})
+
+
+def _close_with(**wrong: Any) -> Callable[[Supervisor], object]:
+    """A maintenance dispose_all by origin x, with the ``wrong`` arguments instead."""
+    do = wrong.pop("do", "dispose_all")
+    return lambda s: s.close(do, **{"mode": "maintenance", "origin": "x", **wrong})
+
+
 BAD_CALLS: list[tuple[str, Callable[[Supervisor], object], str]] = [
     ("load None", lambda s: s.load(None), "directories[0]"),  # type: ignore[arg-type]
     ("load bytes", lambda s: s.load(b"/w/c"), "directories[0] must be a str"),  # type: ignore[arg-type]
     ("load an int", lambda s: s.load(3), "directories[0]"),  # type: ignore[arg-type]
     ("declare an empty name", lambda s: s.declare(""), "directories[0] cannot be empty"),
-    (
-        "an int run_id",
-        lambda s: s.start_run(lambda c: None, session="s", directory="/w/a", run_id=7),
-        "run_id",
-    ),  # type: ignore[arg-type]
-    (
-        "an empty run_id",
-        lambda s: s.start_run(lambda c: None, session="s", directory="/w/a", run_id=""),
-        "run_id cannot be empty",
-    ),
-    ("a None session", lambda s: s.start_run(lambda c: None, session=None, directory="/w/a"), "session"),  # type: ignore[arg-type]
-    (
-        "a body that is not callable",
-        lambda s: s.start_run(42, session="s", directory="/w/a"),
-        "body must be callable",
-    ),  # type: ignore[arg-type]
-    ("a bytes directory", lambda s: s.start_run(lambda c: None, session="s", directory=b"/w/a"), "directory"),  # type: ignore[arg-type]
-    (
-        "a lone surrogate",
-        lambda s: s.start_run(lambda c: None, session="s\ud800", directory="/w/a"),
-        "session must encode as UTF-8",
-    ),
+    ("an int run_id", _start_with(run_id=7), "run_id"),
+    ("an empty run_id", _start_with(run_id=""), "run_id cannot be empty"),
+    ("a None session", _start_with(session=None), "session"),
+    ("a body that is not callable", _start_with(body=42), "body must be callable"),
+    ("a bytes directory", _start_with(directory=b"/w/a"), "directory"),
+    ("a lone surrogate", _start_with(session="s\ud800"), "session must encode as UTF-8"),
     ("cancel None", lambda s: s.cancel(None), "run_id"),  # type: ignore[arg-type]
     ("an int origin", lambda s: s.cancel("r", origin=5), "origin"),  # type: ignore[arg-type]
-    (
-        "a misspelt do",
-        lambda s: s.close("dispose_everything", mode="maintenance", origin="x"),
-        "do must be one of",
-    ),  # type: ignore[arg-type]
-    (
-        "a misspelt mode",
-        lambda s: s.close("dispose_all", mode="maintenence", origin="x"),
-        "mode must be one of",
-    ),  # type: ignore[arg-type]
-    (
-        "close in shutdown mode",
-        lambda s: s.close("dispose_all", mode="shutdown", origin="x"),
-        "mode must be one of",
-    ),  # type: ignore[arg-type]
-    (
-        "an empty origin",
-        lambda s: s.close("dispose_all", mode="maintenance", origin=""),
-        "origin cannot be empty",
-    ),
-    ("a bytes tag", lambda s: s.close("dispose_all", mode="maintenance", origin="x", tag=b"t"), "tag"),  # type: ignore[arg-type]
+    ("a misspelt do", _close_with(do="dispose_everything"), "do must be one of"),
+    ("a misspelt mode", _close_with(mode="maintenence"), "mode must be one of"),
+    ("close in shutdown mode", _close_with(mode="shutdown"), "mode must be one of"),
+    ("an empty origin", _close_with(origin=""), "origin cannot be empty"),
+    ("a bytes tag", _close_with(tag=b"t"), "tag"),
     ("approve as a str", lambda s: s.reply_permission("r", approve="yes"), "approve must be a bool"),  # type: ignore[arg-type]
     ("an int answer", lambda s: s.answer_form(run_id="r", answer=42), "answer must be a str"),  # type: ignore[arg-type]
     ("a misspelt reason", lambda s: s.shutdown(reason="shutdwn"), "reason must be one of"),  # type: ignore[arg-type]
