@@ -80,7 +80,9 @@ class CancelToken:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._waiting = 0  # threads in ``wait_until``, counted under the lock: none, nobody to wake
         self._reason: InterruptReason | None = None
         self._answers: dict[str, DeliverAnswer] = {}  # by ask id, until the asker takes it
         self._abandoned = False
@@ -104,26 +106,34 @@ class CancelToken:
 
     def cancel(self, reason: InterruptReason) -> None:
         """The supervisor's side: interrupt the run with ``reason`` (the first reason wins)."""
-        with self._cond:
+        with self._lock:
             if self._reason is None:
                 self._reason = reason
-            self._cond.notify_all()
+            self._wake_waiting()
 
     def abandon(self) -> None:
         """The supervisor's side: give up on the body; every wait raises ``RunInterrupted``."""
-        with self._cond:
+        with self._lock:
             self._abandoned = True
-            self._cond.notify_all()
+            self._wake_waiting()
 
     def deliver(self, answer: DeliverAnswer) -> None:
         """The supervisor's side: hand the user's answer to an ask to the body, waking its waits."""
-        with self._cond:
+        with self._lock:
             self._answers[answer.ask_id] = answer
-            self._cond.notify_all()
+            self._wake_waiting()
 
     def wake(self) -> None:
         """Wake every wait so it re-checks its condition (nothing else changes)."""
-        with self._cond:
+        with self._lock:
+            self._wake_waiting()
+
+    def _wake_waiting(self) -> None:
+        """Under the lock: wake the threads waiting on this token, if any. Most changes find none
+        (a shutdown abandons 1,000 deaf bodies that wait on something else), and then cost no
+        ``notify_all``. A wait counts itself under the lock before it reads its condition, so a
+        change made before that is seen by the read, and one made after it wakes the wait."""
+        if self._waiting:
             self._cond.notify_all()
 
     def wait_until(
@@ -133,17 +143,22 @@ class CancelToken:
 
         Returns whether ``ready()`` held. Raises ``RunInterrupted`` when woken by cancellation.
         """
-        with self._cond:
-            woke = self._cond.wait_for(
-                lambda: ready() or self._abandoned or (interruptible and self._reason is not None), timeout
-            )
+        with self._lock:
+            self._waiting += 1
+            try:
+                woke = self._cond.wait_for(
+                    lambda: ready() or self._abandoned or (interruptible and self._reason is not None),
+                    timeout,
+                )
+            finally:
+                self._waiting -= 1
             if self._abandoned or (interruptible and self._reason is not None):
                 raise RunInterrupted._for(self._reason, self)
             return bool(woke)
 
     def take_answer(self, ask_id: str) -> DeliverAnswer | None:
         """The answer delivered for this ask, once (None if none has come)."""
-        with self._cond:
+        with self._lock:
             return self._answers.pop(ask_id, None)
 
 
