@@ -672,23 +672,33 @@ class SessionSupervisor(pykka.ThreadingActor):
         """A run's deadline on the shared timer: armed when it becomes active, cancelled at its
         end. An expiry that crosses the run's end is ignored by the core (``DEADLINE_EXPIRY``)."""
         if isinstance(command, ArmDeadline):
-            handle = self.tell_later(command.deadline_ms / 1000.0, DeadlineExpired(run_id=command.run_id))
-            self._run_deadlines[command.run_id] = handle
+            self._arm(self._run_deadlines, command.run_id, command.deadline_ms, DeadlineExpired)
         else:
-            armed = self._run_deadlines.pop(command.run_id, None)
-            if armed is not None:
-                armed.cancel()
+            self._disarm(self._run_deadlines, command.run_id)
 
     def _grace_timer(self, command: StartInterruptGrace | StopInterruptGrace) -> None:
         """An interrupted run's own grace on the shared timer: past it the core abandons the run if
         its body still runs (``protocol.GRACE_EXPIRY``); cancelled at the run's end."""
         if isinstance(command, StartInterruptGrace):
-            handle = self.tell_later(command.grace_ms / 1000.0, InterruptGraceExpired(run_id=command.run_id))
-            self._run_graces[command.run_id] = handle
+            self._arm(self._run_graces, command.run_id, command.grace_ms, InterruptGraceExpired)
         else:
-            armed = self._run_graces.pop(command.run_id, None)
-            if armed is not None:
-                armed.cancel()
+            self._disarm(self._run_graces, command.run_id)
+
+    def _arm(
+        self,
+        armed: dict[str, TimerHandle],
+        run_id: str,
+        delay_ms: int,
+        expired: type[DeadlineExpired] | type[InterruptGraceExpired],
+    ) -> None:
+        """Tell the core ``expired(run_id)`` ``delay_ms`` from now, unless disarmed first."""
+        armed[run_id] = self.tell_later(delay_ms / 1000.0, expired(run_id=run_id))
+
+    @staticmethod
+    def _disarm(armed: dict[str, TimerHandle], run_id: str) -> None:
+        handle = armed.pop(run_id, None)
+        if handle is not None:
+            handle.cancel()
 
     def _shutdown_complete(self, command: ShutdownComplete) -> None:
         self.timers.close()  # nothing scheduled matters any more (grace, deadlines)
