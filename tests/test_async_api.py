@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 from async_support import CONFIG, run_async
 
 from run_supervisor import (
+    AsyncRunHandle,
     AsyncSupervisor,
     CloseOutcome,
     CloseResult,
@@ -51,6 +53,13 @@ def held(gate: Gate) -> Callable[[RunContext], None]:
             ctx.wait(gate)
 
     return body
+
+
+@asynccontextmanager
+async def one_held_run(gate: Gate) -> AsyncIterator[tuple[AsyncSupervisor, AsyncRunHandle]]:
+    """An async supervisor on /w/a whose one run (session s) holds at ``gate``."""
+    async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
+        yield sup, await sup.start_run(held(gate), session="s", directory="/w/a")
 
 
 def wire_type(event: Event) -> str:
@@ -218,8 +227,7 @@ def test_an_answer_with_nothing_pending_raises_nothing_pending_from_the_async_fa
     gate = Gate("g")
 
     async def host() -> None:
-        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
-            run = await sup.start_run(held(gate), session="s", directory="/w/a")
+        async with one_held_run(gate) as (sup, run):
             with pytest.raises(NothingPending):
                 await sup.reply_permission(run_id=run.run_id, approve=True)
             with pytest.raises(NothingPending):
@@ -246,8 +254,7 @@ def test_a_run_wait_that_runs_out_raises_supervisor_timeout_and_the_supervisor_k
     gate = Gate("g")
 
     async def host() -> None:
-        async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
-            run = await sup.start_run(held(gate), session="s", directory="/w/a")
+        async with one_held_run(gate) as (sup, run):
             with pytest.raises(SupervisorTimeout):
                 await run.wait(timeout=0.05)
             waiting = asyncio.ensure_future(run.wait(timeout=5))
