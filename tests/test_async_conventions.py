@@ -7,16 +7,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from async_support import CONFIG, run_async
 
-from run_supervisor import AsyncSupervisor, Outcome, SupervisorConfig
+from run_supervisor import AsyncSupervisor, Outcome
 from run_supervisor.actors._async_body import AsyncRunContext
 from run_supervisor.actors.testing import EventLog
 
-T = TypeVar("T")
-CONFIG = SupervisorConfig(shutdown_at_exit=False)
 SHORT_S = 0.2
 
 
@@ -32,14 +31,6 @@ def requests_bounded_to(sup: AsyncSupervisor, seconds: float) -> Iterator[None]:
         yield
     finally:
         sync.config = sync._link.config = saved
-
-
-def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 30.0) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(bound):
-            return await main()
-
-    return asyncio.run(bounded())
 
 
 def gated(release: asyncio.Event) -> Callable[[AsyncRunContext], Coroutine[Any, Any, None]]:

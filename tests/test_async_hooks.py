@@ -5,25 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from async_support import run_async
 
 from run_supervisor import AsyncSupervisor, InvalidRequest, LoadFailed, SupervisorConfig
 from run_supervisor.actors._async_body import AsyncRunContext
 from run_supervisor.actors.testing import no_leaks
 
-T = TypeVar("T")
 CONFIG = SupervisorConfig(shutdown_at_exit=False, load_budget_ms=300, dispose_budget_ms=300)
-
-
-def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 30.0) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(bound):
-            return await main()
-
-    return asyncio.run(bounded())
 
 
 class LoopCaches:

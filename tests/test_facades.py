@@ -5,14 +5,13 @@ through the same connection to the supervisor, so they answer and refuse alike."
 from __future__ import annotations
 
 import ast
-import asyncio
 import inspect
 import threading
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from async_support import run_async
 
 from run_supervisor import (
     AsyncRunContext,
@@ -36,7 +35,6 @@ from run_supervisor.actors._context import Ask
 from run_supervisor.actors._journal import JournaledPublisher
 from run_supervisor.protocol import RunStarted
 
-T = TypeVar("T")
 CONFIG = SupervisorConfig(shutdown_at_exit=False, default_grace_ms=500)
 
 # What the sync facade has and its twin does not, and why. There is no third style: the sync facade
@@ -88,14 +86,6 @@ def parameters(cls: type, name: str) -> list[tuple[str, Any, Any]]:
     if isinstance(member, classmethod):
         member = member.__func__
     return [(p.name, p.kind, p.default) for p in inspect.signature(member).parameters.values()]
-
-
-def run_async(main: Callable[[], Coroutine[Any, Any, T]], *, bound: float = 30.0) -> T:
-    async def bounded() -> T:
-        async with asyncio.timeout(bound):
-            return await main()
-
-    return asyncio.run(bounded())
 
 
 @pytest.mark.parametrize(("sync", "twin"), PAIRS, ids=[s.__name__ for s, _ in PAIRS])
