@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
+from run_support import assert_ended
 
 from run_supervisor.actors import InvalidRequest, RunContext, Supervisor
 from run_supervisor.protocol import (
@@ -63,11 +64,8 @@ def test_a_cancelled_body_ignoring_its_interrupt_is_abandoned_past_its_grace_and
     assert shell.commands(AbandonRun, batch) == [AbandonRun(run_id="r1")]
     assert shell.commands(StopInterruptGrace, batch) == [StopInterruptGrace(run_id="r1")]
     finished = shell.finished("r1")
-    assert (finished.outcome, finished.reason, finished.origin, finished.abandoned) == (
-        Outcome.INTERRUPTED,
-        InterruptReason.USER_CANCEL,
-        "user",
-        True,
+    assert_ended(
+        finished, Outcome.INTERRUPTED, reason=InterruptReason.USER_CANCEL, origin="user", abandoned=True
     )
     (part,) = finished.parts
     assert (part.state, part.phase, part.tool_started) == (PartState.INTERRUPTED, Phase.RUNNING, True)
@@ -160,8 +158,9 @@ def test_a_confirmed_close_abandons_the_runs_it_interrupted_past_their_grace_and
 
     shell.expire_grace("r1")
 
-    finished = shell.finished("r1")
-    assert (finished.reason, finished.abandoned) == (InterruptReason.LIFECYCLE_INTERRUPT, True)
+    assert_ended(
+        shell.finished("r1"), Outcome.INTERRUPTED, reason=InterruptReason.LIFECYCLE_INTERRUPT, abandoned=True
+    )
     (completed,) = shell.of(LifecycleCompleted)
     assert completed.abandoned_runs == ("r1",)
 
@@ -185,11 +184,12 @@ def test_a_run_past_its_deadline_is_abandoned_past_its_own_grace_with_reason_tim
 
     shell.expire_grace("r1")
 
-    finished = shell.finished("r1")
-    assert (finished.reason, finished.origin, finished.abandoned) == (
-        InterruptReason.TIMEOUT,
-        "deadline",
-        True,
+    assert_ended(
+        shell.finished("r1"),
+        Outcome.INTERRUPTED,
+        reason=InterruptReason.TIMEOUT,
+        origin="deadline",
+        abandoned=True,
     )
 
 
@@ -200,8 +200,9 @@ def test_a_rejected_permission_gives_the_body_its_grace_too() -> None:
     shell.reply("r1", approve=False)
     assert shell.commands(StartInterruptGrace) == [StartInterruptGrace(run_id="r1", grace_ms=40)]
     shell.expire_grace("r1")
-    finished = shell.finished("r1")
-    assert (finished.reason, finished.abandoned) == (InterruptReason.PERMISSION_REJECTED, True)
+    assert_ended(
+        shell.finished("r1"), Outcome.INTERRUPTED, reason=InterruptReason.PERMISSION_REJECTED, abandoned=True
+    )
 
 
 def test_a_shutdown_s_interrupts_wait_for_the_shutdown_s_grace_not_the_run_s() -> None:
@@ -282,11 +283,7 @@ def test_a_cancelled_body_that_ignores_the_interrupt_frees_its_session_past_its_
         supervisor.cancel(first.run_id)
         snapshot = first.wait(timeout=BOUND_S)
 
-        assert (snapshot.outcome, snapshot.reason, snapshot.abandoned) == (
-            Outcome.INTERRUPTED,
-            InterruptReason.USER_CANCEL,
-            True,
-        )
+        assert_ended(snapshot, Outcome.INTERRUPTED, reason=InterruptReason.USER_CANCEL, abandoned=True)
         assert second.wait(timeout=BOUND_S).outcome is Outcome.COMPLETED  # the session moved on
         assert supervisor.statistics().runs_abandoned == 1
     finally:

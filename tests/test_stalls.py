@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_support import assert_ended
 from test_stdio import Sidecar, session
 from wire_support import Served, of_type, run_served, sse
 
@@ -42,6 +43,7 @@ from run_supervisor.protocol import (
     InterruptReason,
     LifecycleConfirmed,
     NoProgress,
+    Outcome,
     PartReport,
     PartState,
     RejectCode,
@@ -185,11 +187,12 @@ def test_confirm_close_interrupts_what_a_pending_maintenance_close_waits_for() -
     confirmed = shell.one(LifecycleConfirmed, action_id=action)
     assert (confirmed.origin, confirmed.interrupted_runs) == ("ui.stalled-prompt", ("r1",))
     shell.finish("r1")
-    ended = shell.finished("r1")
-    assert (ended.reason, ended.origin, ended.action_id) == (
-        InterruptReason.LIFECYCLE_INTERRUPT,
-        "ui.stalled-prompt",
-        action,
+    assert_ended(
+        shell.finished("r1"),
+        Outcome.INTERRUPTED,
+        reason=InterruptReason.LIFECYCLE_INTERRUPT,
+        origin="ui.stalled-prompt",
+        action_id=action,
     )
     assert shell.core.pending_actions() == ()
     shell.shutdown()
@@ -312,11 +315,12 @@ def test_a_hung_body_is_flagged_after_stall_after_ms_and_confirm_close_interrupt
         confirmed = sup.confirm_close(deferred.action_id, origin="user.confirmed")
 
         assert confirmed.interrupted_runs == (handle.run_id,)
-        ended = handle.wait(10)
-        assert (ended.reason, ended.origin, ended.action_id) == (
-            InterruptReason.LIFECYCLE_INTERRUPT,
-            "user.confirmed",
-            deferred.action_id,
+        assert_ended(
+            handle.wait(10),
+            Outcome.INTERRUPTED,
+            reason=InterruptReason.LIFECYCLE_INTERRUPT,
+            origin="user.confirmed",
+            action_id=deferred.action_id,
         )
         log.wait_for("lifecycle.completed", action_id=deferred.action_id, timeout=10)
         with pytest.raises(ActionAlreadyCompleted):
