@@ -436,8 +436,9 @@ def _interrupting(origin: object, grace_ms: object) -> tuple[str, int | None]:
 
 
 def cancel(run_id: object, *, origin: object, grace_ms: object = None) -> CancelRun:
+    run = identifier("run_id", run_id)  # checked in the signature's order, the id first
     why, grace_left = _interrupting(origin, grace_ms)
-    return CancelRun(run_id=identifier("run_id", run_id), origin=why, grace_ms=grace_left)
+    return CancelRun(run_id=run, origin=why, grace_ms=grace_left)
 
 
 def close(
@@ -504,20 +505,17 @@ def reply_permission(
 
 
 def cancel_session(session: object, *, origin: object, grace_ms: object = None) -> CancelSession:
+    name = identifier("session", session)
     why, grace_left = _interrupting(origin, grace_ms)
-    return CancelSession(session=identifier("session", session), origin=why, grace_ms=grace_left)
+    return CancelSession(session=name, origin=why, grace_ms=grace_left)
 
 
 def delete_session(
     session: object, *, confirm: object, origin: object, grace_ms: object = None
 ) -> DeleteSession:
+    name, confirmed = identifier("session", session), flag("confirm", confirm)
     why, grace_left = _interrupting(origin, grace_ms)
-    return DeleteSession(
-        session=identifier("session", session),
-        confirm=flag("confirm", confirm),
-        origin=why,
-        grace_ms=grace_left,
-    )
+    return DeleteSession(session=name, confirm=confirmed, origin=why, grace_ms=grace_left)
 
 
 def answer_form(ask_id: object = None, *, run_id: object = None, answer: object) -> AnswerForm:

@@ -5,10 +5,11 @@ unless confirmed, withdraws its open asks and forgets it."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from run_supervisor.actors import AsyncSupervisor, Gate, RunContext, SessionBusy, Supervisor
+from run_supervisor.actors import AsyncSupervisor, Gate, InvalidRequest, RunContext, SessionBusy, Supervisor
 from run_supervisor.protocol import (
     AskKind,
     AskPayload,
@@ -246,3 +247,20 @@ def test_an_always_grant_survives_an_instance_reload() -> None:
     shell.start("r2", session="s")  # on the next generation
     later = _ask(shell, "r2", "bash:ls", 2)
     assert shell.one(AskReplied, ask_id=later).granted == "bash:ls"
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda sup: sup.cancel("", origin=""), "run_id"),
+        (lambda sup: sup.cancel_session("", origin=1), "session"),
+        (lambda sup: sup.delete_session("", confirm="x", origin="", grace_ms=-1), "session"),
+        (lambda sup: sup.delete_session("s1", confirm="x", origin="", grace_ms=-1), "confirm"),
+    ],
+    ids=["cancel", "cancel_session", "delete_session", "delete_session_confirm"],
+)
+def test_a_stop_with_several_bad_arguments_names_the_first_in_its_signature(
+    supervisor: Supervisor, call: Any, named: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=f"^{named} "):
+        call(supervisor)
