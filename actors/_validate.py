@@ -353,6 +353,8 @@ def _check_fields(req: Request) -> None:
     elif isinstance(req, CancelRun):
         identifier("run_id", req.run_id)
         name_text("origin", req.origin)
+        if req.grace_ms is not None:
+            grace("grace_ms", req.grace_ms)
     elif isinstance(req, CloseRequest):
         if not isinstance(req.do, CloseAction):
             raise InvalidRequest(f"do must be a CloseAction, not {_kind(req.do)}")

@@ -43,6 +43,7 @@ from run_supervisor.actors.scenarios import load_scenario, play
 from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import (
     CancelRun,
+    CancelSession,
     CloseAction,
     CloseMode,
     CloseRequest,
@@ -208,6 +209,16 @@ def test_the_raw_submit_answers_a_malformed_request_with_a_rejection_value_and_k
     not_a_request = sup.submit("cancel r1").result(timeout=2)  # type: ignore[arg-type]
     assert not_a_request.code is RejectCode.INVALID_REQUEST
     assert sup.start_run(lambda ctx: None, session="s", directory="/w/a").wait(2).outcome is Outcome.COMPLETED
+
+
+@pytest.mark.parametrize("grace_ms", [-1, 10**13], ids=str)
+@pytest.mark.parametrize("stop", [CancelRun, CancelSession], ids=lambda stop: stop.__name__)
+def test_a_raw_stop_with_a_grace_out_of_range_is_refused_naming_it(
+    sup: Supervisor, stop: Any, grace_ms: int
+) -> None:
+    address = {"run_id": "r1"} if stop is CancelRun else {"session": "s1"}
+    outcome = sup.submit(stop(**address, origin="x", grace_ms=grace_ms)).result(timeout=2)
+    assert outcome.code is RejectCode.INVALID_REQUEST and "grace_ms" in (outcome.error or "")
 
 
 def test_an_async_call_raises_its_rejection_like_the_blocking_call(sup: Supervisor) -> None:
