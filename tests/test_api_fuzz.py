@@ -141,6 +141,65 @@ def form(ctx: RunContext) -> None:
 BODIES = st.sampled_from([quick, sleepy, asking, form, None, 42])
 
 
+# Each call that takes its arguments as drawn: the pools they are drawn from, in order, and the call.
+PLAIN_CALLS: dict[str, tuple[tuple[st.SearchStrategy[Any], ...], Callable[..., Any]]] = {
+    "set_queue_policy": (
+        (SESSIONS, POLICIES, TIMEOUTS),
+        lambda s, session, policy, timeout: s.set_queue_policy(session, policy, timeout=timeout),
+    ),
+    "await_idle": (
+        (st.sampled_from(["s1", "s2", "nobody", ""]), st.sampled_from([0, 0.05, -1])),
+        lambda s, session, timeout: s.await_idle(session, timeout=timeout),
+    ),
+    # stalls: any action id, known or not
+    "confirm_close": (
+        (ACTION_IDS, st.one_of(st.none(), ORIGINS), TEXTS, TIMEOUTS),
+        lambda s, action, origin, tag, timeout: s.confirm_close(
+            action, origin=origin, tag=tag, timeout=timeout
+        ),
+    ),
+    "cancel": (
+        (IDS, ORIGINS, TIMEOUTS),
+        lambda s, run, origin, timeout: s.cancel(run, origin=origin, timeout=timeout),
+    ),
+    "close": (
+        (DOS, MODES, ORIGINS, st.one_of(st.none(), DIRS), TEXTS, TIMEOUTS, RELOAD_POLICIES),
+        lambda s, do, mode, origin, directory, tag, timeout, reload_policy: s.close(
+            do,
+            mode=mode,
+            origin=origin,
+            directory=directory,
+            tag=tag,
+            timeout=timeout,
+            reload_policy=reload_policy,
+        ),
+    ),
+    "load": ((DIRS, DIRS, TIMEOUTS), lambda s, one, two, timeout: s.load(one, two, timeout=timeout)),
+    "declare": ((DIRS, DIRS, TIMEOUTS), lambda s, one, two, timeout: s.declare(one, two, timeout=timeout)),
+    "ask": (
+        (st.sampled_from(["ask-1", "ask-2", "r1"]), TIMEOUTS),
+        lambda s, ask, timeout: s.ask(ask, timeout=timeout),
+    ),
+    "pending_asks": (
+        (st.one_of(st.none(), IDS), TIMEOUTS),
+        lambda s, run, timeout: s.pending_asks(run_id=run, timeout=timeout),
+    ),
+    "run": ((IDS, TIMEOUTS), lambda s, run, timeout: s.run(run, timeout=timeout)),
+    "session": ((SESSIONS, TIMEOUTS), lambda s, session, timeout: s.session(session, timeout=timeout)),
+    "statistics": ((TIMEOUTS,), lambda s, timeout: s.statistics(timeout=timeout)),
+    "pending_actions": ((TIMEOUTS,), lambda s, timeout: s.pending_actions(timeout=timeout)),
+    "subscribe": (
+        (SIZES, st.sampled_from([None, ignore])),
+        lambda s, maxsize, callback: s.subscribe(maxsize=maxsize, callback=callback).close(),
+    ),
+    "wait": ((IDS, TIMEOUTS), lambda s, run, timeout: RunHandle(s, run).wait(timeout=timeout)),
+    "shutdown": (
+        (GRACES, REASONS, st.one_of(st.none(), ORIGINS)),
+        lambda s, grace_ms, reason, origin: s.shutdown(grace_ms=grace_ms, reason=reason, origin=origin),
+    ),
+}
+
+
 def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any, ...]]:
     def arg(pool: st.SearchStrategy[Any]) -> Any:
         """Mostly a value of the argument's own kind, sometimes anything at all."""
@@ -191,35 +250,10 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
             ),
             a,
         )
-    if name == "set_queue_policy":
-        a = (arg(SESSIONS), arg(POLICIES), arg(TIMEOUTS))
-        return name, lambda s: s.set_queue_policy(a[0], a[1], timeout=a[2]), a
-    if name == "await_idle":
-        a = (arg(st.sampled_from(["s1", "s2", "nobody", ""])), arg(st.sampled_from([0, 0.05, -1])))
-        return name, lambda s: s.await_idle(a[0], timeout=a[1]), a
-    if name == "confirm_close":  # stalls: any action id, known or not
-        a = (arg(ACTION_IDS), arg(st.one_of(st.none(), ORIGINS)), arg(TEXTS), arg(TIMEOUTS))
-        return name, lambda s: s.confirm_close(a[0], origin=a[1], tag=a[2], timeout=a[3]), a
-    if name == "cancel":
-        a = (arg(IDS), arg(ORIGINS), arg(TIMEOUTS))
-        return name, lambda s: s.cancel(a[0], origin=a[1], timeout=a[2]), a
-    if name == "close":
-        a = (
-            arg(DOS),
-            arg(MODES),
-            arg(ORIGINS),
-            arg(st.one_of(st.none(), DIRS)),
-            arg(TEXTS),
-            arg(TIMEOUTS),
-            arg(RELOAD_POLICIES),
-        )
-        return (
-            name,
-            lambda s: s.close(
-                a[0], mode=a[1], origin=a[2], directory=a[3], tag=a[4], timeout=a[5], reload_policy=a[6]
-            ),
-            a,
-        )
+    if name in PLAIN_CALLS:
+        pools, make = PLAIN_CALLS[name]
+        a = tuple(arg(pool) for pool in pools)
+        return name, lambda s: make(s, *a), a
     if name in ("reply_permission", "answer_form", "dismiss_form"):
         # A reply names an ask id, or (the convenience) a run id; both, or neither, is refused.
         to = draw(st.sampled_from(["ask", "run", "both", "neither"]))
@@ -238,34 +272,6 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
             return name, lambda s: s.answer_form(**a[0], answer=a[1], timeout=a[2]), a
         a = (at, arg(TEXTS), arg(TIMEOUTS))
         return name, lambda s: s.dismiss_form(**a[0], message=a[1], timeout=a[2]), a
-    if name in ("load", "declare"):
-        a = (arg(DIRS), arg(DIRS), arg(TIMEOUTS))
-        if name == "load":
-            return name, lambda s: s.load(a[0], a[1], timeout=a[2]), a
-        return name, lambda s: s.declare(a[0], a[1], timeout=a[2]), a
-    if name == "ask":
-        a = (arg(st.sampled_from(["ask-1", "ask-2", "r1"])), arg(TIMEOUTS))
-        return name, lambda s: s.ask(a[0], timeout=a[1]), a
-    if name == "pending_asks":
-        a = (arg(st.one_of(st.none(), IDS)), arg(TIMEOUTS))
-        return name, lambda s: s.pending_asks(run_id=a[0], timeout=a[1]), a
-    if name == "run":
-        a = (arg(IDS), arg(TIMEOUTS))
-        return name, lambda s: s.run(a[0], timeout=a[1]), a
-    if name == "session":
-        a = (arg(SESSIONS), arg(TIMEOUTS))
-        return name, lambda s: s.session(a[0], timeout=a[1]), a
-    if name in ("statistics", "pending_actions"):
-        a = (arg(TIMEOUTS),)
-        if name == "statistics":
-            return name, lambda s: s.statistics(timeout=a[0]), a
-        return name, lambda s: s.pending_actions(timeout=a[0]), a
-    if name == "subscribe":
-        a = (arg(SIZES), arg(st.sampled_from([None, ignore])))
-        return name, lambda s: s.subscribe(maxsize=a[0], callback=a[1]).close(), a
-    if name == "wait":
-        a = (arg(IDS), arg(TIMEOUTS))
-        return name, lambda s: RunHandle(s, a[0]).wait(timeout=a[1]), a
     if name == "submit":
         v = (arg(IDS), arg(SESSIONS), arg(DIRS), arg(DOS), arg(MODES), arg(ORIGINS), arg(FLAGS), arg(GRACES))
         build: dict[type[Any], Callable[[], Any]] = {
@@ -289,8 +295,7 @@ def _call(draw: st.DrawFn) -> tuple[str, Callable[[Supervisor], Any], tuple[Any,
             assert isinstance(outcome, CloseOutcome | RequestOutcome), outcome
 
         return f"submit {kind.__name__}", raw, v
-    a = (arg(GRACES), arg(REASONS), arg(st.one_of(st.none(), ORIGINS)))
-    return name, lambda s: s.shutdown(grace_ms=a[0], reason=a[1], origin=a[2]), a
+    raise AssertionError(name)
 
 
 @st.composite
