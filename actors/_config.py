@@ -8,7 +8,9 @@ float field. Importing it loads msgspec only (no pydantic): ``run-supervisor ser
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+import math
+import typing
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypedDict, Unpack
 
 import msgspec
 from msgspec import Meta
@@ -77,6 +79,26 @@ class _Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     does nothing."""
 
 
+class _Fields(TypedDict, total=False):
+    """The keyword arguments of ``SupervisorConfig`` and its ``replace``, as a host's type checker reads
+    them: the policies also by name."""
+
+    request_timeout_s: float
+    dispose_budget_ms: int
+    load_budget_ms: int
+    default_grace_ms: int
+    retain_finished_runs: int
+    stop_timeout_s: float
+    stall_after_ms: int | None
+    interrupt_grace_ms: int | None
+    retry_attempts: int | None
+    retry_backoff_ms: int | None
+    shutdown_at_exit: bool
+    reload_policy: ReloadPolicy | ReloadPolicyName
+    queue_policy: QueuePolicy | QueuePolicyName
+    resume_budget: int
+
+
 class _Checked(msgspec.StructMeta):
     """Refuses a field the config does not have as ``InvalidConfig`` (msgspec's own ``__init__`` would
     raise a ``TypeError``) before the struct is made; its values are checked by ``__post_init__``."""
@@ -94,48 +116,50 @@ class SupervisorConfig(_Settings, frozen=True, kw_only=True, metaclass=_Checked)
     out of range, NaN or infinite) or an unknown field raises ``InvalidConfig`` naming the field; nothing
     is coerced, save an int for a float field. ``reload_policy`` and ``queue_policy`` take the enum or
     its name, as the docs write them (``reload_policy="lazy"``, ``queue_policy="coalesce"``), and hold
-    the enum. A changed copy: ``msgspec.structs.replace(config, request_timeout_s=2)`` (checked the same
-    way); the fields: ``msgspec.structs.fields(SupervisorConfig)``."""
+    the enum. A float subclass (``numpy.float64``) passes for a float field and is held as a float. A
+    changed copy: ``config.replace(request_timeout_s=2)`` (checked the same way); the fields:
+    ``msgspec.structs.fields(SupervisorConfig)``."""
 
     model_fields: ClassVar[dict[str, msgspec.structs.FieldInfo]]
-    """Each field by name, as pydantic's ``model_fields`` listed them (for hosts written against it)."""
+    """Deprecated (pydantic's name, kept for hosts written against it): the field names, each to its
+    msgspec ``FieldInfo`` (not pydantic's: no ``description`` or ``is_required()``)."""
 
     if TYPE_CHECKING:  # what a host's type checker sees: the policies also by name
 
-        def __init__(
-            self,
-            *,
-            request_timeout_s: float = ...,
-            dispose_budget_ms: int = ...,
-            load_budget_ms: int = ...,
-            default_grace_ms: int = ...,
-            retain_finished_runs: int = ...,
-            stop_timeout_s: float = ...,
-            stall_after_ms: int | None = ...,
-            interrupt_grace_ms: int | None = ...,
-            retry_attempts: int | None = ...,
-            retry_backoff_ms: int | None = ...,
-            shutdown_at_exit: bool = ...,
-            reload_policy: ReloadPolicy | ReloadPolicyName = ...,
-            queue_policy: QueuePolicy | QueuePolicyName = ...,
-            resume_budget: int = ...,
-        ) -> None: ...
+        def __init__(self, **fields: Unpack[_Fields]) -> None: ...
+
+    def replace(self, **changes: Unpack[_Fields]) -> SupervisorConfig:
+        """This config with ``changes`` (keyword arguments, as the constructor takes) changed, checked as
+        a new one: a bad value or an unknown field raises ``InvalidConfig``."""
+        unknown = [name for name in changes if name not in self.__struct_fields__]
+        if unknown:
+            raise _refusal(f"Object contains unknown field `{unknown[0]}`")
+        return msgspec.structs.replace(self, **changes)
 
     def __post_init__(self) -> None:
+        given = msgspec.structs.asdict(self)
+        for name in _FLOATS:  # a float subclass (numpy.float64) as a float; NaN and infinity refused
+            value = given[name]
+            if isinstance(value, float):
+                if not math.isfinite(value):
+                    raise InvalidConfig(name, f"Expected a finite number, got `{value!r}`")
+                given[name] = float(value)
         try:
-            checked = msgspec.convert(msgspec.structs.asdict(self), _Settings, strict=True)
+            checked = msgspec.convert(given, _Settings, strict=True)
         except msgspec.ValidationError as exc:
             raise _refusal(str(exc)) from None
         for name in self.__struct_fields__:  # the policies by name become the enums, an int a float
             msgspec.structs.force_setattr(self, name, getattr(checked, name))
 
     def model_copy(self, *, update: dict[str, Any] | None = None) -> SupervisorConfig:
-        """This config with ``update``'s fields changed, checked as a new one (pydantic's name for
-        ``msgspec.structs.replace``, kept for hosts written against it)."""
-        unknown = sorted(set(update or ()) - set(self.__struct_fields__))
-        if unknown:
-            raise _refusal(f"Object contains unknown field `{unknown[0]}`")
-        return msgspec.structs.replace(self, **(update or {}))
+        """Deprecated: ``config.replace(**update)`` (pydantic's name, kept for hosts written against it)."""
+        return self.replace(**(update or {}))
+
+
+_FLOATS = tuple(
+    name for name, kind in typing.get_type_hints(_Settings).items() if float in (kind, *typing.get_args(kind))
+)
+"""The float fields (``float`` or ``float | None``)."""
 
 
 SupervisorConfig.model_fields = {field.name: field for field in msgspec.structs.fields(SupervisorConfig)}

@@ -4,11 +4,8 @@ for; a host type-checks them."""
 
 from __future__ import annotations
 
-import ast
-import inspect
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +37,9 @@ def test_the_config_takes_the_policies_by_the_names_the_docs_use_and_holds_the_e
         ("stall_after_ms", 2.0),
         ("reload_policy", "sometimes"),
         ("queue_policy", 3),
+        ("request_timeout_s", float("nan")),
+        ("stop_timeout_s", float("inf")),
+        ("request_timeout_s", -float("inf")),
         ("not_a_setting", 1),
     ],
 )
@@ -48,21 +48,44 @@ def test_a_config_value_of_the_wrong_type_is_refused_naming_its_field(field: str
         SupervisorConfig(**{field: value})
     assert refused.value.field == field and str(refused.value).startswith(f"{field}: ")
     assert isinstance(refused.value, InvalidRequest) and isinstance(refused.value, ValueError)
-    with pytest.raises(InvalidConfig) as in_a_copy:
-        SupervisorConfig().model_copy(update={field: value})
-    assert in_a_copy.value.field == field
+    for copy in (
+        lambda: SupervisorConfig().replace(**{field: value}),
+        lambda: SupervisorConfig().model_copy(update={field: value}),  # the deprecated alias
+    ):
+        with pytest.raises(InvalidConfig) as in_a_copy:
+            copy()
+        assert in_a_copy.value.field == field and str(in_a_copy.value) == str(refused.value)
 
 
 def test_the_refusal_says_which_constraint_the_value_broke() -> None:
     with pytest.raises(InvalidConfig, match=r"^request_timeout_s: Expected `float`, got `bool`$"):
         SupervisorConfig(request_timeout_s=True)
     with pytest.raises(InvalidConfig, match=r"^stop_timeout_s: Expected `float` <= 60.0$"):
+        SupervisorConfig(stop_timeout_s=61.0)
+    with pytest.raises(InvalidConfig, match=r"^request_timeout_s: Expected a finite number, got `nan`$"):
+        SupervisorConfig(request_timeout_s=float("nan"))
+    with pytest.raises(InvalidConfig, match=r"^stop_timeout_s: Expected a finite number, got `inf`$"):
         SupervisorConfig(stop_timeout_s=float("inf"))
 
 
-def test_an_int_still_passes_for_a_float_field_and_is_held_as_a_float() -> None:
-    assert type(SupervisorConfig(request_timeout_s=2).request_timeout_s) is float
-    assert type(msgspec.structs.replace(SupervisorConfig(), stop_timeout_s=1).stop_timeout_s) is float
+class _Float64(float):
+    """A float subclass, as ``numpy.float64`` is."""
+
+
+@pytest.mark.parametrize("given", [2, _Float64(2.0)], ids=["int", "float subclass"])
+def test_an_int_or_a_float_subclass_passes_for_a_float_field_and_is_held_as_a_float(given: float) -> None:
+    config = SupervisorConfig(request_timeout_s=given)
+    assert type(config.request_timeout_s) is float and config.request_timeout_s == 2.0
+    copy = config.replace(stop_timeout_s=given / 2)
+    assert type(copy.stop_timeout_s) is float and copy.stop_timeout_s == 1.0
+    assert copy.request_timeout_s == 2.0
+    structs_copy = msgspec.structs.replace(config, stop_timeout_s=given / 2)
+    assert type(structs_copy.stop_timeout_s) is float and structs_copy == copy
+
+
+def test_a_float_subclass_is_still_refused_for_a_count() -> None:
+    with pytest.raises(InvalidConfig, match=r"^default_grace_ms: Expected `int`, got `_Float64`$"):
+        SupervisorConfig(default_grace_ms=_Float64(2.0))  # type: ignore[arg-type]
 
 
 def test_a_config_is_frozen_and_keyword_only() -> None:
@@ -73,13 +96,9 @@ def test_a_config_is_frozen_and_keyword_only() -> None:
         SupervisorConfig(1.0)  # type: ignore[misc]
 
 
-def test_the_configs_typed_signature_names_every_field_with_its_default_kind() -> None:
-    """The ``__init__`` a type checker reads (under ``TYPE_CHECKING``) lists every field."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(_config.SupervisorConfig)))
-    stub = next(
-        node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "__init__"
-    )
-    assert [arg.arg for arg in stub.args.kwonlyargs] == list(SupervisorConfig.__struct_fields__)
+def test_the_configs_typed_keywords_name_every_field() -> None:
+    """The keyword arguments a type checker reads for the constructor and ``replace`` list every field."""
+    assert list(_config._Fields.__annotations__) == list(SupervisorConfig.__struct_fields__)
     assert list(SupervisorConfig.model_fields) == list(SupervisorConfig.__struct_fields__)
 
 
@@ -94,6 +113,9 @@ from run_supervisor.actors.testing import EventLog
 from run_supervisor.protocol import AskRequested, Event, RunFinished, RunPartUpdated
 
 config = SupervisorConfig(reload_policy="lazy", queue_policy="coalesce", request_timeout_s=2)
+assert_type(config.replace(queue_policy="queue", stop_timeout_s=1), SupervisorConfig)
+config.replace(not_a_setting=1)  # type: ignore[call-arg]
+config.replace(request_timeout_s="5")  # type: ignore[arg-type]
 
 
 def typed(sup: Supervisor) -> None:
