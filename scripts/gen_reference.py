@@ -16,6 +16,7 @@ import inspect
 import itertools
 import sys
 import textwrap
+import types
 import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -92,26 +93,44 @@ def _own_doc(cls: type) -> str:
 
 
 def _alias_docs() -> dict[str, str]:
-    """Docstrings of module-level aliases: the string literal right after ``Name = ...`` (the attribute
-    docstring convention), read from the sources of both halves."""
+    """Docstrings of module-level aliases, read from the sources of both halves."""
     found: dict[str, str] = {}
     for folder in ("actors", "protocol"):
         for path in sorted((ROOT / folder).rglob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-            body = tree.body
-            for here, after in itertools.pairwise(body):
-                target = None
-                if isinstance(here, ast.Assign) and len(here.targets) == 1:
-                    target = here.targets[0]
-                elif isinstance(here, ast.AnnAssign):
-                    target = here.target
-                if (
-                    isinstance(target, ast.Name)
-                    and isinstance(after, ast.Expr)
-                    and isinstance(after.value, ast.Constant)
-                    and isinstance(after.value.value, str)
-                ):
-                    found.setdefault(target.id, inspect.cleandoc(after.value.value))
+            for name, text in _attribute_docs(ast.parse(path.read_text(encoding="utf-8")).body).items():
+                found.setdefault(name, text)
+    return found
+
+
+def _attribute_docs(body: list[ast.stmt]) -> dict[str, str]:
+    """The string literal right after ``name = ...`` or ``name: kind = ...`` in ``body`` (the attribute
+    docstring convention), by name."""
+    found: dict[str, str] = {}
+    for here, after in itertools.pairwise(body):
+        target = None
+        if isinstance(here, ast.Assign) and len(here.targets) == 1:
+            target = here.targets[0]
+        elif isinstance(here, ast.AnnAssign):
+            target = here.target
+        if (
+            isinstance(target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            found.setdefault(target.id, inspect.cleandoc(after.value.value))
+    return found
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """A struct's field docstrings (attribute docstrings in its class body or its bases'), by name."""
+    found: dict[str, str] = {}
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("run_supervisor."):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+            body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
+            for name, text in _attribute_docs(body).items():
+                found.setdefault(name, text)
     return found
 
 
@@ -140,7 +159,8 @@ def _signature(call: Callable[..., Any], name: str, bound: dict[str, str] | None
             parts.append("*")
         stars: dict[inspect._ParameterKind, str] = {param.VAR_POSITIONAL: "*", param.VAR_KEYWORD: "**"}
         text = stars.get(param.kind, "") + param.name
-        if param.annotation is not param.empty:
+        # ``**changes: Unpack[_Fields]``: a private keyword table, which the docstring describes
+        if param.annotation is not param.empty and not _as_written(param.annotation).startswith("Unpack[_"):
             text += f": {_annotation(param.annotation)}"
         if param.default is not param.empty:
             text += f" = {param.default!r}" if param.annotation is not param.empty else f"={param.default!r}"
@@ -199,9 +219,8 @@ def _plain(kind: Any) -> str:
 
 def _fields(cls: type) -> list[str]:
     if issubclass(cls, msgspec.Struct):
-        return [
-            f"- `{field.encode_name}`: `{_type_name(field.type)}`" for field in msgspec.structs.fields(cls)
-        ]
+        described = _field_docs(cls)
+        return [_field_line(field, described.get(field.name, "")) for field in msgspec.structs.fields(cls)]
     if issubclass(cls, pydantic.BaseModel):
         return [
             f"- `{name}` (default `{info.default!r}`): {info.description or ''}".rstrip()
@@ -210,7 +229,30 @@ def _fields(cls: type) -> list[str]:
     return []
 
 
+def _field_line(field: msgspec.structs.FieldInfo, description: str) -> str:
+    """``- `name` (`kind`, default `x`): description`` on one line (no default: required; no
+    description: the parenthesis ends the line)."""
+    default = field.default if field.default_factory is msgspec.NODEFAULT else field.default_factory()
+    if default is msgspec.NODEFAULT:
+        given = "required"
+    elif isinstance(default, enum.Enum):
+        given = f"default `{type(default).__name__}.{default.name}`"
+    else:
+        given = f"default `{default!r}`"
+    line = f"- `{field.encode_name}` (`{_type_name(field.type)}`, {given})"
+    return f"{line}: {' '.join(description.split())}" if description else line
+
+
 def _type_name(kind: Any) -> str:
+    """A field's type as a host reads it: ``int | None``, not ``Optional[Annotated[int, Meta(...)]]``
+    (the bounds are the field's description's business)."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin in (typing.Union, types.UnionType) and any(
+        typing.get_origin(arg) is typing.Annotated for arg in args
+    ):
+        return " | ".join("None" if arg is type(None) else _type_name(arg) for arg in args)
     text = getattr(kind, "__name__", None) if isinstance(kind, type) else None
     if text is None:
         text = repr(kind).replace("typing.", "")
