@@ -207,12 +207,8 @@ class EventLog:
                 )
             except (SupervisorTimeout, EOFError):
                 break
-            self.events.append(event)
-            if _matches(event, kind, fields):
-                found = event
-        if found is None:
-            raise SupervisorTimeout(f"no {kind} event matching {fields} within {timeout} s")
-        return found
+            found = self._keep(event, kind, fields)
+        return self._found(found, kind, fields, timeout)
 
     @overload
     async def wait_for_async(
@@ -333,9 +329,16 @@ class EventLog:
                 event = await self._subscription.get(timeout=remaining)
             except (SupervisorTimeout, EOFError):
                 break
-            self.events.append(event)
-            if _matches(event, kind, fields):
-                found = event
+            found = self._keep(event, kind, fields)
+        return self._found(found, kind, fields, timeout)
+
+    def _keep(self, event: Event, kind: str, fields: dict[str, Any]) -> Event | None:
+        """Record ``event``; it, if it is the one a wait is for."""
+        self.events.append(event)
+        return event if _matches(event, kind, fields) else None
+
+    @staticmethod
+    def _found(found: Event | None, kind: str, fields: dict[str, Any], timeout: float | None) -> Event:
         if found is None:
             raise SupervisorTimeout(f"no {kind} event matching {fields} within {timeout} s")
         return found
