@@ -157,7 +157,7 @@ def test_a_turn_that_crashes_again_after_its_resume_exhausts_the_budget_and_ends
 
 
 def test_a_budget_of_two_resumes_a_turn_twice_in_a_row(journal: Path | str, opened: list[Supervisor]) -> None:
-    config = CONFIG.model_copy(update={"resume_budget": 2})
+    config = CONFIG.replace(resume_budget=2)
     crash_while_streaming(opened, journal)
     for n in (2, 3):
         streams = threading.Event()
@@ -595,7 +595,7 @@ def test_a_continuation_of_a_run_queued_at_the_crash_must_name_its_directory(
     assert blocking.wait(WAIT_S)
     simulate_crash(second)  # r2 is still queued behind b: the journal has no directory for it
 
-    config = CONFIG.model_copy(update={"resume_budget": 2})
+    config = CONFIG.replace(resume_budget=2)
     answers = {"b": None, "r2": Continuation(body=finishing)}
     third = start(opened, journal, config, resume=lambda event: answers[event.run_id])
     fates = {o.run_id: (o.result, o.error) for o in third.resumes()}

@@ -1,5 +1,5 @@
 """A host's view of the public API under a strict type checker (CI runs ``mypy --strict`` on this
-file against the installed package, without pydantic's mypy plugin).
+file against the installed package, with no plugin).
 
 Run it: python docs/examples/typed_host.py
 """
@@ -46,6 +46,7 @@ def describe(event: Event) -> str:
 
 def sync_host(mode: CloseModeName) -> CloseOutcome:
     config = SupervisorConfig(request_timeout_s=2.0)  # keyword defaults: no plugin needed
+    config = config.replace(queue_policy="coalesce")  # a changed copy, checked (and typed) as a new one
     with Supervisor.start(config, directories=["/proj/a"]) as sup:
         events = sup.subscribe()
         run = sup.start_run(assistant_turn, session="s1", directory="/proj/a")
