@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import typing
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypedDict, Unpack
 
 import msgspec
@@ -104,9 +105,7 @@ class _Checked(msgspec.StructMeta):
     raise a ``TypeError``) before the struct is made; its values are checked by ``__post_init__``."""
 
     def __call__(self, *args: Any, **fields: Any) -> Any:
-        unknown = [name for name in fields if name not in self.__struct_fields__]
-        if unknown:
-            raise _refusal(f"Object contains unknown field `{unknown[0]}`")
+        _refuse_unknown(fields)
         return super().__call__(*args, **fields)
 
 
@@ -131,9 +130,7 @@ class SupervisorConfig(_Settings, frozen=True, kw_only=True, metaclass=_Checked)
     def replace(self, **changes: Unpack[_Fields]) -> SupervisorConfig:
         """This config with ``changes`` (keyword arguments, as the constructor takes) changed, checked as
         a new one: a bad value or an unknown field raises ``InvalidConfig``."""
-        unknown = [name for name in changes if name not in self.__struct_fields__]
-        if unknown:
-            raise _refusal(f"Object contains unknown field `{unknown[0]}`")
+        _refuse_unknown(changes)
         return msgspec.structs.replace(self, **changes)
 
     def __post_init__(self) -> None:
@@ -163,6 +160,13 @@ _FLOATS = tuple(
 
 
 SupervisorConfig.model_fields = {field.name: field for field in msgspec.structs.fields(SupervisorConfig)}
+
+
+def _refuse_unknown(names: Iterable[str]) -> None:
+    """``InvalidConfig`` for the first of ``names`` that is not a field (msgspec: a ``TypeError``)."""
+    for name in names:
+        if name not in _Settings.__struct_fields__:
+            raise _refusal(f"Object contains unknown field `{name}`")
 
 
 def _refusal(error: str) -> InvalidConfig:
