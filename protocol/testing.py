@@ -1102,6 +1102,15 @@ class InvariantChecker:
             for name in late:
                 del self.load_owed[name]
 
+    def _requested(self, action_id: str, when: str, unknown: str) -> _Action | None:
+        """The action an event says it ``when`` (its eager reload checked); if it was never
+        requested, None and the violation ``unknown`` (its id in the braces)."""
+        self._reload_done(action_id, when)
+        action = self.actions.get(action_id)
+        if action is None:
+            self.violation(unknown.format(action_id))
+        return action
+
     def _lifecycle_deferred(self, event: LifecycleDeferred) -> None:
         self._reload_done(event.action_id, "deferred")
         action = self.actions.get(event.action_id)
@@ -1118,10 +1127,8 @@ class InvariantChecker:
             self.violation(f"{event.action_id} waits for {event.blocking_runs}, not all there at its request")
 
     def _lifecycle_completed(self, event: LifecycleCompleted) -> None:
-        self._reload_done(event.action_id, "completed")
-        action = self.actions.get(event.action_id)
+        action = self._requested(event.action_id, "completed", "{} completed but was never requested")
         if action is None:
-            self.violation(f"{event.action_id} completed but was never requested")
             return
         action.completed += 1
         if action.completed > action.requested:
@@ -1157,10 +1164,10 @@ class InvariantChecker:
             self.violation(f"{when} while {pending} had not completed")
 
     def _action_result(self, event: ActionResult) -> None:
-        self._reload_done(event.action_id, "resulted")
-        action = self.actions.get(event.action_id)
+        action = self._requested(
+            event.action_id, "resulted", "action.result of {}, which was never requested"
+        )
         if action is None:
-            self.violation(f"action.result of {event.action_id}, which was never requested")
             return
         action.results.append(event.result)
         if len(action.results) > action.requested:

@@ -194,6 +194,23 @@ def test_an_action_result_that_its_mode_cannot_give_is_flagged() -> None:
     flagged(stream, "lc-1 (maintenance) resulted interrupted")
 
 
+@pytest.mark.parametrize(
+    ("said", "words"),
+    [
+        ({"kind": LifecycleCompleted}, "lc-9 completed but was never requested"),
+        (
+            {"kind": ActionResult, "result": CloseResult.COMPLETED},
+            "action.result of lc-9, which was never requested",
+        ),
+    ],
+    ids=["completed", "action.result"],
+)
+def test_an_end_of_an_action_never_requested_is_flagged(said: dict[str, Any], words: str) -> None:
+    fields = dict(said)
+    stream = Stream()(fields.pop("kind"), action_id="lc-9", **fields)
+    flagged(stream, words)
+
+
 def test_a_whole_life_of_the_core_passes_every_check() -> None:
     shell = CoreShell(A, B)
     shell.start("r1", session="s1", directory=A)
