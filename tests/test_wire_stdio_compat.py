@@ -14,10 +14,15 @@ from run_supervisor.actors.hosts._schema import with_hosts
 from run_supervisor.protocol import wire_schema
 
 SCHEMA = with_hosts(wire_schema())
+_OUTPUT = {**SCHEMA, "$ref": "#/$defs/StdioOutput"}
+jsonschema.Draft202012Validator.check_schema(_OUTPUT)
+_VALIDATOR = jsonschema.Draft202012Validator(_OUTPUT)
+"""Checked once: ``jsonschema.validate`` checks the whole schema again on every call (seconds on a
+loaded machine, inside the session's bound)."""
 
 
 def _valid(line: dict[str, Any]) -> None:
-    jsonschema.validate(line, {**SCHEMA, "$ref": "#/$defs/StdioOutput"})
+    _VALIDATOR.validate(line)
 
 
 def test_seed_002_operations_and_events_over_stdio_in_upstreams_shapes() -> None:
