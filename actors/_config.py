@@ -135,6 +135,9 @@ class SupervisorConfig(_Settings, frozen=True, kw_only=True, metaclass=_Checked)
 
     def __post_init__(self) -> None:
         given = msgspec.structs.asdict(self)
+        for name, value in given.items():  # msgspec would raise UnicodeEncodeError, naming nothing
+            if isinstance(value, str) and not _is_utf8(value):
+                raise InvalidConfig(name, "Expected a value of its type, got a `str` that is not valid UTF-8")
         for name in _FLOATS:  # a float subclass (numpy.float64) as a float; NaN and infinity refused
             value = given[name]
             if isinstance(value, float):
@@ -160,6 +163,15 @@ _FLOATS = tuple(
 
 
 SupervisorConfig.model_fields = {field.name: field for field in msgspec.structs.fields(SupervisorConfig)}
+
+
+def _is_utf8(text: str) -> bool:
+    """``text`` can be written as UTF-8 (it holds no lone surrogate such as ``"\\ud800"``)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refuse_unknown(names: Iterable[str]) -> None:

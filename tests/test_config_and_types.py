@@ -83,6 +83,15 @@ def test_an_int_or_a_float_subclass_passes_for_a_float_field_and_is_held_as_a_fl
     assert type(structs_copy.stop_timeout_s) is float and structs_copy == copy
 
 
+@pytest.mark.parametrize("field", ["default_grace_ms", "request_timeout_s", "reload_policy"])
+def test_text_that_is_not_valid_utf8_is_refused_naming_its_field(field: str) -> None:
+    with pytest.raises(InvalidConfig) as refused:
+        SupervisorConfig(**{field: "\ud800"})
+    assert refused.value.field == field and "not valid UTF-8" in str(refused.value)
+    with pytest.raises(InvalidConfig, match=f"^{field}: "):
+        SupervisorConfig().replace(**{field: "\udfff"})
+
+
 def test_a_float_subclass_is_still_refused_for_a_count() -> None:
     with pytest.raises(InvalidConfig, match=r"^default_grace_ms: Expected `int`, got `_Float64`$"):
         SupervisorConfig(default_grace_ms=_Float64(2.0))  # type: ignore[arg-type]
