@@ -83,7 +83,7 @@ def _settings(request: pytest.FixtureRequest, defaults: dict[str, Any]) -> dict[
         if marker.args:
             raise InvalidRequest(f"@pytest.mark.{_MARKER} takes keyword arguments only, got {marker.args!r}")
         settings.update(marker.kwargs)
-    known = {*_OWN_KEYS, *SupervisorConfig.model_fields}
+    known = {*_OWN_KEYS, *SupervisorConfig.__struct_fields__}
     for key in settings:
         if key not in known:
             raise InvalidRequest(

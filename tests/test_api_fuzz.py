@@ -353,7 +353,7 @@ def test_every_call_succeeds_or_raises_a_documented_error_and_shutdown_still_com
 
 
 @settings(max_examples=min(EXAMPLES, 200), deadline=None, derandomize=True, database=None)
-@given(st.sampled_from(sorted(SupervisorConfig.model_fields)), ODD)
+@given(st.sampled_from(sorted(SupervisorConfig.__struct_fields__)), ODD)
 def test_a_config_value_is_accepted_only_when_it_is_of_its_type_and_finite_and_bounded(
     field: str, value: Any
 ) -> None:

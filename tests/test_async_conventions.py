@@ -26,7 +26,7 @@ def requests_bounded_to(sup: AsyncSupervisor, seconds: float) -> Iterator[None]:
     machine may take longer than a short one to answer them)."""
     sync = sup.sync
     saved = sync.config
-    sync.config = sync._link.config = saved.model_copy(update={"request_timeout_s": seconds})
+    sync.config = sync._link.config = saved.replace(request_timeout_s=seconds)
     try:
         yield
     finally:

@@ -141,7 +141,7 @@ def _config(scenario: Scenario) -> SupervisorConfig:
     retry budget)."""
     config = SupervisorConfig(shutdown_at_exit=False, **{name: getattr(scenario, name) for name in _SETTINGS})
     given = {name: getattr(scenario, name) for name in _SETTINGS_IF_GIVEN}
-    return config.model_copy(update={name: value for name, value in given.items() if value is not None})
+    return config.replace(**{name: value for name, value in given.items() if value is not None})
 
 
 _SETTINGS = ("reload_policy", "stall_after_ms", "interrupt_grace_ms", "retry_attempts", "retry_backoff_ms")
