@@ -30,21 +30,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from layers import pick
 
-from run_supervisor import actors
-from run_supervisor.actors import RunContext, RunHandle, Supervisor, SupervisorConfig
-from run_supervisor.protocol import (
-    AnswerForm,
-    CancelRun,
+from run_supervisor import (
     CloseAction,
     CloseMode,
     CloseOutcome,
-    CloseRequest,
-    DismissForm,
     InterruptReason,
     QueuePolicy,
     ReloadPolicy,
-    ReplyPermission,
     RequestOutcome,
+    RunContext,
+    RunHandle,
+    Supervisor,
+    SupervisorConfig,
+    actors,
+)
+from run_supervisor.protocol import (
+    AnswerForm,
+    CancelRun,
+    CloseRequest,
+    DismissForm,
+    ReplyPermission,
     SetQueuePolicy,
     Shutdown,
     StartRun,

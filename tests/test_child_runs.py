@@ -7,18 +7,22 @@ import threading
 import pytest
 from run_support import assert_ended
 
-from run_supervisor.actors import Gate, InvalidRequest, RunContext, Supervisor, SupervisorConfig, UnknownRun
-from run_supervisor.protocol import (
+from run_supervisor import (
     CloseAction,
     CloseMode,
     CloseResult,
+    Gate,
     InterruptReason,
+    InvalidRequest,
     Outcome,
     RejectCode,
-    RunFinished,
-    RunStarted,
+    RunContext,
     RunState,
+    Supervisor,
+    SupervisorConfig,
+    UnknownRun,
 )
+from run_supervisor.protocol import RunFinished, RunStarted
 from run_supervisor.protocol.testing import CoreShell, InvariantChecker, InvariantViolation
 
 

@@ -10,11 +10,17 @@ import pytest
 from run_support import assert_ended
 from wire_support import Served, of_type, served, sse
 
-from run_supervisor.actors import (
+from run_supervisor import (
     AsyncSupervisor,
+    CloseAction,
+    CloseMode,
     Gate,
+    InterruptReason,
     InvalidRequest,
+    Outcome,
+    RejectCode,
     RunContext,
+    RunState,
     Supervisor,
     UnknownRun,
 )
@@ -23,16 +29,10 @@ from run_supervisor.protocol import (
     DEADLINE_EXPIRY,
     DEADLINE_ORIGIN,
     ArmDeadline,
-    CloseAction,
-    CloseMode,
     DeadlineExpired,
     DisarmDeadline,
-    InterruptReason,
-    Outcome,
-    RejectCode,
     RunFinished,
     RunStarted,
-    RunState,
     SignalInterrupt,
     StartRun,
 )

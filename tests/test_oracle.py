@@ -7,27 +7,29 @@ from typing import Any
 
 import pytest
 
-from run_supervisor.protocol import (
-    ActionResult,
-    CancelRun,
+from run_supervisor import (
     CloseAction,
     CloseMode,
     CloseOutcome,
-    CloseRequest,
     CloseResult,
     Event,
-    InstanceClosed,
-    InstanceStarted,
     InterruptReason,
-    LifecycleCompleted,
-    LifecycleRequested,
     Outcome,
     RequestOutcome,
     RequestResult,
+    SessionStatus,
+)
+from run_supervisor.protocol import (
+    ActionResult,
+    CancelRun,
+    CloseRequest,
+    InstanceClosed,
+    InstanceStarted,
+    LifecycleCompleted,
+    LifecycleRequested,
     RunFinished,
     RunQueued,
     RunStarted,
-    SessionStatus,
     SessionStatusChanged,
     StartRun,
 )

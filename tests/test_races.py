@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 from layers import pick
 
-from run_supervisor.actors import (
+from run_supervisor import (
     AlreadyInterrupting,
+    CloseResult,
     Gate,
+    InterruptReason,
     NothingPending,
+    Outcome,
     RunAlreadyFinished,
     RunContext,
     Supervisor,
@@ -26,7 +29,7 @@ from run_supervisor.actors import (
     SupervisorError,
 )
 from run_supervisor.actors.testing import EventLog
-from run_supervisor.protocol import CloseResult, InterruptReason, Outcome, RunFinished
+from run_supervisor.protocol import RunFinished
 
 REPEATS = pick(smoke=8, deep=40)
 

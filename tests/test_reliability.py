@@ -23,13 +23,20 @@ from typing import Any
 
 import pytest
 
-from run_supervisor.actors import (
+from run_supervisor import (
     AsyncRunContext,
     AsyncSupervisor,
+    CloseAction,
+    CloseMode,
+    CloseResult,
+    Event,
     Gate,
     InvalidConfig,
     InvalidRequest,
     LoadFailed,
+    Outcome,
+    RejectCode,
+    RequestResult,
     RunContext,
     RunHandle,
     Supervisor,
@@ -41,19 +48,7 @@ from run_supervisor.actors import (
 from run_supervisor.actors._subscription import Subscription
 from run_supervisor.actors.scenarios import load_scenario, play
 from run_supervisor.actors.testing import EventLog
-from run_supervisor.protocol import (
-    CancelRun,
-    CancelSession,
-    CloseAction,
-    CloseMode,
-    CloseRequest,
-    CloseResult,
-    Event,
-    Outcome,
-    RejectCode,
-    RequestResult,
-    StartRun,
-)
+from run_supervisor.protocol import CancelRun, CancelSession, CloseRequest, StartRun
 
 CONFIG = SupervisorConfig(shutdown_at_exit=False)
 

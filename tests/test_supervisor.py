@@ -12,17 +12,24 @@ from typing import Any
 
 import pytest
 
-from run_supervisor.actors import (
+from run_supervisor import (
     AsyncRunHandle,
     AsyncSupervisor,
+    CloseResult,
     Gate,
+    InterruptReason,
     InvalidConfig,
     InvalidRequest,
     LoadFailed,
     NothingPending,
+    Outcome,
+    PartState,
+    Phase,
+    RequestResult,
     RunAlreadyExists,
     RunAlreadyFinished,
     RunContext,
+    SessionStatus,
     Supervisor,
     SupervisorClosed,
     SupervisorConfig,
@@ -32,19 +39,7 @@ from run_supervisor.actors import (
     UnknownRun,
 )
 from run_supervisor.actors.testing import EventLog
-from run_supervisor.protocol import (
-    AskRequested,
-    CancelRun,
-    CloseResult,
-    InterruptReason,
-    Outcome,
-    PartState,
-    Phase,
-    RequestResult,
-    RunFinished,
-    SessionStatus,
-    SupervisorCore,
-)
+from run_supervisor.protocol import AskRequested, CancelRun, RunFinished, SupervisorCore
 
 
 def held_at(
