@@ -12,17 +12,31 @@ from typing import Any
 
 import pytest
 
-from run_supervisor.actors import Gate, RunContext, Supervisor, SupervisorConfig, SupervisorError
+from run_supervisor import (
+    AskKind,
+    AskPayload,
+    CloseAction,
+    CloseMode,
+    Gate,
+    Outcome,
+    PartState,
+    QueuePolicy,
+    ReloadPolicy,
+    RunContext,
+    RunState,
+    ShutdownReason,
+    StepKind,
+    Supervisor,
+    SupervisorConfig,
+    SupervisorError,
+    WithdrawReason,
+)
 from run_supervisor.protocol import (
     AnswerForm,
     ArmDeadline,
-    AskKind,
-    AskPayload,
     AskRaised,
     BodyEnded,
     CancelRun,
-    CloseAction,
-    CloseMode,
     CloseRequest,
     Command,
     ConfirmClose,
@@ -33,26 +47,18 @@ from run_supervisor.protocol import (
     GraceExpired,
     Heartbeat,
     NoProgress,
-    Outcome,
     PartReport,
-    PartState,
-    QueuePolicy,
-    ReloadPolicy,
     ReplyPermission,
     Request,
     RetryReport,
-    RunState,
     SetQueuePolicy,
     Shutdown,
-    ShutdownReason,
     SpawnRun,
     StartGraceTimer,
     StartRun,
-    StepKind,
     StepReport,
     SupervisorCore,
     WithdrawAsk,
-    WithdrawReason,
 )
 from run_supervisor.protocol._rules import RunTrigger
 
