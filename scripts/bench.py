@@ -922,6 +922,23 @@ def heartbeat_cost(fig: Figures, reps: Reps) -> None:
 # --- the run journal: its cost on short runs, and recovery ------------------------------------------
 
 
+def _short_runs_in_turn(
+    fig: Figures, reps: Reps, ratio: str, ours: tuple[str, Supervisor], baseline: tuple[str, Supervisor]
+) -> None:
+    """Short runs on two supervisors in alternating rounds (``<name>_runs_per_s`` each), then ``ratio``:
+    ours over the baseline. Both supervisors are shut down, whatever happens."""
+    kinds = {
+        f"{name}_runs_per_s": _short_runs(supervisor, reps.runs_per_session)
+        for name, supervisor in (ours, baseline)
+    }
+    try:
+        _in_turn(fig, reps.journal_rounds, kinds, SESSIONS * reps.runs_per_session)
+    finally:
+        for _, supervisor in (baseline, ours):
+            supervisor.shutdown(grace_ms=1000)
+    fig.ratio(ratio, f"{ours[0]}_runs_per_s", f"{baseline[0]}_runs_per_s")
+
+
 def journal_throughput(fig: Figures, reps: Reps) -> None:
     """Short runs (as in ``throughput``) on a supervisor with a run journal, over one without, in
     alternating rounds. What a host pays for crash safety: every event committed (one transaction per
@@ -931,16 +948,9 @@ def journal_throughput(fig: Figures, reps: Reps) -> None:
         journaled = Supervisor.start(
             _config(), directories=[SHORT_RUNS_DIRECTORY], journal=os.path.join(folder, "runs.journal")
         )
-        kinds = {
-            "journal_on_runs_per_s": _short_runs(journaled, reps.runs_per_session),
-            "journal_off_runs_per_s": _short_runs(plain, reps.runs_per_session),
-        }
-        try:
-            _in_turn(fig, reps.journal_rounds, kinds, SESSIONS * reps.runs_per_session)
-        finally:
-            plain.shutdown(grace_ms=1000)
-            journaled.shutdown(grace_ms=1000)
-    fig.ratio("journal_runs_per_s_ratio", "journal_on_runs_per_s", "journal_off_runs_per_s")
+        _short_runs_in_turn(
+            fig, reps, "journal_runs_per_s_ratio", ("journal_on", journaled), ("journal_off", plain)
+        )
 
 
 def _journal_left_by_a_crash(path: str, finished: int, unfinished: int) -> None:
@@ -1042,16 +1052,9 @@ def pg_journal_throughput(fig: Figures, reps: Reps, database: str) -> None:
             directories=[SHORT_RUNS_DIRECTORY],
             journal=f"{database}&shard=bench-runs&lease_ttl=10&lease_wait=30",
         )
-        kinds = {
-            "pg_journal_runs_per_s": _short_runs(pg, reps.runs_per_session),
-            "sqlite_journal_runs_per_s": _short_runs(sqlite, reps.runs_per_session),
-        }
-        try:
-            _in_turn(fig, reps.journal_rounds, kinds, SESSIONS * reps.runs_per_session)
-        finally:
-            sqlite.shutdown(grace_ms=1000)
-            pg.shutdown(grace_ms=1000)
-    fig.ratio("pg_journal_runs_per_s_ratio", "pg_journal_runs_per_s", "sqlite_journal_runs_per_s")
+        _short_runs_in_turn(
+            fig, reps, "pg_journal_runs_per_s_ratio", ("pg_journal", pg), ("sqlite_journal", sqlite)
+        )
 
 
 def _owner_process(url: str, *args: str) -> Any:
@@ -1631,32 +1634,23 @@ def measure(reps: Reps, *, pin: bool, only: frozenset[str] | None = None) -> Res
             if directories == DIRECTORIES:
                 fig.extend(f"close_decision_{runs}_us", chunks)
         fig.ratio("close_decision_growth", f"close_decision_{LIVE}_us", "close_decision_10_us")
-    if wanted("throughput"):
-        with section("throughput"):
-            throughput(fig, reps)
-    if wanted("async"):
-        with section(f"asyncio: {ASYNC_RUNS} async runs against a dict of Tasks"):
-            async_runs(fig, reps)
-    if wanted("heartbeat"):
-        with section("stalls: ctx.heartbeat() against a bare store"):
-            heartbeat_cost(fig, reps)
-    if wanted("http"):
-        with section("HTTP: a kept-alive request, serve against a bare Starlette + uvicorn app"):
-            http_keepalive(fig, reps)
-    if wanted("cold"):
-        with section("cold start: serve to its ready line, against a bare import of uvicorn and starlette"):
-            cold_start(fig, reps)
-    if wanted("journal"):
-        with section("run journal: short runs on and off"):
-            journal_throughput(fig, reps)
-    if wanted("recovery"):
-        with section("run journal: recovery of 10,000 finished and 100 unfinished runs"):
-            journal_recovery(fig, reps)
-    if wanted("pg"):
-        pg_figures(fig, reps)
-    if wanted("live"):
-        with section(f"{LIVE:,} live runs"):
-            many_live(fig, reps)
+    # The sections measured the same way, in the order they run: (name, title, what measures it).
+    plain: tuple[tuple[str, str | None, Callable[[Figures, Reps], None]], ...] = (
+        ("throughput", "throughput", throughput),
+        ("async", f"asyncio: {ASYNC_RUNS} async runs against a dict of Tasks", async_runs),
+        ("heartbeat", "stalls: ctx.heartbeat() against a bare store", heartbeat_cost),
+        ("http", "HTTP: a kept-alive request, serve against a bare Starlette + uvicorn app", http_keepalive),
+        ("cold", "cold start: serve to its ready line, against a bare import of uvicorn and starlette",
+         cold_start),
+        ("journal", "run journal: short runs on and off", journal_throughput),
+        ("recovery", "run journal: recovery of 10,000 finished and 100 unfinished runs", journal_recovery),
+        ("pg", None, pg_figures),  # titles its own sections
+        ("live", f"{LIVE:,} live runs", many_live),
+    )
+    for name, title, take in plain:
+        if wanted(name):
+            with nullcontext() if title is None else section(title):
+                take(fig, reps)
     if wanted("overrun"):
         for deaf_bodies, shutdowns in reps.overrun:
             with section(f"{deaf_bodies:,} uncooperative bodies"):
