@@ -135,19 +135,27 @@ class SupervisorConfig(_Settings, frozen=True, kw_only=True, metaclass=_Checked)
 
     def __post_init__(self) -> None:
         given = msgspec.structs.asdict(self)
-        for name, value in given.items():  # msgspec would raise UnicodeEncodeError, naming nothing
+        # What msgspec cannot say by name (its UnicodeEncodeError names nothing) or lets through (NaN,
+        # infinity): found here, the value replaced by a placeholder so that msgspec still checks the
+        # other fields. Of several bad fields, the first in field order is named, whoever found it.
+        ours: dict[str, InvalidConfig] = {}
+        for name, value in given.items():
             if isinstance(value, str) and not _is_utf8(value):
-                raise InvalidConfig(name, "Expected a value of its type, got a `str` that is not valid UTF-8")
-        for name in _FLOATS:  # a float subclass (numpy.float64) as a float; NaN and infinity refused
-            value = given[name]
-            if isinstance(value, float):
+                ours[name] = InvalidConfig(name, f"Expected a value of its type, got a `str` {_NOT_UTF8}")
+                given[name] = ""
+            elif name in _FLOATS and isinstance(value, float):  # a float subclass (numpy.float64) as a float
                 if not math.isfinite(value):
-                    raise InvalidConfig(name, f"Expected a finite number, got `{value!r}`")
-                given[name] = float(value)
+                    ours[name] = InvalidConfig(name, f"Expected a finite number, got `{value!r}`")
+                given[name] = float(value) if math.isfinite(value) else 1.0
         try:
             checked = msgspec.convert(given, _Settings, strict=True)
         except msgspec.ValidationError as exc:
-            raise _refusal(str(exc)) from None
+            theirs = _refusal(str(exc))
+            order = {name: place for place, name in enumerate(self.__struct_fields__)}
+            first = min((*ours.values(), theirs), key=lambda refusal: order.get(refusal.field, len(order)))
+            raise first from None
+        if ours:
+            raise next(iter(ours.values()))
         for name in self.__struct_fields__:  # the policies by name become the enums, an int a float
             msgspec.structs.force_setattr(self, name, getattr(checked, name))
 
@@ -155,6 +163,8 @@ class SupervisorConfig(_Settings, frozen=True, kw_only=True, metaclass=_Checked)
         """Deprecated: ``config.replace(**update)`` (pydantic's name, kept for hosts written against it)."""
         return self.replace(**(update or {}))
 
+
+_NOT_UTF8 = "that is not valid UTF-8"
 
 _FLOATS = tuple(
     name for name, kind in typing.get_type_hints(_Settings).items() if float in (kind, *typing.get_args(kind))

@@ -68,6 +68,26 @@ def test_the_refusal_says_which_constraint_the_value_broke() -> None:
         SupervisorConfig(stop_timeout_s=float("inf"))
 
 
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"request_timeout_s": True, "stop_timeout_s": float("nan")}, "request_timeout_s"),
+        ({"request_timeout_s": float("inf"), "retain_finished_runs": "5"}, "request_timeout_s"),
+        ({"dispose_budget_ms": -1, "reload_policy": "\ud800"}, "dispose_budget_ms"),
+        ({"default_grace_ms": "\ud800", "stop_timeout_s": True}, "default_grace_ms"),
+        ({"stop_timeout_s": float("nan"), "reload_policy": "\ud800"}, "stop_timeout_s"),
+    ],
+    ids=["type before nan", "inf before type", "bound before utf-8", "utf-8 before type", "nan before utf-8"],
+)
+def test_of_two_bad_fields_the_first_in_field_order_is_named(fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(InvalidConfig) as refused:
+        SupervisorConfig(**fields)
+    assert refused.value.field == named
+    with pytest.raises(InvalidConfig) as in_a_copy:
+        SupervisorConfig().replace(**fields)
+    assert in_a_copy.value.field == named
+
+
 class _Float64(float):
     """A float subclass, as ``numpy.float64`` is."""
 
