@@ -33,7 +33,17 @@ from run_supervisor.actors._logging import logger
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.protocol import DisposeDone, DisposeInstance
 
-__all__ = ["Dispose", "HooksOnLoop", "InstanceActor", "InstanceHooks", "NoInstanceHooks"]
+__all__ = ["Dispose", "HooksOnLoop", "InstanceActor", "InstanceHooks", "NoInstanceHooks", "load_deadline"]
+
+_running_load = threading.local()  # on a hook thread, while its load hook runs: the load's deadline
+
+
+def load_deadline() -> float | None:
+    """In a load hook: the ``time.monotonic()`` past which the supervisor counts the load failed (a hook
+    that judges its own lateness, as the out-of-process caches do, uses the supervisor's clock, not a
+    later one of its own); None elsewhere."""
+    deadline: float | None = getattr(_running_load, "deadline", None)
+    return deadline
 
 T = TypeVar("T")
 
@@ -192,11 +202,14 @@ class InstanceActor(pykka.ThreadingActor):
     def _host_code(self) -> None:
         me = threading.current_thread()
         error: str | None = None
+        _running_load.deadline = self.load_deadline
         try:
             self._cache = self._hooks.load(self.directory, self.generation)
         except BaseException as exc:  # contained: host code must not stop every actor
             error = _describe(exc)
             logger.opt(exception=True).warning(f"loading {self._name()} failed")
+        finally:
+            _running_load.deadline = None
         self._load_returned(error)
         self._threads.label(me, None)
         self._order.wait()

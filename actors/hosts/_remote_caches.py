@@ -49,6 +49,7 @@ from typing import Any, Literal
 import msgspec
 
 from run_supervisor.actors._api import SupervisorConfig
+from run_supervisor.actors._instance_actor import load_deadline
 from run_supervisor.actors.hosts._external import MAX_LEASE_MS, MIN_LEASE_MS
 from run_supervisor.actors.hosts._wire import HostError
 from run_supervisor.protocol import RejectCode
@@ -209,9 +210,9 @@ class HooksState(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 class _Pending:
     __slots__ = ("deadline", "done", "error", "request")
 
-    def __init__(self, request: HookRequest) -> None:
+    def __init__(self, request: HookRequest, deadline: float | None) -> None:
         self.request = request
-        self.deadline = time.monotonic() + request.budget_ms / 1000.0
+        self.deadline = deadline if deadline is not None else time.monotonic() + request.budget_ms / 1000.0
         self.done = threading.Event()
         self.error: str | None = None
 
@@ -261,7 +262,9 @@ class RemoteCaches:
     def load(self, directory: str, generation: int) -> RemoteInstance | None:
         """Ask the registered host to load (nothing to ask: keep nothing) and wait for its
         acknowledgement; raises ``RemoteCacheError`` when it answered with an error or went away."""
-        pending = self._ask(LoadRequested, directory, generation, self.load_budget_ms)
+        # Late or not by the supervisor's own deadline: an ack that comes after it counted the load
+        # failed (and answered so) is never told it was on time.
+        pending = self._ask(LoadRequested, directory, generation, self.load_budget_ms, load_deadline())
         if pending is None:
             return None
         self._wait(pending)
@@ -288,7 +291,12 @@ class RemoteCaches:
             raise RemoteCacheError(pending.error)
 
     def _ask(
-        self, kind: type[LoadRequested] | type[DisposeRequested], directory: str, generation: int, budget: int
+        self,
+        kind: type[LoadRequested] | type[DisposeRequested],
+        directory: str,
+        generation: int,
+        budget: int,
+        deadline: float | None = None,
     ) -> _Pending | None:
         with self._lock:
             self._lapse()
@@ -301,7 +309,7 @@ class RemoteCaches:
                 generation=generation,
                 budget_ms=budget,
             )
-            pending = _Pending(request)
+            pending = _Pending(request, deadline)
             self._pending[request.request_id] = pending
             publish = self._publish
         if publish is not None:
