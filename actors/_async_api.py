@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import heapq
 import inspect
+import itertools
+import math
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -36,7 +40,7 @@ from run_supervisor.actors._errors import (
     SupervisorTimeout,
 )
 from run_supervisor.actors._instance_actor import HooksOnLoop, InstanceHooks
-from run_supervisor.actors._link import Link, link_of
+from run_supervisor.actors._link import Link, QueuedStart, link_of
 from run_supervisor.actors._relay import complete
 from run_supervisor.actors._resume import (
     AsyncResumeCallback,
@@ -79,21 +83,75 @@ def _same(call: calls.StartCall) -> calls.StartCall:
     return call
 
 
-async def _within(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], timeout: float) -> None:
-    """Wait until ``future`` is done or ``timeout`` seconds have passed (``asyncio.wait`` of one
-    future, without its sets and tasks); cancelling the wait leaves ``future`` as it is."""
-    waiter: asyncio.Future[None] = loop.create_future()
-    timer = loop.call_later(timeout, _release, waiter)
-
-    def done(_: object) -> None:
-        _release(waiter)
-
-    future.add_done_callback(done)
+def _given_timeout(make: Callable[[], calls.StartCall]) -> float | None:
+    """The ``timeout`` a start was called with (``make`` binds its arguments), if it is a valid one:
+    its checks, run later, refuse any other."""
+    keywords = getattr(make, "keywords", None)
     try:
-        await waiter
-    finally:
-        timer.cancel()
-        future.remove_done_callback(done)
+        return check.timeout("timeout", keywords.get("timeout") if isinstance(keywords, dict) else None)
+    except InvalidRequest:
+        return None
+
+
+class _Bounds:
+    """The bounds of one loop's awaited starts: one timer, due at the earliest of them, not a timer
+    each. Used on its loop only. Releasing a start's waiter wakes its caller, which looks at the
+    time and the answer again (a start answered meanwhile is left as it is)."""
+
+    __slots__ = ("_due", "_heap", "_order", "_timer", "_waiting")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, QueuedStart]] = []
+        self._order = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = math.inf
+        self._waiting = 0
+
+    def enter(self) -> None:
+        """A start begins to wait."""
+        self._waiting += 1
+
+    def leave(self) -> None:
+        """A start stops waiting: with none left, what is kept for them goes."""
+        self._waiting -= 1
+        if not self._waiting:
+            self._heap.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+                self._due = math.inf
+
+    def add(self, loop: asyncio.AbstractEventLoop, at: float, queued: QueuedStart) -> None:
+        """Wake the caller of ``queued`` at ``at`` (``loop.time()``) at the latest."""
+        heapq.heappush(self._heap, (at, next(self._order), queued))
+        if at < self._due:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._due = at
+            self._timer = loop.call_at(at, self._expire, loop)
+
+    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
+        heap = self._heap
+        now = loop.time()
+        while heap and heap[0][0] <= now:
+            _release(heapq.heappop(heap)[2].waiter)
+        if heap:
+            self._due = heap[0][0]
+            self._timer = loop.call_at(self._due, self._expire, loop)
+        else:
+            self._timer = None
+            self._due = math.inf
+
+
+_BOUNDS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Bounds] = weakref.WeakKeyDictionary()
+
+
+def _bounds_of(loop: asyncio.AbstractEventLoop) -> _Bounds:
+    """The loop's ``_Bounds`` (only its own thread uses them)."""
+    bounds = _BOUNDS.get(loop)
+    if bounds is None:
+        bounds = _BOUNDS[loop] = _Bounds()
+    return bounds
 
 
 class AsyncSubscription(Subscription):
@@ -166,14 +224,29 @@ class AsyncRunHandle:
 
     def __init__(self, supervisor: AsyncSupervisor, handle: RunHandle) -> None:
         self._supervisor = supervisor
-        self._handle = handle
+        self._handle: RunHandle | None = handle
         self.run_id = handle.run_id
         self._source = supervisor._link.finished_of(handle)  # the run's own, if its handle has it
         self._finished: asyncio.Future[RunSnapshot] | None = None  # on the loop of the first wait
 
+    @classmethod
+    def _started(
+        cls, supervisor: AsyncSupervisor, run_id: str, finished: Future[RunSnapshot]
+    ) -> AsyncRunHandle:
+        """The handle ``start_run`` returns: its sync handle is made when first asked for."""
+        handle = cls.__new__(cls)
+        handle._supervisor = supervisor
+        handle._handle = None
+        handle.run_id = run_id
+        handle._source = finished
+        handle._finished = None
+        return handle
+
     @property
     def sync(self) -> RunHandle:
         """The same run's handle for code on other threads."""
+        if self._handle is None:
+            self._handle = RunHandle(self._supervisor.sync, self.run_id, self._source)
         return self._handle
 
     def _finished_on(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[RunSnapshot]:
@@ -455,30 +528,43 @@ class AsyncSupervisor:
 
     async def _start(self, make: Callable[[], calls.StartCall]) -> AsyncRunHandle:
         """Carry out a start (actors/_calls.py): queue it (``Link.start_later``: made, checked and
-        sent at a later turn of the loop, a few starts a turn), await the answer, atomically."""
+        sent at a later turn of the loop, a few starts at a time), await the answer, atomically."""
         link = self._link
         loop = asyncio.get_running_loop()
+        bounds = _bounds_of(loop)
         cancelled = False
+        given = _given_timeout(make)  # its bound from the start, before its checks run
         while True:
             queued = link.start_later(make, loop)  # from here on the start will be sent
-            answer = queued.answer
             begun = loop.time()
-            while not answer.done():  # a cancellation waits on for the answer: never half a start
-                call = queued.call
-                limit = link.timeout(None if call is None else call.timeout)
-                remaining = begun + limit - loop.time()
-                if remaining <= 0:
-                    queued.withdraw(link)
-                    if cancelled:
-                        raise asyncio.CancelledError
-                    raise SupervisorTimeout(f"the supervisor did not answer within {limit} s")
-                try:
-                    await _within(loop, answer, remaining)  # never cancels ``answer``
-                except asyncio.CancelledError:
-                    cancelled = True
-            if answer.cancelled() or (cancelled and answer.exception() is not None):
-                raise asyncio.CancelledError  # its checks refused it: nothing started
-            outcome = answer.result()  # the checks' error (InvalidRequest...) raises here
+            bounds.enter()
+            try:
+                bounds.add(loop, begun + link.timeout(given), queued)
+                while not queued.settled:  # a cancellation waits on for the answer: never half a start
+                    call = queued.call
+                    limit = link.timeout(None if call is None else call.timeout)
+                    if queued.waiter.done():  # woken by its bound, or a cancellation held back
+                        if loop.time() >= begun + limit:
+                            queued.withdraw(link)
+                            if cancelled:
+                                raise asyncio.CancelledError
+                            raise SupervisorTimeout(f"the supervisor did not answer within {limit} s")
+                        queued.waiter = loop.create_future()
+                        bounds.add(loop, begun + limit, queued)
+                    try:
+                        await queued.waiter  # only this start's: cancelling it leaves the start as it is
+                    except asyncio.CancelledError:
+                        cancelled = True
+            finally:
+                bounds.leave()
+            error = queued.error
+            if error is not None:
+                if cancelled:
+                    raise asyncio.CancelledError  # its checks refused it: nothing started
+                raise error  # the checks' error (InvalidRequest...)
+            outcome = queued.outcome
+            if outcome is None:
+                raise asyncio.CancelledError  # its answer was dropped: nothing started
             call = cast("calls.StartCall", queued.call)
             try:
                 link.raise_for_rejection(outcome)
@@ -486,12 +572,13 @@ class AsyncSupervisor:
                 again = None if cancelled else call.again(rejected)
                 if again is not None:
                     make = functools.partial(_same, again)
+                    given = again.timeout
                     continue
                 if cancelled:
                     raise asyncio.CancelledError from None
                 raise
             finished = cast("Future[RunSnapshot]", queued.finished)
-            handle = AsyncRunHandle(self, RunHandle(self.sync, call.request.run_id, finished))
+            handle = AsyncRunHandle._started(self, call.request.run_id, finished)
             if cancelled:
                 _cancel_again(inspect.currentframe())
             return handle

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar
+from typing import Any, Generic, TypeAlias, TypeGuard, TypeVar, cast
 
 import pykka
 
@@ -504,16 +504,15 @@ class AsyncBodies:
         self._tasks: dict[str, asyncio.Task[Any]] = {}  # the bodies' tasks while they run, by run id
 
     def track(self, run_id: str, task: asyncio.Task[Any]) -> None:
-        """A body's task has been made (on its loop): kept until it is done."""
-
-        def untrack(_: object) -> None:
-            with self._lock:
-                if self._tasks.get(run_id) is task:
-                    del self._tasks[run_id]
-
+        """A body's task has been made (on its loop): kept until it is done (``untrack``)."""
         with self._lock:
             self._tasks[run_id] = task
-        task.add_done_callback(untrack)
+
+    def untrack(self, run_id: str, task: asyncio.Task[Any]) -> None:
+        """A body's task is done."""
+        with self._lock:
+            if self._tasks.get(run_id) is task:
+                del self._tasks[run_id]
 
     def running(self) -> tuple[asyncio.Task[Any], ...]:
         """The bodies' tasks that have not ended."""
@@ -567,6 +566,7 @@ class AsyncRunActor(RunActor):
         self._loop = loop
         self._async_token = token
         self._bodies = bodies
+        self._task: asyncio.Task[Any] | None = None
 
     def _begin(self, context: RunContext) -> None:
         """At ``Go`` (on the supervisor's thread): schedule the body's task on its loop, and
@@ -583,23 +583,24 @@ class AsyncRunActor(RunActor):
     def _start_task(self, ctx: AsyncRunContext) -> None:
         task = self._loop.create_task(self._drive(ctx), name=f"run-supervisor-run-{self.run_id}")
         task.add_done_callback(self._task_done)  # also when cancelled before it ever ran
+        self._task = task
         if self._bodies is not None:
             self._bodies.track(self.run_id, task)
-        token = self._async_token
-
-        def interrupt() -> None:
-            try:
-                inbox_of(self._loop).post(task.cancel)
-            except RuntimeError:
-                pass  # the loop is closed: the task will never run again anyway
-
         if getattr(self._async_body, "keeps_its_task", False):
             return  # a body that handles its interrupts itself (an external run's driver)
+        token = self._async_token
         with token._cond:
-            token._on_interrupt = interrupt
+            token._on_interrupt = self._interrupt
             already = token.cancelled
         if already:
             task.cancel()
+
+    def _interrupt(self) -> None:
+        """The run is interrupted (on the thread that interrupted it): cancel its task, on its loop."""
+        try:
+            inbox_of(self._loop).post(cast("asyncio.Task[Any]", self._task).cancel)
+        except RuntimeError:
+            pass  # the loop is closed: the task will never run again anyway
 
     async def _drive(self, ctx: AsyncRunContext) -> str | None:
         """Run the body; its error, if any (as ``RunActor._run`` would report it)."""
@@ -616,6 +617,8 @@ class AsyncRunActor(RunActor):
         return None
 
     def _task_done(self, task: asyncio.Task[str | None]) -> None:
+        if self._bodies is not None:
+            self._bodies.untrack(self.run_id, task)
         if task.cancelled():
             self._ended(None if self.token.cancelled else _CANCELLED_OUTSIDE)
         else:

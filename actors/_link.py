@@ -62,32 +62,57 @@ T = TypeVar("T")
 __all__ = ["Link", "link_of"]
 
 
-START_BATCH = 32
-"""Queued async starts made and told per turn of their loop (``Link.start_later``)."""
+START_BATCH = 8
+"""Queued async starts made and told at once (``Link.start_later``): the next batch is told once
+the supervisor has answered this one, so its thread never has more than this many starts to decide
+in one go (the GIL it holds meanwhile is what makes the host's loop late)."""
 
 
-def _settle(answer: asyncio.Future[Any], outcome: object, error: BaseException | None = None) -> None:
-    """On the loop: give the awaited answer its outcome (None: the caller gave up on it)."""
-    if answer.done():
+def _settle(
+    queued: QueuedStart, outcome: CloseOutcome | RequestOutcome | None, error: BaseException | None = None
+) -> None:
+    """On the loop: give the awaited start its outcome (None, and no error: the caller gave up on
+    it) and wake its caller."""
+    if queued.settled:
         return
-    if error is not None:
-        answer.set_exception(error)
-    elif outcome is None:
-        answer.cancel()
-    else:
-        answer.set_result(outcome)
+    queued.settled = True
+    queued.outcome = outcome
+    queued.error = error
+    waiter = queued.waiter
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class QueuedStart:
-    """An async start queued on its loop (``Link.start_later``): made and told at a later turn."""
+    """An async start queued on its loop (``Link.start_later``): made and told at a later turn.
 
-    __slots__ = ("answer", "call", "finished", "loop", "make", "sent", "withdrawn")
+    Its caller awaits ``waiter``, which is released once the start is ``settled`` (on the loop:
+    ``outcome``, rejections included, or the ``error`` its checks raised); a caller woken for
+    another reason (a cancellation it holds back, its bound) puts a fresh waiter in its place."""
+
+    __slots__ = (
+        "call",
+        "error",
+        "finished",
+        "inbox",
+        "loop",
+        "make",
+        "outcome",
+        "sent",
+        "settled",
+        "waiter",
+        "withdrawn",
+    )
 
     def __init__(self, make: Callable[[], StartCall], loop: asyncio.AbstractEventLoop) -> None:
         self.make = make
         self.loop = loop
-        self.answer: asyncio.Future[CloseOutcome | RequestOutcome] = loop.create_future()
-        """Its outcome (rejections included), or the error its checks raised: set on the loop."""
+        self.inbox = inbox_of(loop)
+        self.waiter: asyncio.Future[None] = loop.create_future()
+        self.settled = False
+        """``outcome`` and ``error`` are set: only on the loop."""
+        self.outcome: CloseOutcome | RequestOutcome | None = None
+        self.error: BaseException | None = None
         self.call: StartCall | None = None
         """The checked start, once made."""
         self.finished: Future[RunSnapshot] | None = None
@@ -106,20 +131,25 @@ class QueuedStart:
 
     def fail(self, error: BaseException) -> None:
         try:
-            inbox_of(self.loop).post(_settle, self.answer, None, error)
+            self.inbox.post(_settle, self, None, error)
         except RuntimeError:
             pass  # the loop is closed: nobody awaits it
 
-    def settle_from(self, sent: Future[Any], link: Link, run: RunSlot | None = None) -> None:
-        """When ``sent`` (the internal future) is done, give the caller its outcome on the loop."""
+    def settle_from(
+        self, sent: Future[Any], link: Link, run: RunSlot | None = None, *, told: bool = False
+    ) -> None:
+        """When ``sent`` (the internal future) is done, give the caller its outcome on the loop;
+        a ``told`` start's answer also lets the link tell the next batch (``Link._answered``)."""
         request = cast("StartCall", self.call).request
-        inbox = inbox_of(self.loop)
+        inbox = self.inbox
 
         def relay(done: Future[Any]) -> None:
             try:
-                inbox.post(_settle, self.answer, link._outcome(done, request, run))
+                inbox.post(_settle, self, link._outcome(done, request, run))
             except RuntimeError:
                 pass  # the loop is closed: nobody awaits the answer
+            if told:
+                link._answered()
 
         sent.add_done_callback(relay)
 
@@ -160,6 +190,11 @@ class Link:
         """The loops with a ``_start_some`` scheduled: each loop that queues a start tells the queue
         at its own next turn, never waiting for another loop's (which may have stopped turning).
         Guarded by ``lock``."""
+        self._unanswered = 0
+        """Starts told by ``_start_some`` and not answered yet; guarded by ``lock``."""
+        self._held: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        """The loops whose ``_start_some`` found a batch unanswered and left the queue to the
+        answers: each is woken again when the last of them comes. Guarded by ``lock``."""
         self._ref: pykka.ActorRef[Any] | None = None
         self._finished: weakref.WeakKeyDictionary[object, Future[RunSnapshot]] = weakref.WeakKeyDictionary()
 
@@ -239,18 +274,41 @@ class Link:
 
     def _start_some(self, loop: asyncio.AbstractEventLoop) -> None:
         with self.lock:
-            sending = self._prepare(START_BATCH)
+            if self._unanswered:  # a batch is being decided: the last of its answers wakes us
+                self._held.add(loop)
+                return
+            sending = self._prepare(START_BATCH, told=True)
             refused = self._tell(sending)
-            more = bool(self._queued)
-            if not more:
+            again = bool(self._queued)
+            if not again:
                 self._starting.discard(loop)
+            elif self._unanswered:
+                self._held.add(loop)  # the batch's last answer tells the next one
+                again = False
         self._refuse(refused)
-        if more:
-            loop.call_soon(self._start_some, loop)  # the next turn: the loop runs what is ready first
+        if again:  # none of them was told (their checks refused them): the next turn goes on
+            loop.call_soon(self._start_some, loop)
 
-    def _prepare(self, count: int) -> list[tuple[Any, Future[Any]]]:
+    def _answered(self) -> None:
+        """A start told by ``_start_some`` has its answer (on whichever thread completed it): once
+        the batch is answered, the loops holding queued starts tell the next one."""
+        with self.lock:
+            self._unanswered -= 1
+            if self._unanswered:
+                return
+            held = list(self._held)
+            self._held.clear()
+        for loop in held:
+            try:
+                inbox_of(loop).post(self._start_some, loop)  # after the batch's answers
+            except RuntimeError:
+                with self.lock:
+                    self._starting.discard(loop)  # closed: its starts are told by the next loop or post
+
+    def _prepare(self, count: int, *, told: bool = False) -> list[tuple[Any, Future[Any]]]:
         """The messages of the next ``count`` queued starts (under ``lock``): checked, each with its
-        run's actor; a start that fails its checks, or meets a closed supervisor, is answered."""
+        run's actor; a start that fails its checks, or meets a closed supervisor, is answered.
+        ``told``: counted unanswered until its answer comes (``_answered``)."""
         sending: list[tuple[Any, Future[Any]]] = []
         for _ in range(min(count, len(self._queued))):
             queued = self._queued.popleft()
@@ -271,7 +329,9 @@ class Link:
             reply.add_done_callback(self._forget)  # not done before it is told: no lock taken here
             queued.sent = reply
             sending.append((Submit(call.request, reply, run, finished), reply))
-            queued.settle_from(reply, self, run)
+            if told:
+                self._unanswered += 1
+            queued.settle_from(reply, self, run, told=told)
         return sending
 
     def _tell(self, messages: list[tuple[Any, Future[Any]]]) -> list[tuple[Any, Future[Any]]]:
