@@ -431,8 +431,8 @@ class SessionSupervisor(pykka.ThreadingActor):
     # --- carrying out the core's commands ----------------------------------------------------
 
     def _execute(self, commands: list[Command]) -> None:
-        # One dict lookup per command (``_CARRY_OUT``), not a chain of isinstance: a shutdown's
-        # deadline carries out four commands per abandoned body.
+        # A lookup by type (``_CARRY_OUT``, then the method by name), not a chain of isinstance: a
+        # shutdown's deadline carries out four commands per abandoned body.
         carry_out = _CARRY_OUT
         for command in commands:
             getattr(self, carry_out[type(command)])(command)
