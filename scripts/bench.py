@@ -73,21 +73,22 @@ TIMEOUT_S = 60.0
 
 @dataclass(frozen=True)
 class Reps:
-    """How many times each figure is taken. Every key's median and spread are over ``rounds``."""
+    """How many times each figure is taken. Every key's median and spread are over ``rounds``. The
+    defaults are the full run's; ``QUICK`` names what the CI smoke run takes fewer of."""
 
-    rtt_rounds: int  # interleaved rounds of (thread queue, pykka ask, status query, run query)
-    rtt_per_round: int  # round trips per kind per round
-    busy_rounds: int  # rounds of (status query, pykka ask) while the supervisor is kept busy
-    cancel_rounds: int  # rounds of cancel latency, each alternating supervisor and bare samples
-    cancel_per_round: int
-    deferred_rounds: int
-    deferred_per_round: int
-    close_decisions: int  # decisions per shape (pure core), in 10 chunks
-    runs_rounds: int  # alternating rounds of (actor cycle, thread per run, pool, supervisor)
-    runs_per_session: int  # runs per session (8 sessions) or per thread, per round
-    live_1000: int  # times 1,000 runs (and the baselines) are opened, measured and stopped
-    overrun: tuple[tuple[int, int], ...]  # (deaf bodies, shutdowns measured)
-    growth: bool  # measure 10 and 100 live runs too (table mode only)
+    rtt_rounds: int = 11  # interleaved rounds of (thread queue, pykka ask, status query, run query)
+    rtt_per_round: int = 1000  # round trips per kind per round
+    busy_rounds: int = 11  # rounds of (status query, pykka ask) while the supervisor is kept busy
+    cancel_rounds: int = 11  # rounds of cancel latency, each alternating supervisor and bare samples
+    cancel_per_round: int = 30
+    deferred_rounds: int = 11
+    deferred_per_round: int = 30
+    close_decisions: int = 3000  # decisions per shape (pure core), in 10 chunks
+    runs_rounds: int = 11  # alternating rounds of (actor cycle, thread per run, pool, supervisor)
+    runs_per_session: int = 60  # runs per session (8 sessions) or per thread, per round
+    live_1000: int = 9  # times 1,000 runs (and the baselines) are opened, measured and stopped
+    overrun: tuple[tuple[int, int], ...] = ((10, 9), (100, 9), (1000, 9))  # (deaf bodies, shutdowns measured)
+    growth: bool = True  # measure 10 and 100 live runs too (table mode only)
     journal_rounds: int = 7  # alternating rounds of short runs with the run journal on and off
     recovery_rounds: int = 5  # recoveries of a journal with 10,000 finished and 100 unfinished runs
     heartbeat_rounds: int = 11  # rounds of (HEARTBEATS ctx.heartbeat(), the same count of bare stores)
@@ -97,21 +98,7 @@ class Reps:
     async_rounds: int = 7  # alternating rounds of ASYNC_RUNS async runs: AsyncSupervisor, a dict of Tasks
 
 
-FULL = Reps(
-    rtt_rounds=11,
-    rtt_per_round=1000,
-    busy_rounds=11,
-    cancel_rounds=11,
-    cancel_per_round=30,
-    deferred_rounds=11,
-    deferred_per_round=30,
-    close_decisions=3000,
-    runs_rounds=11,
-    runs_per_session=60,
-    live_1000=9,
-    overrun=((10, 9), (100, 9), (1000, 9)),
-    growth=True,
-)
+FULL = Reps()
 QUICK = Reps(
     rtt_rounds=5,
     rtt_per_round=400,
