@@ -92,117 +92,112 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from run_supervisor.protocol._commands import (
+from run_supervisor.protocol import (
+    CLOSE_RULES,
+    CONFIRM_RULES,
+    DEADLINE_ORIGIN,
+    INTERRUPT_GRACE,
+    QUEUE_RULES,
+    RETRY_BUDGET_ORIGIN,
     AbandonRun,
-    ArmDeadline,
-    Command,
-    DeliverAnswer,
-    DisarmDeadline,
-    DisposeInstance,
-    Emit,
-    LoadInstance,
-    ReleaseRun,
-    Reply,
-    ShutdownComplete,
-    SignalInterrupt,
-    SpawnRun,
-    StartGraceTimer,
-    StartInterruptGrace,
-    StopInterruptGrace,
-)
-from run_supervisor.protocol._core import Report, SupervisorCore
-from run_supervisor.protocol._enums import (
-    AskKind,
-    CloseAction,
-    CloseMode,
-    CloseResult,
-    InterruptReason,
-    LoadCause,
-    Outcome,
-    PartState,
-    QueuePolicy,
-    RejectCode,
-    ReloadPolicy,
-    RequestResult,
-    SessionStatus,
-    ShutdownReason,
-)
-from run_supervisor.protocol._events import (
     ActionResult,
+    AnswerForm,
+    ArmDeadline,
     AskDismissed,
+    AskKind,
+    AskPayload,
+    AskRaised,
     AskReplied,
     AskRequested,
     AskWithdrawn,
+    BodyEnded,
+    CancelRun,
+    CancelSession,
+    CloseAction,
+    CloseMode,
+    CloseOutcome,
+    CloseRequest,
+    CloseResult,
+    Command,
+    ConfirmClose,
+    DeadlineExpired,
+    DeleteSession,
+    DeliverAnswer,
+    DisarmDeadline,
+    DismissForm,
+    DisposeDone,
+    DisposeInstance,
+    Emit,
     Event,
+    GraceClock,
+    GraceExpired,
+    Heartbeat,
     InstanceClosed,
     InstanceReady,
     InstanceStarted,
+    InterruptGraceExpired,
+    InterruptReason,
     LifecycleCompleted,
     LifecycleConfirmed,
     LifecycleDeferred,
     LifecycleRequested,
+    LoadCause,
+    LoadInstance,
+    NoProgress,
+    Outcome,
+    PartReport,
+    PartState,
+    QueuedFate,
+    QueuePolicy,
+    RejectCode,
+    ReleaseRun,
+    ReloadLoad,
+    ReloadPolicy,
+    Reply,
+    ReplyPermission,
+    Report,
+    Request,
+    RequestOutcome,
+    RequestResult,
     RunFinished,
     RunPartUpdated,
     RunQueued,
     RunStalled,
     RunStarted,
     RunUnstalled,
+    SessionStatus,
     SessionStatusChanged,
+    Shutdown,
+    ShutdownComplete,
+    ShutdownReason,
+    SignalInterrupt,
+    SpawnRun,
+    StartGraceTimer,
+    StartInterruptGrace,
+    StartRun,
     StepFinished,
     StepStarted,
-)
-from run_supervisor.protocol._payloads import AskPayload
-from run_supervisor.protocol._requests import (
-    AnswerForm,
-    AskRaised,
-    BodyEnded,
-    CancelRun,
-    CancelSession,
-    CloseOutcome,
-    CloseRequest,
-    ConfirmClose,
-    DeadlineExpired,
-    DeleteSession,
-    DismissForm,
-    DisposeDone,
-    GraceExpired,
-    Heartbeat,
-    InterruptGraceExpired,
-    NoProgress,
-    PartReport,
-    ReplyPermission,
-    Request,
-    RequestOutcome,
-    Shutdown,
-    StartRun,
+    StopInterruptGrace,
+    SupervisorCore,
 )
 from run_supervisor.protocol._rules import (
     CLOSE_ACTION_SCOPE,
     CLOSE_ANSWERS,
-    CLOSE_RULES,
-    CONFIRM_RULES,
-    DEADLINE_ORIGIN,
     DEADLINE_REASON,
     DECLINE_ORIGINS,
-    INTERRUPT_GRACE,
     QUEUE_REASONS,
-    QUEUE_RULES,
-    RETRY_BUDGET_ORIGIN,
     RETRY_BUDGET_REASON,
     SHUTDOWN_ACTIONS,
     SHUTDOWN_INTERRUPT_REASONS,
     CloseScope,
     DeclineEffect,
     DeclineRule,
-    GraceClock,
-    QueuedFate,
-    ReloadLoad,
     decline_rule,
     fingerprint_unchanged,
     reload_loads,
 )
 
-__all__ = ["CoreShell", "InvariantChecker", "InvariantViolation"]
+__all__ = ["CoreShell", "ExpectedInterrupt", "InvariantChecker", "InvariantViolation"]
 
 Answer = CloseOutcome | RequestOutcome
 E = TypeVar("E")
@@ -216,6 +211,17 @@ def _decline_of(request: ReplyPermission | DismissForm) -> DeclineRule | None:
     if isinstance(request, DismissForm):
         return decline_rule(AskKind.FORM, request.message)
     return None if request.approve else decline_rule(AskKind.PERMISSION, request.message)
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedInterrupt:
+    """What a model-based driver expects the ``run.finished`` of a run it interrupted to name: its
+    ``reason``, ``origin`` and lifecycle ``action`` id (None: no lifecycle action's). A driver keeps
+    the first interrupt the supervisor accepted for a run; a later one does not replace it."""
+
+    reason: InterruptReason
+    origin: str
+    action: str | None
 
 
 class InvariantViolation(AssertionError):

@@ -66,7 +66,7 @@ from run_supervisor.protocol import (
     StepStarted,
 )
 from run_supervisor.protocol._rules import CLOSE_REQUEST_MODES, CLOSE_RULES
-from run_supervisor.protocol.testing import InvariantChecker, InvariantViolation
+from run_supervisor.protocol.testing import ExpectedInterrupt, InvariantChecker, InvariantViolation
 
 DEFAULT_SEED = 20240611
 ASK_TIMEOUT_S = 30.0
@@ -262,15 +262,6 @@ class SoakHooks:
 
 
 @dataclass(slots=True)
-class Interrupt:
-    """The interrupt the driver caused (the first accepted one wins)."""
-
-    reason: InterruptReason
-    origin: str
-    action: str | None
-
-
-@dataclass(slots=True)
 class RunRecord:
     id: str
     session: str
@@ -279,7 +270,7 @@ class RunRecord:
     state: str = "submitted"
     """submitted -> queued -> active -> finished (or submitted -> active)."""
     generation: int | None = None
-    interrupt: Interrupt | None = None
+    interrupt: ExpectedInterrupt | None = None
     finished: RunFinished | None = None
     finish_count: int = 0
 
@@ -312,7 +303,7 @@ class Tracker:
         self.events = 0
         self.runs: dict[str, RunRecord] = {}
         self.lifecycle: dict[str, LifecycleRecord] = {}  # by tag
-        self.shutdown: Interrupt | None = None
+        self.shutdown: ExpectedInterrupt | None = None
         self.outcomes: Counter[str] = Counter()
         self.instances_started = 0
         self.instance_errors = 0
@@ -544,7 +535,7 @@ class Soak:
                 if run.interrupt is not None:
                     self.violation(f"a second interrupt of {run.id} was accepted")
                 else:
-                    run.interrupt = Interrupt(InterruptReason.USER_CANCEL, origin, None)
+                    run.interrupt = ExpectedInterrupt(InterruptReason.USER_CANCEL, origin, None)
         elif roll < 0.95 and (finished := self.finished()):
             run = self.rng.choice(finished)
             # Past retain_finished_runs the oldest finished runs are forgotten: then the id is unknown.
@@ -576,7 +567,7 @@ class Soak:
         if interrupted:
             expected = (NothingPending, RunAlreadyFinished)
         roll = self.rng.random()
-        interrupt: Interrupt | None = None
+        interrupt: ExpectedInterrupt | None = None
         if kind == "permission":
             if roll < 0.5:
                 name, call = (
@@ -599,7 +590,7 @@ class Soak:
                         run_id=run_id, approve=False, timeout=CALL_TIMEOUT_S
                     ),
                 )
-                interrupt = Interrupt(InterruptReason.PERMISSION_REJECTED, "permission", None)
+                interrupt = ExpectedInterrupt(InterruptReason.PERMISSION_REJECTED, "permission", None)
         elif roll < 0.7:
             name, call = (
                 "answer_form",
@@ -610,7 +601,7 @@ class Soak:
                 "dismiss_form",
                 lambda: self.supervisor.dismiss_form(run_id=run_id, timeout=CALL_TIMEOUT_S),
             )
-            interrupt = Interrupt(InterruptReason.FORM_DISMISSED, "form", None)
+            interrupt = ExpectedInterrupt(InterruptReason.FORM_DISMISSED, "form", None)
         result = self.call(name, call, expected)
         if result is None and interrupted:
             self.violation(f"{name} of {run_id} was accepted although its interrupt was already decided")
@@ -689,7 +680,7 @@ class Soak:
                 self.violation(f"{do} {tag} interrupted {run_id}, which had already finished")
             else:
                 reason = InterruptReason.LIFECYCLE_INTERRUPT
-                run.interrupt = Interrupt(reason, origin, outcome.action_id)
+                run.interrupt = ExpectedInterrupt(reason, origin, outcome.action_id)
                 if directory is not None and run.directory != directory:
                     self.violation(f"{do} of {directory} interrupted {run_id}, a run in {run.directory}")
 
@@ -828,7 +819,7 @@ class Soak:
         main_outcome = outcomes[0]
         if isinstance(main_outcome, CloseOutcome):
             self.shutdown_outcome = main_outcome
-            self.checker.shutdown = Interrupt(
+            self.checker.shutdown = ExpectedInterrupt(
                 InterruptReason(first.value), "soak.end", main_outcome.action_id
             )
             if main_outcome.result is not CloseResult.FORCED:

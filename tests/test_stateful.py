@@ -101,6 +101,7 @@ from run_supervisor.protocol import (
     StartRun,
 )
 from run_supervisor.protocol._rules import reload_loads
+from run_supervisor.protocol.testing import ExpectedInterrupt as Interrupt
 from run_supervisor.protocol.testing import InvariantChecker
 
 # --- profiles: registered in conftest.py ("ci" by default; --hypothesis-profile soak) ---------------
@@ -294,13 +295,6 @@ def part_of(snapshot: PartSnapshot) -> Part:
         snapshot.origin,
         snapshot.phase,
     )
-
-
-@dataclass(frozen=True)
-class Interrupt:
-    reason: InterruptReason
-    origin: str
-    action: str | None
 
 
 @dataclass(frozen=True)
