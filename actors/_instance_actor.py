@@ -33,16 +33,16 @@ from run_supervisor.actors._logging import logger
 from run_supervisor.actors._threads import ThreadBook
 from run_supervisor.protocol import DisposeDone, DisposeInstance
 
-__all__ = ["Dispose", "HooksOnLoop", "InstanceActor", "InstanceHooks", "NoInstanceHooks", "load_deadline"]
+__all__ = ["Dispose", "HooksOnLoop", "InstanceActor", "InstanceHooks", "NoInstanceHooks", "hook_deadline"]
 
-_running_load = threading.local()  # on a hook thread, while its load hook runs: the load's deadline
+_running_hook = threading.local()  # on a hook thread, while a sync hook runs: the deadline it is judged by
 
 
-def load_deadline() -> float | None:
-    """In a load hook: the ``time.monotonic()`` past which the supervisor counts the load failed (a hook
-    that judges its own lateness, as the out-of-process caches do, uses the supervisor's clock, not a
-    later one of its own); None elsewhere."""
-    deadline: float | None = getattr(_running_load, "deadline", None)
+def hook_deadline() -> float | None:
+    """In a sync load or dispose hook: the ``time.monotonic()`` past which the supervisor counts the
+    hook overran (a hook that judges its own lateness, as the out-of-process caches do, uses the
+    supervisor's clock, not a later one of its own); None elsewhere."""
+    deadline: float | None = getattr(_running_hook, "deadline", None)
     return deadline
 
 T = TypeVar("T")
@@ -166,6 +166,9 @@ class InstanceActor(pykka.ThreadingActor):
         self._dispose_wanted = False
         self._disposed = threading.Event()
         self._dispose_error: str | None = None
+        self._dispose_budget_s = 0.0  # the order's budget and shutdown's hard deadline, once it came
+        self._dispose_hard = float("inf")
+        self._dispose_deadline: float | None = None  # fixed once, by the hook thread or the actor
         self._on_loop = hooks if isinstance(hooks, HooksOnLoop) else None
         self._dispose_lock = threading.Lock()  # the load's end and the order race to start the dispose
         self._dispose_begun = False
@@ -202,24 +205,27 @@ class InstanceActor(pykka.ThreadingActor):
     def _host_code(self) -> None:
         me = threading.current_thread()
         error: str | None = None
-        _running_load.deadline = self.load_deadline
+        _running_hook.deadline = self.load_deadline
         try:
             self._cache = self._hooks.load(self.directory, self.generation)
         except BaseException as exc:  # contained: host code must not stop every actor
             error = _describe(exc)
             logger.opt(exception=True).warning(f"loading {self._name()} failed")
         finally:
-            _running_load.deadline = None
+            _running_hook.deadline = None
         self._load_returned(error)
         self._threads.label(me, None)
         self._order.wait()
         if not self._dispose_wanted:
             return
         self._threads.label(me, f"the dispose hook of {self._name()}")
+        _running_hook.deadline = self._fix_dispose_deadline()
         try:
             self._hooks.dispose(self.directory, self.generation, self._cache)
         except BaseException as exc:
             self._dispose_error = _describe(exc)
+        finally:
+            _running_hook.deadline = None
         self._threads.label(me, None)
         self._disposed.set()
 
@@ -238,6 +244,15 @@ class InstanceActor(pykka.ThreadingActor):
 
     def _overran(self) -> str:
         return f"the load hook overran its {self._load_budget_ms} ms budget"
+
+    def _fix_dispose_deadline(self) -> float:
+        """The dispose hook's deadline: its budget from when both the order and the load's end have
+        come, fixed by whichever of the hook thread and the actor asks first, so the hook is told the
+        very deadline the actor judges it by (not one its later wake-up would start)."""
+        with self._dispose_lock:
+            if self._dispose_deadline is None:
+                self._dispose_deadline = min(time.monotonic() + self._dispose_budget_s, self._dispose_hard)
+            return self._dispose_deadline
 
     # --- async hooks: tasks on the host's loop, and callbacks when they end --------------------
     # The callbacks run on the loop's thread (or here, if the task has ended already): they only set
@@ -314,20 +329,21 @@ class InstanceActor(pykka.ThreadingActor):
 
     def _dispose(self, order: Dispose) -> None:
         command = order.command
+        hard = order.deadline if order.deadline is not None else float("inf")
+        self._dispose_budget_s, self._dispose_hard = command.budget_ms / 1000.0, hard
         self._dispose_wanted = True
         self._order.set()
         self._dispose_on_loop_if_due()
         if not command.report:
             self.stop()
             return
-        hard = order.deadline if order.deadline is not None else float("inf")
         if not self._loaded.wait(timeout=max(0.0, min(self.load_deadline, hard) - time.monotonic())):
             error: str | None = (
                 f"the load hook had not returned by its {self._load_budget_ms} ms budget; the instance "
                 "closed without its dispose hook (which runs if the load ever returns)"
             )
         else:
-            budget_end = min(time.monotonic() + command.budget_ms / 1000.0, hard)
+            budget_end = self._fix_dispose_deadline()
             if self._disposed.wait(timeout=max(0.0, budget_end - time.monotonic())):
                 error = self._dispose_error
             else:

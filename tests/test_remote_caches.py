@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 from wire_support import CLI, SseReader, reaped_async
 
 from run_supervisor.actors import Supervisor, SupervisorConfig
+from run_supervisor.actors._instance_actor import hook_deadline
 from run_supervisor.actors.hosts import RemoteCaches, ServerThread, WireHost
 from run_supervisor.actors.testing import EventLog
 
@@ -302,6 +304,53 @@ def test_a_dispose_not_acknowledged_in_time_is_reported_as_overran_by_name_as_an
         }
 
     run_http(_config(dispose_budget_ms=200), scenario)
+
+
+def test_a_dispose_ack_sent_once_the_close_was_reported_overran_is_never_told_it_was_on_time() -> None:
+    # The registry judges the ack by the deadline the instance actor reported the overrun by, not by
+    # a clock of its own started when the hook thread woke (later, on a loaded machine).
+    async def scenario(r: Remote) -> None:
+        await r.client.post("/instances/hooks", json={})
+        assert (await r.client.post("/directories", json={"directories": ["/w/a"]})).status_code == 200
+        r.host.hold.add(("dispose", "/w/a", 1))
+
+        await r.client.post("/close", json=DISPOSE)
+        closed = await r.events.until(is_("instance.closed", directory="/w/a", generation=1))
+        request_id = r.host.held[("dispose", "/w/a", 1)]
+        late = (await r.client.post(f"/instances/hooks/acks/{request_id}", json={})).json()
+
+        assert closed["error"] == "the dispose hook overran its 200 ms budget"
+        assert (late["on_time"], late["repeated"]) == (False, False)
+
+    run_http(_config(dispose_budget_ms=200), scenario)
+
+
+def test_a_sync_dispose_hook_is_told_the_deadline_it_is_judged_by() -> None:
+    told: list[float | None] = []
+    outside = hook_deadline()
+
+    class TimesItself:
+        def load(self, directory: str, generation: int) -> None:
+            told.append(hook_deadline())
+
+        def dispose(self, directory: str, generation: int, cache: Any) -> None:
+            deadline = hook_deadline()
+            told.append(deadline)
+            if generation == 2 and deadline is not None:  # the second one returns only once it is late
+                threading.Event().wait(max(0.0, deadline - time.monotonic()) + 0.05)
+
+    with Supervisor.start(_config(dispose_budget_ms=300), hooks=TimesItself(), directories=["/w/a"]) as sup:
+        log = EventLog(sup)
+        sup.close("reload", mode="maintenance", origin="t", directory="/w/a")
+        on_time = log.wait_for("instance.closed", directory="/w/a", generation=1)
+        sup.close("dispose", mode="maintenance", origin="t", directory="/w/a")
+        late = log.wait_for("instance.closed", directory="/w/a", generation=2, timeout=10)
+        sup.shutdown(grace_ms=100)
+        log.close()
+
+    assert outside is None and len(told) == 4 and all(isinstance(d, float) for d in told)
+    assert on_time.error is None  # type: ignore[union-attr]
+    assert late.error == "the dispose hook overran its 300 ms budget"  # type: ignore[union-attr]
 
 
 def test_a_load_not_acknowledged_in_time_fails_naming_its_budget_and_a_late_ack_is_taken() -> None:

@@ -49,7 +49,7 @@ from typing import Any, Literal
 import msgspec
 
 from run_supervisor.actors._api import SupervisorConfig
-from run_supervisor.actors._instance_actor import load_deadline
+from run_supervisor.actors._instance_actor import hook_deadline
 from run_supervisor.actors.hosts._external import MAX_LEASE_MS, MIN_LEASE_MS
 from run_supervisor.actors.hosts._wire import HostError
 from run_supervisor.protocol import RejectCode
@@ -264,7 +264,7 @@ class RemoteCaches:
         acknowledgement; raises ``RemoteCacheError`` when it answered with an error or went away."""
         # Late or not by the supervisor's own deadline: an ack that comes after it counted the load
         # failed (and answered so) is never told it was on time.
-        pending = self._ask(LoadRequested, directory, generation, self.load_budget_ms, load_deadline())
+        pending = self._ask(LoadRequested, directory, generation, self.load_budget_ms, hook_deadline())
         if pending is None:
             return None
         self._wait(pending)
@@ -279,7 +279,7 @@ class RemoteCaches:
         acknowledgement (a generation loaded while nobody was registered has nothing to ask)."""
         if not isinstance(cache, RemoteInstance):
             return
-        pending = self._ask(DisposeRequested, directory, generation, self.dispose_budget_ms)
+        pending = self._ask(DisposeRequested, directory, generation, self.dispose_budget_ms, hook_deadline())
         if pending is None:  # the host went away: nobody to ask
             with self._lock:
                 self._loaded.pop((directory, generation), None)
