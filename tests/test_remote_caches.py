@@ -262,6 +262,15 @@ def test_a_run_arriving_during_the_deferred_close_is_what_asks_the_host_for_a_se
     run_http(_config(), scenario)
 
 
+async def _dispose_not_acknowledged(r: Remote) -> dict[str, Any]:
+    """Register, load /w/a, hold the host's dispose ack and close: the ``instance.closed`` it ends with."""
+    await r.client.post("/instances/hooks", json={})
+    assert (await r.client.post("/directories", json={"directories": ["/w/a"]})).status_code == 200
+    r.host.hold.add(("dispose", "/w/a", 1))
+    await r.client.post("/close", json=DISPOSE)
+    return await r.events.until(is_("instance.closed", directory="/w/a", generation=1))
+
+
 def test_a_dispose_not_acknowledged_in_time_is_reported_as_overran_by_name_as_an_in_process_hook_is() -> None:
     # The in-process reference: a dispose hook that does not return within its budget.
     class Stuck:
@@ -284,12 +293,7 @@ def test_a_dispose_not_acknowledged_in_time_is_reported_as_overran_by_name_as_an
         log.close()
 
     async def scenario(r: Remote) -> None:
-        await r.client.post("/instances/hooks", json={})
-        assert (await r.client.post("/directories", json={"directories": ["/w/a"]})).status_code == 200
-        r.host.hold.add(("dispose", "/w/a", 1))
-
-        await r.client.post("/close", json=DISPOSE)
-        closed = await r.events.until(is_("instance.closed", directory="/w/a", generation=1))
+        closed = await _dispose_not_acknowledged(r)
 
         assert closed["error"] == in_process.error == "the dispose hook overran its 200 ms budget"  # type: ignore[union-attr]
         assert r.supervisor is not None
@@ -310,12 +314,7 @@ def test_a_dispose_ack_sent_once_the_close_was_reported_overran_is_never_told_it
     # The registry judges the ack by the deadline the instance actor reported the overrun by, not by
     # a clock of its own started when the hook thread woke (later, on a loaded machine).
     async def scenario(r: Remote) -> None:
-        await r.client.post("/instances/hooks", json={})
-        assert (await r.client.post("/directories", json={"directories": ["/w/a"]})).status_code == 200
-        r.host.hold.add(("dispose", "/w/a", 1))
-
-        await r.client.post("/close", json=DISPOSE)
-        closed = await r.events.until(is_("instance.closed", directory="/w/a", generation=1))
+        closed = await _dispose_not_acknowledged(r)
         request_id = r.host.held[("dispose", "/w/a", 1)]
         late = (await r.client.post(f"/instances/hooks/acks/{request_id}", json={})).json()
 
