@@ -53,8 +53,11 @@ def test_the_answers_and_tasks_of_many_async_starts_wake_the_host_loop_per_batch
     finally:
         loop.close()
     assert outcomes == [Outcome.COMPLETED] * STARTS
-    # One wake per answer, per task start and per end would be 3 per run (150): batches take a few.
-    assert wakes < STARTS, f"{STARTS} async starts woke the host's loop {wakes} times"
+    # One wake per answer, per task start and per end would be 3 per run (150). Batches take a few on
+    # an idle machine (8 here); how many depends on how often the loop drains its inbox between the
+    # supervisor's posts, so a loaded machine takes more (57 seen beside two CPU hogs): the bound is
+    # the one a wake per post would break, not a figure (the figure is the benchmark's).
+    assert wakes < 2 * STARTS, f"{STARTS} async starts woke the host's loop {wakes} times"
 
 
 def test_calls_posted_to_a_loop_from_another_thread_run_in_order_with_one_wake() -> None:
