@@ -19,6 +19,7 @@ import inspect
 import itertools
 import math
 import threading
+import time
 import weakref
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from concurrent.futures import Future
@@ -676,9 +677,24 @@ class AsyncSupervisor:
 
     async def wait_closed(self, timeout: float | None = None) -> CloseOutcome:
         """Wait until a shutdown (requested anywhere) has completed and our threads have ended;
-        return its final outcome. ``SupervisorTimeout`` if it has not completed in time."""
+        return its final outcome. ``timeout=None`` (the default) waits as long as that takes
+        (``asyncio.timeout()`` composes); with a number, ``SupervisorTimeout`` if it has not
+        completed in time. The threads' end is bounded by the shutdown itself (its grace plus
+        ``stop_timeout_s``)."""
         sync = self.sync
-        limit = self._link.timeout(check.timeout("timeout", timeout))
+        link = self._link
+        limit = check.timeout("timeout", timeout)
+        complete_: Future[Any] = link.shutdown_complete
+        if not complete_.done():
+            outer: Future[Any] = Future()
+            link.relay.chain(complete_, outer, lambda done: done.result(), shared=True)
+            try:
+                async with asyncio.timeout(limit):
+                    await asyncio.wrap_future(outer)  # cancelling the wait cancels only ours
+            except TimeoutError:
+                raise SupervisorTimeout(f"the supervisor did not shut down within {limit} s") from None
+        # Completed: what is left (our threads' end) is bounded by the shutdown's grace deadline.
+        limit = max(0.0, (link.deadline or 0.0) - time.monotonic()) + link.timeout(None)
         done: Future[CloseOutcome] = Future()
 
         def close_into() -> None:  # joining threads blocks: never on the loop

@@ -5,18 +5,20 @@ without its handle."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from async_support import CONFIG, run_async
 
-from run_supervisor import AsyncSupervisor, Outcome
+from run_supervisor import AsyncSupervisor, CloseOutcome, Outcome
 from run_supervisor.actors._async_body import AsyncRunContext
 from run_supervisor.actors.testing import EventLog
 
 SHORT_S = 0.2
+T = TypeVar("T")
 
 
 @contextmanager
@@ -40,26 +42,59 @@ def gated(release: asyncio.Event) -> Callable[[AsyncRunContext], Coroutine[Any, 
     return turn
 
 
-def test_an_awaited_run_wait_without_a_timeout_outlasts_the_request_timeout() -> None:
-    async def host() -> Outcome | None:
+async def _outlasts_the_request_timeout(waiting: asyncio.Task[T], release: asyncio.Event) -> T:
+    """``waiting`` (a wait without a timeout, inside ``requests_bounded_to``) is still waiting
+    past the request timeout, then ends once ``release`` lets what it waits for happen."""
+    # The fallback bound (0.2 s) would fire before this 0.5 s one: both are timers of this loop.
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):
+            await asyncio.shield(waiting)
+    assert not waiting.done()
+    release.set()
+    return await waiting
+
+
+@pytest.mark.parametrize("wait", ["run.wait", "await_idle"])
+def test_an_awaited_wait_without_a_timeout_outlasts_the_request_timeout(wait: str) -> None:
+    async def host() -> bool:
         release = asyncio.Event()
         async with AsyncSupervisor.start(CONFIG, directories=["/w/a"]) as sup:
             run = await sup.start_run(gated(release), session="s1", directory="/w/a")
             with requests_bounded_to(sup, SHORT_S):
-                waiting = asyncio.create_task(run.wait())
-                log = EventLog(sup)
-                # Past the request timeout (0.2 s) the wait still waits: a second event loop turn later...
-                with pytest.raises(TimeoutError):
-                    async with asyncio.timeout(0.5):
-                        await asyncio.shield(waiting)
-                assert not waiting.done()
-                release.set()
-                finished = await waiting
-                await log.wait_for_async("run.finished", run_id=run.run_id, timeout=None)
-                log.close()
-            return finished.outcome
+                waited: Any = run.wait() if wait == "run.wait" else sup.await_idle("s1")
+                result = await _outlasts_the_request_timeout(asyncio.create_task(waited), release)
+                finished = await run.wait()
+            return finished.outcome is Outcome.COMPLETED and result is not None
 
-    assert run_async(host) is Outcome.COMPLETED
+    assert run_async(host)
+
+
+def test_an_awaited_wait_closed_without_a_timeout_outlasts_the_request_timeout() -> None:
+    async def host() -> tuple[CloseOutcome, CloseOutcome]:
+        release = asyncio.Event()
+
+        async def deaf_until_released(ctx: AsyncRunContext) -> None:
+            while not release.is_set():  # the shutdown waits for it: its grace is long
+                with contextlib.suppress(asyncio.CancelledError):
+                    await release.wait()
+
+        sup = await AsyncSupervisor.start(CONFIG, directories=["/w/a"])
+        run = await sup.start_run(deaf_until_released, session="s1", directory="/w/a")
+        log = EventLog(sup)
+        elsewhere = asyncio.create_task(asyncio.to_thread(sup.sync.shutdown, grace_ms=20_000))
+        try:
+            with requests_bounded_to(sup, SHORT_S):
+                closing = asyncio.create_task(sup.wait_closed())
+                await log.wait_for_async("lifecycle.requested", timeout=None)  # another thread's shutdown
+                final = await _outlasts_the_request_timeout(closing, release)
+        finally:
+            release.set()  # whatever failed, the body ends and the shutdown with it
+            same = await elsewhere
+        assert (await run.wait()).outcome is Outcome.INTERRUPTED
+        return final, same
+
+    final, same = run_async(host)
+    assert final.completed and final == same and final.abandoned_runs == ()
 
 
 def test_asyncio_timeout_composes_with_run_wait_and_await_idle_and_leaves_the_run_as_it_was() -> None:

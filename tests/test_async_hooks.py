@@ -12,7 +12,7 @@ from async_support import run_async
 
 from run_supervisor import AsyncSupervisor, InvalidRequest, LoadFailed, SupervisorConfig
 from run_supervisor.actors._async_body import AsyncRunContext
-from run_supervisor.actors.testing import no_leaks
+from run_supervisor.actors.testing import EventLog, no_leaks
 
 CONFIG = SupervisorConfig(shutdown_at_exit=False, load_budget_ms=300, dispose_budget_ms=300)
 
@@ -74,6 +74,29 @@ def test_an_async_load_past_its_budget_fails_the_start_as_a_sync_one_does() -> N
         if thread.name.startswith("run-supervisor-instance"):
             thread.join(10)
             assert not thread.is_alive(), f"{thread.name} still runs 10 s after its hook was released"
+
+
+def test_an_async_dispose_past_its_budget_is_reported_overran_as_a_sync_one_is() -> None:
+    async def host() -> tuple[str | None, tuple[str, ...]]:
+        release = asyncio.Event()
+
+        class Slow(LoopCaches):
+            async def dispose(self, directory: str, generation: int, cache: Any) -> None:
+                await release.wait()  # past its 300 ms budget, on the host's loop
+
+        sup = await AsyncSupervisor.start(CONFIG, hooks=Slow(), directories=["/w/a"])
+        log = EventLog(sup)
+        try:
+            await sup.close("dispose", mode="maintenance", origin="t", directory="/w/a")
+            closed = await log.wait_for_async("instance.closed", directory="/w/a", generation=1, timeout=None)
+            outcome = await sup.shutdown(grace_ms=100)  # the hook still runs: named, not waited for
+        finally:
+            release.set()
+        return closed.error, outcome.overran
+
+    error, overran = run_async(host)
+    assert error == "the dispose hook overran its 300 ms budget"
+    assert overran == ("the dispose hook of /w/a (generation 1)",)
 
 
 def test_an_instance_whose_hooks_are_async_holds_no_thread_for_them() -> None:
