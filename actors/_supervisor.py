@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args
 
 import msgspec
 import pykka
@@ -37,7 +37,6 @@ from run_supervisor.actors._view import View
 from run_supervisor.protocol import (
     AbandonRun,
     ArmDeadline,
-    AskRaised,
     BodyEnded,
     Command,
     DeadlineExpired,
@@ -48,17 +47,15 @@ from run_supervisor.protocol import (
     Emit,
     Event,
     GraceExpired,
-    Heartbeat,
     InterruptGraceExpired,
     LoadDone,
     LoadInstance,
     NoProgress,
-    PartReport,
     ReleaseRun,
     Reply,
+    Report,
     Request,
     RequestResult,
-    RetryReport,
     RunFinished,
     RunSnapshot,
     RunStalled,
@@ -70,32 +67,14 @@ from run_supervisor.protocol import (
     StartGraceTimer,
     StartInterruptGrace,
     StartRun,
-    StepReport,
     StopInterruptGrace,
     SupervisorCore,
-    WithdrawAsk,
 )
 
 __all__ = ["CheckStall", "Loading", "Preload", "Query", "SessionSupervisor", "Submit", "WaitRun"]
 
 _BATCH = 64
 """At most this many decided messages wait for one publication (bounds a batch's latency)."""
-
-_REPORTS = (
-    StepReport,
-    PartReport,
-    AskRaised,
-    WithdrawAsk,
-    BodyEnded,
-    DisposeDone,
-    LoadDone,
-    GraceExpired,
-    DeadlineExpired,
-    RetryReport,
-    Heartbeat,
-    InterruptGraceExpired,
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Submit:
@@ -348,46 +327,51 @@ class SessionSupervisor(pykka.ThreadingActor):
                 tell()
 
     def _receive(self, message: Any) -> None:
-        if isinstance(message, _REPORTS):
-            commands = self.core.report(message)
-            self._staged.append((message, commands, None))
-            self._close_at_once(commands)
-            if isinstance(message, LoadDone):
-                self._loaded_answer(message)
-        elif isinstance(message, Submit):
-            self._submit(message)
-        elif isinstance(message, CheckStall):
-            self._finish_batch()  # it reads the published view
-            self._check_stall(message.run_id)
-        elif isinstance(message, Query):
-            self._finish_batch()  # its answer comes after every event of the messages before it
-            _settle(message.reply, message.read(self.core))
-        elif isinstance(message, WaitRun):
-            self._finish_batch()
-            snapshot = self.core.run_snapshot(message.run)
-            if snapshot is None or snapshot.outcome is not None:
-                _settle(message.reply, snapshot)
+        # A lookup by type (``_RECEIVE``, then the method by name), as ``_execute`` carries out commands.
+        getattr(self, _RECEIVE[type(message)])(message)
+
+    def _on_report(self, message: Report) -> None:
+        commands = self.core.report(message)
+        self._staged.append((message, commands, None))
+        self._close_at_once(commands)
+        if isinstance(message, LoadDone):
+            self._loaded_answer(message)
+
+    def _on_check_stall(self, message: CheckStall) -> None:
+        self._finish_batch()  # it reads the published view
+        self._check_stall(message.run_id)
+
+    def _on_query(self, message: Query) -> None:
+        self._finish_batch()  # its answer comes after every event of the messages before it
+        _settle(message.reply, message.read(self.core))
+
+    def _on_wait_run(self, message: WaitRun) -> None:
+        self._finish_batch()
+        snapshot = self.core.run_snapshot(message.run)
+        if snapshot is None or snapshot.outcome is not None:
+            _settle(message.reply, snapshot)
+        else:
+            # Waits that timed out cancelled their futures: drop them, so polling stays flat.
+            waiters = [w for w in self._waiters.get(message.run, ()) if not w.done()]
+            waiters.append(message.reply)
+            self._waiters[message.run] = waiters
+
+    def _on_preload(self, message: Preload) -> None:
+        self._finish_batch()  # it reads the loads its commands start, at once
+        loads: list[Loading] = []
+        for directory in message.directories:
+            if message.load:
+                commands = self.core.preload(directory, message.fingerprint)
+                self._view.refresh(self.core, message, commands)
+                self._execute(commands)
+                loading = self._loads.get(directory)
+                if loading is not None:
+                    loads.append(loading)
             else:
-                # Waits that timed out cancelled their futures: drop them, so polling stays flat.
-                waiters = [w for w in self._waiters.get(message.run, ()) if not w.done()]
-                waiters.append(message.reply)
-                self._waiters[message.run] = waiters
-        elif isinstance(message, Preload):
-            self._finish_batch()  # it reads the loads its commands start, at once
-            loads: list[Loading] = []
-            for directory in message.directories:
-                if message.load:
-                    commands = self.core.preload(directory, message.fingerprint)
-                    self._view.refresh(self.core, message, commands)
-                    self._execute(commands)
-                    loading = self._loads.get(directory)
-                    if loading is not None:
-                        loads.append(loading)
-                else:
-                    self.core.declare(directory)
-            self._view.refresh(self.core, message, ())
-            self._deliver()
-            _settle(message.reply, tuple(loads))
+                self.core.declare(directory)
+        self._view.refresh(self.core, message, ())
+        self._deliver()
+        _settle(message.reply, tuple(loads))
 
     def _submit(self, message: Submit) -> None:
         request = message.request
@@ -712,6 +696,19 @@ class SessionSupervisor(pykka.ThreadingActor):
         self._publisher.close_all()  # after the last event; the host joins the callback threads
         self._on_shutdown_complete(command, self._deadline)
         self.stop()
+
+
+_RECEIVE: dict[type, str] = {
+    **dict.fromkeys(get_args(Report), "_on_report"),  # every input from a body, an instance or a timer
+    Submit: "_submit",
+    CheckStall: "_on_check_stall",
+    Query: "_on_query",
+    WaitRun: "_on_wait_run",
+    Preload: "_on_preload",
+}
+"""How the supervisor handles each message type it is sent (``SessionSupervisor._receive``): the
+name of the method, looked up on the supervisor, as ``_CARRY_OUT``'s; a message of another type
+fails on its own, logged and contained (``on_receive``), never ignored in silence."""
 
 
 _CARRY_OUT: dict[type, str] = {
