@@ -8,7 +8,7 @@ import { EventFeed, readStream, sleep } from "./events.js";
 /** @typedef {import("./events.js").StreamOptions} StreamOptions */
 /** @typedef {Schemas["StartRunBody"]} StartBody */
 /** @typedef {Schemas["StartedRun"]} Started */
-/** @typedef {{ mode?: "maintenance" | "user_confirmed_interrupt", kind?: string, id?: string, directory?: string }} CompatOptions */
+/** @typedef {{ mode?: Schemas["CloseMode"], kind?: string, id?: string, directory?: string }} CompatOptions */
 /** @typedef {NonNullable<import("../types/openapi.js").operations["delete_session"]["parameters"]["query"]>} SessionDelete */
 
 /** A refused request: `status` is the HTTP status, `code` and `error` the server's (the answer is kept). */

@@ -11,7 +11,7 @@ export function retriable(report: Report): boolean;
 /** @typedef {import("./events.js").StreamOptions} StreamOptions */
 /** @typedef {Schemas["StartRunBody"]} StartBody */
 /** @typedef {Schemas["StartedRun"]} Started */
-/** @typedef {{ mode?: "maintenance" | "user_confirmed_interrupt", kind?: string, id?: string, directory?: string }} CompatOptions */
+/** @typedef {{ mode?: Schemas["CloseMode"], kind?: string, id?: string, directory?: string }} CompatOptions */
 /** @typedef {NonNullable<import("../types/openapi.js").operations["delete_session"]["parameters"]["query"]>} SessionDelete */
 /** A refused request: `status` is the HTTP status, `code` and `error` the server's (the answer is kept). */
 export class WireError extends Error {
@@ -258,7 +258,7 @@ export type StreamOptions = import("./events.js").StreamOptions;
 export type StartBody = Schemas["StartRunBody"];
 export type Started = Schemas["StartedRun"];
 export type CompatOptions = {
-    mode?: "maintenance" | "user_confirmed_interrupt";
+    mode?: Schemas["CloseMode"];
     kind?: string;
     id?: string;
     directory?: string;
