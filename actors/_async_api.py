@@ -604,8 +604,7 @@ class AsyncSupervisor:
         name, idle = link.idle_future(session)
         if idle.done():
             return idle.result()
-        outer: Future[SessionSnapshot | None] = Future()
-        link.relay.chain(idle, outer, lambda done: done.result())  # completed off its thread
+        outer = link.relay.relayed(idle)  # completed off its thread
         try:
             async with asyncio.timeout(limit):
                 return await asyncio.wrap_future(outer)  # cancelling the wait withdraws the waiter
@@ -686,8 +685,7 @@ class AsyncSupervisor:
         limit = check.timeout("timeout", timeout)
         complete_: Future[Any] = link.shutdown_complete
         if not complete_.done():
-            outer: Future[Any] = Future()
-            link.relay.chain(complete_, outer, lambda done: done.result(), shared=True)
+            outer = link.relay.relayed(complete_, shared=True)
             try:
                 async with asyncio.timeout(limit):
                     await asyncio.wrap_future(outer)  # cancelling the wait cancels only ours

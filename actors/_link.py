@@ -502,9 +502,7 @@ class Link:
 
     def query_future(self, read: Callable[[SupervisorCore], T]) -> Future[T]:
         """A host-facing future of ``read(core)``, read on the supervisor's thread."""
-        outer: Future[T] = Future()
-        self.relay.chain(self.post(lambda reply: Query(read, reply)), outer, lambda done: done.result())
-        return outer
+        return self.relay.relayed(self.post(lambda reply: Query(read, reply)))
 
     # --- runs, sessions, directories --------------------------------------------------------------
 
@@ -521,10 +519,8 @@ class Link:
     def finished_future(self, run_id: str, finished: Future[RunSnapshot] | None) -> Future[RunSnapshot]:
         """A host-facing future of the run's final snapshot: ``finished`` relayed (shared: nobody's
         wait cancels it), else the supervisor asked; it raises what a handle's ``wait`` would."""
-        outer: Future[RunSnapshot] = Future()
         if finished is not None:
-            self.relay.chain(finished, outer, lambda done: done.result(), shared=True)
-            return outer
+            return self.relay.relayed(finished, shared=True)
 
         def convert(done: Future[Any]) -> RunSnapshot:
             snapshot = done.result()
@@ -533,6 +529,7 @@ class Link:
             result: RunSnapshot = snapshot
             return result
 
+        outer: Future[RunSnapshot] = Future()
         self.relay.chain(self.wait_run(run_id), outer, convert)
         return outer
 

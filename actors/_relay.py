@@ -36,6 +36,10 @@ def complete(future: Future[Any], value: Any = None, error: BaseException | None
         pass  # cancelled in the meantime by its holder
 
 
+def _result(done: Future[T]) -> T:
+    return done.result()
+
+
 class Relay:
     """One lazily started thread per supervisor that completes host-facing futures in order.
 
@@ -109,6 +113,13 @@ class Relay:
         if not shared:
             outer.add_done_callback(withdraw)
         inner.add_done_callback(forward)
+
+    def relayed(self, inner: Future[T], *, shared: bool = False) -> Future[T]:
+        """A host-facing future of ``inner``'s result (or error), completed off its thread:
+        ``chain`` with nothing to convert."""
+        outer: Future[T] = Future()
+        self.chain(inner, outer, _result, shared=shared)
+        return outer
 
     def close(self) -> None:
         """No more futures will come from the supervisor: end the thread after the last one."""
